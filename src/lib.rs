@@ -1,0 +1,13 @@
+//! tarn: a thread-per-core, shard-per-core in-memory database spoken to over Tarantool's
+//! binary protocol (IPROTO).
+//!
+//! The modules are the layers of the architecture, lowest first; each is testable without
+//! the ones above it:
+//!
+//! * [`storage`]: tuples, formats, keys, indexes, spaces, update/upsert — one shard's data.
+//!
+//! See `docs/` for the byte-level formats.
+
+pub mod config;
+pub mod protocol;
+pub mod storage;

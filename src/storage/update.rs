@@ -1,0 +1,1 @@
+//! Update and upsert operations (being written).
