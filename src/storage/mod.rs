@@ -3,9 +3,31 @@
 //! Pure and synchronous. It owns the in-memory data of one shard and every rule about it
 //! (field types, key order, iterator semantics, update operations, memory quota). It must
 //! not know about sockets, executors, files or the IPROTO wire format.
+//!
+//! * [`msgpack`] reads values; [`field_type`] classifies them; [`key`] orders them.
+//! * [`tuple`] stores them with a field map; [`index`] and [`range`] find them.
+//! * [`space`] applies insert/replace/update/upsert/delete/select; [`update`] the ops.
+//! * [`memory`] is the shard's byte quota; [`text`] prints values in error messages.
 
+pub mod engine;
 pub mod error;
+pub mod field_type;
+pub mod index;
+pub mod key;
+pub mod memory;
 pub mod msgpack;
+pub mod range;
+pub mod space;
+pub mod text;
+pub mod tuple;
 pub mod update;
 
+pub use engine::Engine;
 pub use error::{Result, StorageError};
+pub use field_type::FieldType;
+pub use index::{IndexDef, IndexKind};
+pub use key::{Collation, KeyDef, KeyPart};
+pub use memory::MemoryQuota;
+pub use range::IteratorType;
+pub use space::{Space, SpaceDef};
+pub use tuple::{FieldDef, SpaceFormat, Tuple};

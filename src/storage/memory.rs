@@ -1,0 +1,68 @@
+//! The shard's memory quota: a byte budget that writes reserve from and deletes return to.
+//!
+//! Single-threaded by design (one per shard), hence `Cell`. Knows nothing of what the bytes
+//! are; spaces and indexes report their own usage.
+
+use std::cell::Cell;
+
+#[derive(Debug)]
+pub struct MemoryQuota {
+    limit_bytes: u64,
+    used_bytes: Cell<u64>,
+}
+
+impl MemoryQuota {
+    pub fn new(limit_bytes: u64) -> MemoryQuota {
+        MemoryQuota {
+            limit_bytes,
+            used_bytes: Cell::new(0),
+        }
+    }
+
+    pub fn unlimited() -> MemoryQuota {
+        MemoryQuota::new(u64::MAX)
+    }
+
+    pub fn limit_bytes(&self) -> u64 {
+        self.limit_bytes
+    }
+
+    pub fn used_bytes(&self) -> u64 {
+        self.used_bytes.get()
+    }
+
+    /// Takes `bytes` from the budget, or takes nothing and returns false if they do not fit.
+    #[must_use]
+    pub fn try_reserve(&self, bytes: u64) -> bool {
+        let used = self.used_bytes.get();
+        match used.checked_add(bytes) {
+            Some(total) if total <= self.limit_bytes => {
+                self.used_bytes.set(total);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    pub fn release(&self, bytes: u64) {
+        let used = self.used_bytes.get();
+        debug_assert!(bytes <= used, "releasing {bytes} of {used} bytes");
+        self.used_bytes.set(used.saturating_sub(bytes));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reservations_stop_at_the_limit() {
+        let quota = MemoryQuota::new(100);
+        assert!(quota.try_reserve(60));
+        assert!(!quota.try_reserve(41));
+        assert_eq!(quota.used_bytes(), 60);
+        assert!(quota.try_reserve(40));
+        quota.release(100);
+        assert_eq!(quota.used_bytes(), 0);
+    }
+}

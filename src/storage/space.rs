@@ -1,0 +1,525 @@
+//! A space: its format, its indexes and the data operations on them.
+//!
+//! Every write computes all index keys and checks every constraint (format, uniqueness,
+//! quota) before it touches any index, so a failing operation changes nothing. The primary
+//! index owns the order of truth; secondary indexes share its tuples.
+//!
+//! Knows nothing of the wire or of other shards: requests arrive as msgpack byte slices.
+
+use crate::storage::error::{Result, StorageError};
+use crate::storage::index::{Index, IndexDef, IndexIter, IndexKind};
+use crate::storage::key::{prefix_successor, KeyBuf};
+use crate::storage::memory::MemoryQuota;
+use crate::storage::range::{IteratorType, KeyRange};
+use crate::storage::text::msgpack_to_text;
+use crate::storage::tuple::{FieldMap, SpaceFormat, Tuple};
+use crate::storage::update::UpdateOps;
+use smallvec::SmallVec;
+use std::rc::Rc;
+
+#[derive(Debug, Clone)]
+pub struct SpaceDef {
+    pub id: u32,
+    pub name: Box<str>,
+    pub format: SpaceFormat,
+    /// Index 0 is the primary key.
+    pub indexes: Vec<IndexDef>,
+}
+
+/// Bytes a space holds, by kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpaceMemory {
+    pub tuple_bytes: usize,
+    /// `(index id, bytes)` for every index.
+    pub index_bytes: SmallVec<[(u32, usize); 4]>,
+}
+
+/// Keys of one tuple in every index, in index order.
+type TupleKeys = SmallVec<[KeyBuf; 4]>;
+
+pub struct Space {
+    pub id: u32,
+    pub name: Box<str>,
+    pub format: SpaceFormat,
+    field_map: FieldMap,
+    indexes: Vec<Index>,
+    quota: Rc<MemoryQuota>,
+    tuple_bytes: usize,
+    /// What this space has taken from the shard quota: its tuples and index entries.
+    quota_bytes: usize,
+    /// Reused buffer for the new tuple of an update, so updates do not allocate twice.
+    update_scratch: Vec<u8>,
+}
+
+enum WriteMode {
+    Insert,
+    Replace,
+}
+
+impl Space {
+    pub fn new(def: SpaceDef, quota: Rc<MemoryQuota>) -> Result<Space> {
+        let invalid = |reason: String| {
+            Err(StorageError::IllegalParams(
+                format!("space '{}': {reason}", def.name).into(),
+            ))
+        };
+        let Some(primary) = def.indexes.first() else {
+            return invalid("a space needs a primary index".into());
+        };
+        if primary.id != 0 || !primary.unique {
+            return invalid("index 0 must be the unique primary index".into());
+        }
+        for (position, index) in def.indexes.iter().enumerate() {
+            if index.kind == IndexKind::Hash && !index.unique {
+                return invalid(format!("HASH index '{}' must be unique", index.name));
+            }
+            if index.key_def.parts.is_empty() {
+                return invalid(format!("index '{}' has no parts", index.name));
+            }
+            if let Some(part) = index
+                .key_def
+                .parts
+                .iter()
+                .find(|p| !p.field_type.is_indexable())
+            {
+                return invalid(format!(
+                    "index '{}' cannot order field type '{}'",
+                    index.name,
+                    part.field_type.name()
+                ));
+            }
+            if position > 0 && def.indexes[..position].iter().any(|i| i.id == index.id) {
+                return invalid(format!("index id {} is defined twice", index.id));
+            }
+        }
+        if primary.key_def.parts.iter().any(|part| part.is_nullable) {
+            return invalid("primary key parts cannot be nullable".into());
+        }
+        let field_map = FieldMap::new(
+            def.indexes
+                .iter()
+                .flat_map(|index| index.key_def.parts.iter().map(|part| part.field_no)),
+        );
+        let primary_key_def = primary.key_def.clone();
+        let indexes = def
+            .indexes
+            .into_iter()
+            .map(|index_def| Index::new(index_def, &primary_key_def))
+            .collect();
+        Ok(Space {
+            id: def.id,
+            name: def.name,
+            format: def.format,
+            field_map,
+            indexes,
+            quota,
+            tuple_bytes: 0,
+            quota_bytes: 0,
+            update_scratch: Vec::new(),
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.indexes[0].len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn indexes(&self) -> &[Index] {
+        &self.indexes
+    }
+
+    pub fn index(&self, index_id: u32) -> Result<&Index> {
+        self.indexes
+            .iter()
+            .find(|index| index.def.id == index_id)
+            .ok_or_else(|| StorageError::NoSuchIndexId {
+                index_id,
+                space: self.name.clone(),
+            })
+    }
+
+    fn index_position(&self, index_id: u32) -> Result<usize> {
+        self.indexes
+            .iter()
+            .position(|index| index.def.id == index_id)
+            .ok_or_else(|| StorageError::NoSuchIndexId {
+                index_id,
+                space: self.name.clone(),
+            })
+    }
+
+    /// Encodes an exact-match key for a unique index: 41 for a non-unique index, 19 for a
+    /// key of the wrong length.
+    fn encode_exact_key(&self, index: &Index, key: &[u8], out: &mut KeyBuf) -> Result<()> {
+        if !index.def.unique {
+            return Err(StorageError::MoreThanOneTuple);
+        }
+        let parts = index.def.key_def.encode_search_key(key, out)?;
+        let expected = index.def.key_def.part_count();
+        if parts != expected {
+            return Err(StorageError::ExactMatch {
+                expected,
+                actual: parts,
+            });
+        }
+        Ok(())
+    }
+
+    /// The tuple with exactly `key` in a unique index.
+    pub fn get(&self, index_id: u32, key: &[u8]) -> Result<Option<&Tuple>> {
+        let index = self.index(index_id)?;
+        let mut encoded = KeyBuf::new();
+        self.encode_exact_key(index, key, &mut encoded)?;
+        Ok(index.get(&encoded))
+    }
+
+    /// Starts a lazy walk of `index_id` with a Tarantool iterator over `key` (a msgpack
+    /// array of up to the index's part count). Offset and limit are the caller's.
+    pub fn select(&self, index_id: u32, iterator: u32, key: &[u8]) -> Result<IndexIter<'_>> {
+        let index = self.index(index_id)?;
+        let iterator = IteratorType::from_code(iterator)?;
+        let mut encoded = KeyBuf::new();
+        let parts = index.def.key_def.encode_search_key(key, &mut encoded)?;
+        index.check_iterator(iterator, parts, &self.name)?;
+        let mut successor = KeyBuf::new();
+        let has_successor = prefix_successor(&encoded, &mut successor);
+        let range =
+            KeyRange::for_iterator(iterator, &encoded, has_successor.then_some(&successor[..]));
+        Ok(index.iter(&range, iterator, &encoded))
+    }
+
+    pub fn insert(&mut self, data: &[u8]) -> Result<Tuple> {
+        let tuple = self.format.build_tuple(&self.field_map, data)?;
+        self.put(tuple, WriteMode::Insert)
+    }
+
+    pub fn replace(&mut self, data: &[u8]) -> Result<Tuple> {
+        let tuple = self.format.build_tuple(&self.field_map, data)?;
+        self.put(tuple, WriteMode::Replace)
+    }
+
+    /// Deletes by an exact key of a unique index; returns the deleted tuple, if any.
+    pub fn delete(&mut self, index_id: u32, key: &[u8]) -> Result<Option<Tuple>> {
+        let position = self.index_position(index_id)?;
+        let mut encoded = KeyBuf::new();
+        self.encode_exact_key(&self.indexes[position], key, &mut encoded)?;
+        let Some(old) = self.indexes[position].get(&encoded).cloned() else {
+            return Ok(None);
+        };
+        self.remove_from_all_indexes(&old)?;
+        Ok(Some(old))
+    }
+
+    /// Applies update operations to the tuple with exactly `key` in a unique index. Returns
+    /// the new tuple, or `None` when no tuple has that key (then the ops are not even read,
+    /// as in Tarantool).
+    pub fn update(
+        &mut self,
+        index_id: u32,
+        key: &[u8],
+        ops: &[u8],
+        index_base: u32,
+    ) -> Result<Option<Tuple>> {
+        let position = self.index_position(index_id)?;
+        let mut encoded = KeyBuf::new();
+        self.encode_exact_key(&self.indexes[position], key, &mut encoded)?;
+        let Some(old) = self.indexes[position].get(&encoded).cloned() else {
+            return Ok(None);
+        };
+        let format = &self.format;
+        let ops = UpdateOps::decode(ops, index_base, &|name| format.field_no_by_name(name))?;
+        let mut scratch = std::mem::take(&mut self.update_scratch);
+        scratch.clear();
+        let applied = ops.apply(old.data(), &mut scratch);
+        let built = applied.and_then(|()| self.format.build_tuple(&self.field_map, &scratch));
+        self.update_scratch = scratch;
+        let new = built?;
+        if !self.same_primary_key(&old, &new)? {
+            return Err(StorageError::CantUpdatePrimaryKey {
+                space: self.name.clone(),
+            });
+        }
+        self.put(new, WriteMode::Replace).map(Some)
+    }
+
+    /// Inserts `data` if its primary key is absent, else applies `ops` to the stored tuple,
+    /// skipping (and logging) operations that fail, as Tarantool does.
+    pub fn upsert(&mut self, data: &[u8], ops: &[u8], index_base: u32) -> Result<()> {
+        let candidate = self.format.build_tuple(&self.field_map, data)?;
+        let format = &self.format;
+        let ops = UpdateOps::decode(ops, index_base, &|name| format.field_no_by_name(name))?;
+        let mut primary_key = KeyBuf::new();
+        self.indexes[0].encode_tuple_key(
+            &candidate,
+            &self.field_map,
+            &self.format,
+            &mut primary_key,
+        )?;
+        let Some(old) = self.indexes[0].get(&primary_key).cloned() else {
+            self.put(candidate, WriteMode::Insert)?;
+            return Ok(());
+        };
+        let mut scratch = std::mem::take(&mut self.update_scratch);
+        scratch.clear();
+        let space_name = &self.name;
+        let applied = ops.apply_skipping_failures(old.data(), &mut scratch, &mut |error| {
+            tracing::warn!(space = %space_name, %error, "UPSERT operation skipped");
+        });
+        let built = applied.and_then(|()| self.format.build_tuple(&self.field_map, &scratch));
+        self.update_scratch = scratch;
+        let new = built?;
+        if !self.same_primary_key(&old, &new)? {
+            tracing::warn!(
+                space = %self.name,
+                "UPSERT skipped: {}",
+                StorageError::CantUpdatePrimaryKey { space: self.name.clone() }
+            );
+            return Ok(());
+        }
+        self.put(new, WriteMode::Replace)?;
+        Ok(())
+    }
+
+    /// Removes every tuple, returning their memory to the quota.
+    pub fn truncate(&mut self) {
+        for index in &mut self.indexes {
+            index.clear();
+        }
+        self.quota.release(self.quota_bytes as u64);
+        self.quota_bytes = 0;
+        self.tuple_bytes = 0;
+    }
+
+    /// Replaces the contents with `tuples` (msgpack arrays): validates each, then sorts once
+    /// per index and builds it from the sorted run. Recovery and index creation use this.
+    pub fn bulk_load<'a>(&mut self, tuples: impl IntoIterator<Item = &'a [u8]>) -> Result<()> {
+        let built = tuples
+            .into_iter()
+            .map(|data| self.format.build_tuple(&self.field_map, data))
+            .collect::<Result<Vec<Tuple>>>()?;
+        self.truncate();
+        let mut bytes: usize = built.iter().map(Tuple::allocated_bytes).sum();
+        for position in 0..self.indexes.len() {
+            match self.build_index(position, &built) {
+                Ok(entry_bytes) => bytes += entry_bytes,
+                Err(error) => {
+                    self.truncate();
+                    return Err(error);
+                }
+            }
+        }
+        if !self.quota.try_reserve(bytes as u64) {
+            self.truncate();
+            return Err(self.out_of_memory(bytes));
+        }
+        self.tuple_bytes = built.iter().map(Tuple::allocated_bytes).sum();
+        self.quota_bytes = bytes;
+        Ok(())
+    }
+
+    /// Adds a secondary index over the existing tuples, built by one sort.
+    pub fn add_index(&mut self, def: IndexDef) -> Result<()> {
+        if self.indexes.iter().any(|index| index.def.id == def.id) {
+            return Err(StorageError::IllegalParams(
+                format!(
+                    "index id {} already exists in space '{}'",
+                    def.id, self.name
+                )
+                .into(),
+            ));
+        }
+        let indexed_fields = self
+            .indexes
+            .iter()
+            .map(|index| &index.def)
+            .chain(std::iter::once(&def))
+            .flat_map(|index| index.key_def.parts.iter().map(|part| part.field_no));
+        let field_map = FieldMap::new(indexed_fields);
+        // The field map may gain slots, so existing tuples are rebuilt with the new map.
+        let tuples = self.indexes[0]
+            .entries()
+            .map(|(_, tuple)| self.format.build_tuple(&field_map, tuple.data()))
+            .collect::<Result<Vec<Tuple>>>()?;
+        let primary_key_def = self.indexes[0].def.key_def.clone();
+        let old_field_map = std::mem::replace(&mut self.field_map, field_map);
+        self.indexes.push(Index::new(def, &primary_key_def));
+        let mut result = Ok(0);
+        for position in 0..self.indexes.len() {
+            result = self.build_index(position, &tuples);
+            if result.is_err() {
+                break;
+            }
+        }
+        let new_index_bytes = match result {
+            Ok(bytes) if self.quota.try_reserve(bytes as u64) => {
+                self.quota_bytes += bytes;
+                return Ok(());
+            }
+            Ok(bytes) => self.out_of_memory(bytes),
+            Err(error) => error,
+        };
+        self.indexes.pop();
+        self.field_map = old_field_map;
+        let tuples: Vec<Tuple> = tuples
+            .iter()
+            .filter_map(|t| self.format.build_tuple(&self.field_map, t.data()).ok())
+            .collect();
+        for position in 0..self.indexes.len() {
+            // These tuples were valid in these indexes a moment ago.
+            self.build_index(position, &tuples)?;
+        }
+        Err(new_index_bytes)
+    }
+
+    /// Rebuilds the index at `position` from `tuples`; returns the bytes of its entries.
+    fn build_index(&mut self, position: usize, tuples: &[Tuple]) -> Result<usize> {
+        let index = &self.indexes[position];
+        let entries = tuples
+            .iter()
+            .map(|tuple| {
+                let mut key = KeyBuf::new();
+                index.encode_tuple_key(tuple, &self.field_map, &self.format, &mut key)?;
+                Ok((key, tuple.clone()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let entry_bytes = entries.iter().map(|(key, _)| Index::entry_bytes(key)).sum();
+        let name = self.name.clone();
+        self.indexes[position].bulk_build(entries, &name)?;
+        Ok(entry_bytes)
+    }
+
+    /// Bytes held by the tuples and by each index.
+    pub fn memory(&self) -> SpaceMemory {
+        SpaceMemory {
+            tuple_bytes: self.tuple_bytes,
+            index_bytes: self
+                .indexes
+                .iter()
+                .map(|index| (index.def.id, index.allocated_bytes()))
+                .collect(),
+        }
+    }
+
+    fn tuple_keys(&self, tuple: &Tuple) -> Result<TupleKeys> {
+        self.indexes
+            .iter()
+            .map(|index| {
+                let mut key = KeyBuf::new();
+                index.encode_tuple_key(tuple, &self.field_map, &self.format, &mut key)?;
+                Ok(key)
+            })
+            .collect()
+    }
+
+    fn same_primary_key(&self, old: &Tuple, new: &Tuple) -> Result<bool> {
+        let (mut old_key, mut new_key) = (KeyBuf::new(), KeyBuf::new());
+        let primary = &self.indexes[0];
+        primary.encode_tuple_key(old, &self.field_map, &self.format, &mut old_key)?;
+        primary.encode_tuple_key(new, &self.field_map, &self.format, &mut new_key)?;
+        Ok(old_key == new_key)
+    }
+
+    fn duplicate(&self, index: &Index, old: &Tuple, new: &Tuple) -> StorageError {
+        StorageError::TupleFound {
+            index: index.def.name.clone(),
+            space: self.name.clone(),
+            old_tuple: msgpack_to_text(old.data()).into(),
+            new_tuple: msgpack_to_text(new.data()).into(),
+        }
+    }
+
+    fn out_of_memory(&self, size_bytes: usize) -> StorageError {
+        StorageError::MemoryIssue {
+            size_bytes: size_bytes as u64,
+            allocator: "slab allocator",
+            purpose: "memtx_tuple",
+        }
+    }
+
+    /// Stores `new`, replacing the tuple with the same primary key if `mode` allows. All
+    /// checks run before the first index is touched.
+    fn put(&mut self, new: Tuple, mode: WriteMode) -> Result<Tuple> {
+        let keys = self.tuple_keys(&new)?;
+        let old = self.indexes[0].get(&keys[0]).cloned();
+        if let (WriteMode::Insert, Some(old)) = (&mode, &old) {
+            return Err(self.duplicate(&self.indexes[0], old, &new));
+        }
+        for (index, key) in self.indexes.iter().zip(&keys).skip(1) {
+            if !index.def.unique {
+                continue;
+            }
+            if let Some(existing) = index.get(key) {
+                let is_the_replaced_tuple =
+                    old.as_ref().is_some_and(|o| Tuple::ptr_eq(o, existing));
+                if !is_the_replaced_tuple {
+                    return Err(self.duplicate(index, existing, &new));
+                }
+            }
+        }
+        let old_keys = old.as_ref().map(|old| self.tuple_keys(old)).transpose()?;
+        let old_footprint = match (&old, &old_keys) {
+            (Some(old), Some(old_keys)) => footprint_bytes(old, old_keys),
+            _ => 0,
+        };
+        let new_footprint = footprint_bytes(&new, &keys);
+        if new_footprint > old_footprint
+            && !self
+                .quota
+                .try_reserve((new_footprint - old_footprint) as u64)
+        {
+            return Err(self.out_of_memory(new.allocated_bytes()));
+        }
+        if new_footprint < old_footprint {
+            self.quota.release((old_footprint - new_footprint) as u64);
+        }
+        self.quota_bytes = self.quota_bytes + new_footprint - old_footprint;
+        self.tuple_bytes += new.allocated_bytes();
+        self.tuple_bytes -= old.as_ref().map_or(0, Tuple::allocated_bytes);
+
+        let mut keys = keys.into_iter();
+        let primary_key = keys.next().expect("a space has a primary index");
+        let old_secondary_keys = old_keys
+            .into_iter()
+            .flat_map(|keys| keys.into_iter().skip(1));
+        let mut old_secondary_keys = old_secondary_keys.peekable();
+        for (index, key) in self.indexes.iter_mut().skip(1).zip(keys) {
+            if let Some(old_key) = old_secondary_keys.next() {
+                if old_key != key {
+                    index.remove(&old_key);
+                }
+            }
+            index.insert(key, new.clone());
+        }
+        self.indexes[0].insert(primary_key, new.clone());
+        debug_assert!(self
+            .indexes
+            .iter()
+            .all(|index| index.len() == self.indexes[0].len()));
+        Ok(new)
+    }
+
+    fn remove_from_all_indexes(&mut self, old: &Tuple) -> Result<()> {
+        let keys = self.tuple_keys(old)?;
+        let footprint = footprint_bytes(old, &keys);
+        self.quota.release(footprint as u64);
+        self.quota_bytes -= footprint;
+        self.tuple_bytes -= old.allocated_bytes();
+        for (index, key) in self.indexes.iter_mut().zip(&keys) {
+            let removed = index.remove(key);
+            debug_assert!(removed.is_some_and(|t| Tuple::ptr_eq(&t, old)));
+        }
+        Ok(())
+    }
+}
+
+/// Quota bytes a stored tuple costs: the tuple and one entry per index.
+fn footprint_bytes(tuple: &Tuple, keys: &TupleKeys) -> usize {
+    tuple.allocated_bytes() + keys.iter().map(Index::entry_bytes).sum::<usize>()
+}
+
+#[cfg(test)]
+#[path = "space_tests.rs"]
+mod tests;

@@ -1,0 +1,475 @@
+//! Space behaviour checked against what Tarantool does: iterator order, uniqueness,
+//! error texts, atomicity of failed writes, quota, bulk build.
+
+use super::*;
+use crate::storage::field_type::FieldType;
+use crate::storage::key::{KeyDef, KeyPart};
+use crate::storage::msgpack;
+use crate::storage::tuple::FieldDef;
+
+/// Builds msgpack from a tiny literal language: numbers, "strings", nil, arrays.
+#[derive(Clone, Debug)]
+enum V {
+    U(u64),
+    I(i64),
+    S(&'static str),
+    F(f64),
+    Nil,
+    A(Vec<V>),
+}
+
+fn write(v: &V, out: &mut Vec<u8>) {
+    match v {
+        V::U(u) => msgpack::write_uint(out, *u),
+        V::I(i) => msgpack::write_int(out, *i),
+        V::S(s) => msgpack::write_str(out, s.as_bytes()),
+        V::F(f) => msgpack::write_f64(out, *f),
+        V::Nil => out.push(0xc0),
+        V::A(items) => {
+            msgpack::write_array_len(out, items.len() as u32);
+            for item in items {
+                write(item, out);
+            }
+        }
+    }
+}
+
+fn mp(items: &[V]) -> Vec<u8> {
+    let mut out = Vec::new();
+    write(&V::A(items.to_vec()), &mut out);
+    out
+}
+
+fn text(tuple: &Tuple) -> String {
+    msgpack_to_text(tuple.data())
+}
+
+fn tree(id: u32, name: &str, unique: bool, parts: Vec<KeyPart>) -> IndexDef {
+    IndexDef {
+        id,
+        name: name.into(),
+        kind: IndexKind::Tree,
+        unique,
+        key_def: KeyDef::new(parts),
+    }
+}
+
+/// The spec's iterator table: a 2-part (unsigned, string) primary key.
+fn two_part_space() -> Space {
+    let def = SpaceDef {
+        id: 512,
+        name: "tester".into(),
+        format: SpaceFormat::new(vec![
+            FieldDef::new("a", FieldType::Unsigned),
+            FieldDef::new("b", FieldType::String),
+        ]),
+        indexes: vec![tree(
+            0,
+            "primary",
+            true,
+            vec![
+                KeyPart::new(0, FieldType::Unsigned),
+                KeyPart::new(1, FieldType::String),
+            ],
+        )],
+    };
+    let mut space = Space::new(def, Rc::new(MemoryQuota::unlimited())).unwrap();
+    for (a, b) in [(1, "a"), (1, "b"), (2, "a"), (2, "c"), (3, "b")] {
+        space.insert(&mp(&[V::U(a), V::S(b)])).unwrap();
+    }
+    space
+}
+
+fn select_text(space: &Space, index: u32, iterator: IteratorType, key: &[V]) -> Vec<String> {
+    space
+        .select(index, iterator as u32, &mp(key))
+        .unwrap()
+        .map(|(_, tuple)| text(tuple))
+        .collect()
+}
+
+fn select_err(space: &Space, index: u32, iterator: u32, key: &[V]) -> String {
+    match space.select(index, iterator, &mp(key)) {
+        Ok(_) => panic!("select succeeded"),
+        Err(error) => error.to_string(),
+    }
+}
+
+#[test]
+fn tree_iterators_match_tarantools_table() {
+    use IteratorType::*;
+    let space = two_part_space();
+    let t = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let two = [V::U(2)];
+    assert_eq!(
+        select_text(&space, 0, Eq, &two),
+        t(&["[2, \"a\"]", "[2, \"c\"]"])
+    );
+    assert_eq!(
+        select_text(&space, 0, Req, &two),
+        t(&["[2, \"c\"]", "[2, \"a\"]"])
+    );
+    assert_eq!(
+        select_text(&space, 0, All, &two),
+        t(&["[2, \"a\"]", "[2, \"c\"]", "[3, \"b\"]"])
+    );
+    assert_eq!(
+        select_text(&space, 0, Lt, &two),
+        t(&["[1, \"b\"]", "[1, \"a\"]"])
+    );
+    assert_eq!(
+        select_text(&space, 0, Le, &two),
+        t(&["[2, \"c\"]", "[2, \"a\"]", "[1, \"b\"]", "[1, \"a\"]"])
+    );
+    assert_eq!(
+        select_text(&space, 0, Ge, &two),
+        t(&["[2, \"a\"]", "[2, \"c\"]", "[3, \"b\"]"])
+    );
+    assert_eq!(select_text(&space, 0, Gt, &two), t(&["[3, \"b\"]"]));
+
+    let two_b = [V::U(2), V::S("b")];
+    assert!(select_text(&space, 0, Eq, &two_b).is_empty());
+    assert!(select_text(&space, 0, Req, &two_b).is_empty());
+    assert_eq!(
+        select_text(&space, 0, All, &two_b),
+        t(&["[2, \"c\"]", "[3, \"b\"]"])
+    );
+    assert_eq!(
+        select_text(&space, 0, Lt, &two_b),
+        t(&["[2, \"a\"]", "[1, \"b\"]", "[1, \"a\"]"])
+    );
+    assert_eq!(
+        select_text(&space, 0, Le, &two_b),
+        t(&["[2, \"a\"]", "[1, \"b\"]", "[1, \"a\"]"])
+    );
+    assert_eq!(
+        select_text(&space, 0, Ge, &two_b),
+        t(&["[2, \"c\"]", "[3, \"b\"]"])
+    );
+    assert_eq!(
+        select_text(&space, 0, Gt, &two_b),
+        t(&["[2, \"c\"]", "[3, \"b\"]"])
+    );
+
+    let ascending = t(&[
+        "[1, \"a\"]",
+        "[1, \"b\"]",
+        "[2, \"a\"]",
+        "[2, \"c\"]",
+        "[3, \"b\"]",
+    ]);
+    let mut descending = ascending.clone();
+    descending.reverse();
+    for it in [Eq, Ge, Gt, All] {
+        assert_eq!(select_text(&space, 0, it, &[]), ascending, "{it:?}");
+    }
+    for it in [Req, Lt, Le] {
+        assert_eq!(select_text(&space, 0, it, &[]), descending, "{it:?}");
+    }
+}
+
+#[test]
+fn select_errors_are_tarantools() {
+    let space = two_part_space();
+    assert_eq!(
+        select_err(&space, 0, 12, &[]),
+        "Illegal parameters, Invalid iterator type"
+    );
+    assert_eq!(
+        select_err(&space, 0, 7, &[]),
+        "Index 'primary' (TREE) of space 'tester' (memtx) does not support requested iterator type"
+    );
+    assert_eq!(
+        select_err(&space, 0, 0, &[V::U(1), V::S("a"), V::U(3)]),
+        "Invalid key part count (expected [0..2], got 3)"
+    );
+    assert_eq!(
+        select_err(&space, 0, 0, &[V::S("x")]),
+        "Supplied key type of part 0 does not match index part type: expected unsigned"
+    );
+    assert_eq!(
+        select_err(&space, 1, 0, &[]),
+        "No index #1 is defined in space 'tester'"
+    );
+}
+
+/// kv-like space with a unique HASH on `name` and a non-unique TREE on nullable `age`.
+fn people() -> Space {
+    let def = SpaceDef {
+        id: 513,
+        name: "people".into(),
+        format: SpaceFormat::new(vec![
+            FieldDef::new("id", FieldType::Unsigned),
+            FieldDef::new("name", FieldType::String),
+            FieldDef::new("age", FieldType::Unsigned).nullable(),
+        ]),
+        indexes: vec![
+            tree(
+                0,
+                "primary",
+                true,
+                vec![KeyPart::new(0, FieldType::Unsigned)],
+            ),
+            IndexDef {
+                id: 1,
+                name: "name".into(),
+                kind: IndexKind::Hash,
+                unique: true,
+                key_def: KeyDef::new([KeyPart::new(1, FieldType::String)]),
+            },
+            tree(
+                2,
+                "age",
+                false,
+                vec![KeyPart::new(2, FieldType::Unsigned).nullable()],
+            ),
+        ],
+    };
+    Space::new(def, Rc::new(MemoryQuota::unlimited())).unwrap()
+}
+
+#[test]
+fn non_unique_index_orders_ties_by_primary_key_and_nil_first() {
+    use IteratorType::*;
+    let mut space = people();
+    for (id, name, age) in [
+        (5, "e", V::U(30)),
+        (1, "a", V::U(30)),
+        (3, "c", V::Nil),
+        (2, "b", V::U(20)),
+        (4, "d", V::U(30)),
+    ] {
+        space.insert(&mp(&[V::U(id), V::S(name), age])).unwrap();
+    }
+    let ids = |iterator, key: &[V]| -> Vec<u64> {
+        space
+            .select(2, iterator as u32, &mp(key))
+            .unwrap()
+            .map(|(_, t)| {
+                let mut cursor = &t.data()[1..];
+                match msgpack::read_value(&mut cursor).unwrap() {
+                    msgpack::Value::Uint(id) => id,
+                    other => panic!("{other:?}"),
+                }
+            })
+            .collect()
+    };
+    assert_eq!(ids(All, &[]), vec![3, 2, 1, 4, 5]);
+    assert_eq!(ids(Eq, &[V::U(30)]), vec![1, 4, 5]);
+    assert_eq!(ids(Req, &[V::U(30)]), vec![5, 4, 1]);
+    assert_eq!(ids(Lt, &[V::U(30)]), vec![2, 3]);
+    assert_eq!(ids(Eq, &[V::Nil]), vec![3]);
+    assert_eq!(
+        space.get(2, &mp(&[V::U(30)])).unwrap_err().to_string(),
+        "Get() doesn't support partial keys and non-unique indexes"
+    );
+}
+
+#[test]
+fn hash_index_lookups_and_errors() {
+    let mut space = people();
+    space.insert(&mp(&[V::U(1), V::S("a")])).unwrap();
+    space.insert(&mp(&[V::U(2), V::S("b")])).unwrap();
+    let found: Vec<String> = space
+        .select(1, 0, &mp(&[V::S("b")]))
+        .unwrap()
+        .map(|(_, t)| text(t))
+        .collect();
+    assert_eq!(found, vec!["[2, \"b\"]"]);
+    assert_eq!(space.select(1, 2, &mp(&[])).unwrap().count(), 2);
+    assert_eq!(
+        select_err(&space, 1, 0, &[]),
+        "HASH index  does not support selects via a partial key (expected 1 parts, got 0). Please Consider changing index type to TREE."
+    );
+    assert_eq!(
+        select_err(&space, 1, 3, &[V::S("a")]),
+        "Index 'name' (HASH) of space 'people' (memtx) does not support requested iterator type"
+    );
+    assert_eq!(
+        text(space.get(1, &mp(&[V::S("a")])).unwrap().unwrap()),
+        "[1, \"a\"]"
+    );
+}
+
+#[test]
+fn duplicates_are_refused_and_change_nothing() {
+    let mut space = people();
+    space.insert(&mp(&[V::U(1), V::S("a"), V::U(10)])).unwrap();
+    space.insert(&mp(&[V::U(2), V::S("b"), V::U(20)])).unwrap();
+    let err = space.insert(&mp(&[V::U(1), V::S("z")])).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Duplicate key exists in unique index \"primary\" in space \"people\" with old tuple - [1, \"a\", 10] and new tuple - [1, \"z\"]"
+    );
+    // REPLACE may overwrite by primary key but not collide in a unique secondary.
+    let err = space.replace(&mp(&[V::U(1), V::S("b")])).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Duplicate key exists in unique index \"name\" in space \"people\" with old tuple - [2, \"b\", 20] and new tuple - [1, \"b\"]"
+    );
+    assert_eq!(
+        text(space.get(0, &mp(&[V::U(1)])).unwrap().unwrap()),
+        "[1, \"a\", 10]"
+    );
+    assert_eq!(space.select(2, 2, &mp(&[])).unwrap().count(), 2);
+    // Replacing a tuple by itself under a new secondary key moves its entries.
+    space.replace(&mp(&[V::U(1), V::S("c"), V::U(5)])).unwrap();
+    assert!(space.get(1, &mp(&[V::S("a")])).unwrap().is_none());
+    assert_eq!(
+        text(space.get(1, &mp(&[V::S("c")])).unwrap().unwrap()),
+        "[1, \"c\", 5]"
+    );
+    let ages: Vec<String> = space
+        .select(2, 2, &mp(&[]))
+        .unwrap()
+        .map(|(_, t)| text(t))
+        .collect();
+    assert_eq!(ages, vec!["[1, \"c\", 5]", "[2, \"b\", 20]"]);
+}
+
+#[test]
+fn delete_removes_from_every_index() {
+    let mut space = people();
+    space.insert(&mp(&[V::U(1), V::S("a"), V::U(10)])).unwrap();
+    let deleted = space.delete(1, &mp(&[V::S("a")])).unwrap().unwrap();
+    assert_eq!(text(&deleted), "[1, \"a\", 10]");
+    assert!(space.is_empty());
+    assert!(space.indexes().iter().all(|index| index.is_empty()));
+    assert!(space.delete(0, &mp(&[V::U(1)])).unwrap().is_none());
+    assert_eq!(
+        space.delete(0, &mp(&[])).unwrap_err().to_string(),
+        "Invalid key part count in an exact match (expected 1, got 0)"
+    );
+    assert_eq!(space.memory().tuple_bytes, 0);
+}
+
+#[test]
+fn quota_refuses_writes_that_do_not_fit_and_changes_nothing() {
+    let def = SpaceDef {
+        id: 600,
+        name: "small".into(),
+        format: SpaceFormat::default(),
+        indexes: vec![tree(
+            0,
+            "primary",
+            true,
+            vec![KeyPart::new(0, FieldType::Unsigned)],
+        )],
+    };
+    let quota = Rc::new(MemoryQuota::new(120));
+    let mut space = Space::new(def, quota.clone()).unwrap();
+    space.insert(&mp(&[V::U(1), V::S("x")])).unwrap();
+    let used = quota.used_bytes();
+    assert!(used > 0 && used <= 120, "{used}");
+    let err = space
+        .insert(&mp(&[
+            V::U(2),
+            V::S("a string too long for the quota that remains"),
+        ]))
+        .unwrap_err();
+    assert!(matches!(err, StorageError::MemoryIssue { .. }), "{err}");
+    assert!(err.to_string().starts_with("Failed to allocate "), "{err}");
+    assert_eq!(space.len(), 1);
+    assert_eq!(quota.used_bytes(), used);
+    space.delete(0, &mp(&[V::U(1)])).unwrap();
+    assert_eq!(quota.used_bytes(), 0);
+}
+
+#[test]
+fn bulk_load_builds_every_index_and_refuses_duplicates() {
+    let mut space = people();
+    let rows: Vec<Vec<u8>> = (0..100u64)
+        .rev()
+        .map(|id| {
+            let name: &'static str = Box::leak(format!("n{id}").into_boxed_str());
+            mp(&[V::U(id), V::S(name), V::U(id % 7)])
+        })
+        .collect();
+    space.bulk_load(rows.iter().map(Vec::as_slice)).unwrap();
+    assert_eq!(space.len(), 100);
+    let by_age: Vec<u64> = space
+        .select(2, 0, &mp(&[V::U(3)]))
+        .unwrap()
+        .map(|_| 0)
+        .collect();
+    assert_eq!(by_age.len(), 14);
+    assert_eq!(
+        text(space.get(1, &mp(&[V::S("n42")])).unwrap().unwrap()),
+        "[42, \"n42\", 0]"
+    );
+
+    let duplicate = [mp(&[V::U(1), V::S("x")]), mp(&[V::U(1), V::S("y")])];
+    let err = space
+        .bulk_load(duplicate.iter().map(Vec::as_slice))
+        .unwrap_err();
+    assert!(matches!(err, StorageError::TupleFound { .. }));
+    assert!(space.is_empty());
+}
+
+#[test]
+fn add_index_builds_over_existing_tuples() {
+    let mut space = two_part_space();
+    space
+        .add_index(tree(
+            1,
+            "by_b",
+            false,
+            vec![KeyPart::new(1, FieldType::String)],
+        ))
+        .unwrap();
+    let ordered = select_text(&space, 1, IteratorType::All, &[]);
+    assert_eq!(
+        ordered,
+        vec![
+            "[1, \"a\"]",
+            "[2, \"a\"]",
+            "[1, \"b\"]",
+            "[3, \"b\"]",
+            "[2, \"c\"]"
+        ]
+    );
+    let err = space
+        .add_index(tree(
+            2,
+            "unique_b",
+            true,
+            vec![KeyPart::new(1, FieldType::String)],
+        ))
+        .unwrap_err();
+    assert!(matches!(err, StorageError::TupleFound { .. }));
+    assert_eq!(space.indexes().len(), 2);
+    assert_eq!(
+        select_text(&space, 1, IteratorType::Eq, &[V::S("b")]).len(),
+        2
+    );
+}
+
+#[test]
+fn scalar_and_number_indexes_treat_equal_numbers_as_one_key() {
+    let def = SpaceDef {
+        id: 700,
+        name: "nums".into(),
+        format: SpaceFormat::default(),
+        indexes: vec![tree(
+            0,
+            "primary",
+            true,
+            vec![KeyPart::new(0, FieldType::Scalar)],
+        )],
+    };
+    let mut space = Space::new(def, Rc::new(MemoryQuota::unlimited())).unwrap();
+    space.insert(&mp(&[V::U(1)])).unwrap();
+    assert!(space.insert(&mp(&[V::F(1.0)])).is_err());
+    space.insert(&mp(&[V::I(-1)])).unwrap();
+    space.insert(&mp(&[V::S("a")])).unwrap();
+    space.insert(&mp(&[V::F(0.5)])).unwrap();
+    let all = select_text(&space, 0, IteratorType::All, &[]);
+    assert_eq!(all, vec!["[-1]", "[0.5]", "[1]", "[\"a\"]"]);
+}
+
+#[test]
+fn entry_and_tuple_handles_stay_small() {
+    // Held by the million: one per tuple per index.
+    assert_eq!(std::mem::size_of::<Tuple>(), 16);
+    assert_eq!(std::mem::size_of::<crate::storage::index::Entry>(), 40);
+}

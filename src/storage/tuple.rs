@@ -1,0 +1,354 @@
+//! Tuples: immutable MessagePack arrays with a field map, and the space format that
+//! validates them.
+//!
+//! A tuple is one reference-counted allocation:
+//! `[slot_count: u8][offset: u32 LE; slot_count][msgpack array bytes]`. Each slot holds the
+//! offset (from the start of the array bytes) of one indexed field, or `u32::MAX` when the
+//! tuple is too short to have it, so an indexed field is found in O(1) without re-parsing.
+//! Which field goes in which slot is decided once per space by its `FieldMap`.
+//!
+//! Knows nothing of indexes or keys beyond "these field numbers are indexed".
+
+use crate::storage::error::{FieldLabel, Result, StorageError};
+use crate::storage::field_type::FieldType;
+use crate::storage::msgpack::{self, Value};
+use smallvec::SmallVec;
+use std::rc::Rc;
+
+const ABSENT_OFFSET: u32 = u32::MAX;
+const NO_SLOT: u8 = u8::MAX;
+/// At most this many distinct indexed fields per space: the slot count is one byte.
+pub const MAX_FIELD_SLOTS: usize = 254;
+
+#[derive(Clone)]
+pub struct Tuple(Rc<[u8]>);
+
+impl Tuple {
+    /// Builds a tuple from validated array bytes and the offsets of its indexed fields.
+    fn from_parts(data: &[u8], offsets: &[u32]) -> Tuple {
+        debug_assert!(offsets.len() <= MAX_FIELD_SLOTS);
+        let header_len = 1 + 4 * offsets.len();
+        let mut rc = Rc::<[u8]>::new_uninit_slice(header_len + data.len());
+        // The Rc was created just above, so it has no other owner yet.
+        let slice = Rc::get_mut(&mut rc).expect("fresh Rc is unique");
+        let mut write = |at: usize, bytes: &[u8]| {
+            for (dst, &src) in slice[at..at + bytes.len()].iter_mut().zip(bytes) {
+                dst.write(src);
+            }
+        };
+        write(0, &[offsets.len() as u8]);
+        for (slot, offset) in offsets.iter().enumerate() {
+            write(1 + 4 * slot, &offset.to_le_bytes());
+        }
+        write(header_len, data);
+        // SAFETY: every byte of the slice was written above.
+        Tuple(unsafe { rc.assume_init() })
+    }
+
+    fn slot_count(&self) -> usize {
+        self.0[0] as usize
+    }
+
+    /// The tuple's MessagePack array bytes, exactly as stored and sent.
+    #[inline]
+    pub fn data(&self) -> &[u8] {
+        &self.0[1 + 4 * self.slot_count()..]
+    }
+
+    /// The bytes from the start of the indexed field in `slot` to the end of the tuple, or
+    /// `None` when the tuple does not reach that field.
+    #[inline]
+    pub fn field_in_slot(&self, slot: u8) -> Option<&[u8]> {
+        let slot = slot as usize;
+        debug_assert!(slot < self.slot_count());
+        let at = 1 + 4 * slot;
+        let offset =
+            u32::from_le_bytes([self.0[at], self.0[at + 1], self.0[at + 2], self.0[at + 3]]);
+        if offset == ABSENT_OFFSET {
+            return None;
+        }
+        Some(&self.data()[offset as usize..])
+    }
+
+    /// Bytes this tuple holds on the heap, reference counts included.
+    pub fn allocated_bytes(&self) -> usize {
+        allocated_bytes_for(self.0.len())
+    }
+
+    pub fn ptr_eq(a: &Tuple, b: &Tuple) -> bool {
+        Rc::ptr_eq(&a.0, &b.0)
+    }
+
+    /// Number of fields (the array length).
+    pub fn field_count(&self) -> u32 {
+        let mut cursor = self.data();
+        match msgpack::read_value(&mut cursor) {
+            Ok(Value::Array(count)) => count,
+            _ => 0,
+        }
+    }
+}
+
+/// The heap size of an `Rc<[u8]>` of `len` bytes: two counters, then the bytes, rounded to
+/// the counters' alignment.
+fn allocated_bytes_for(len: usize) -> usize {
+    (2 * std::mem::size_of::<usize>() + len).next_multiple_of(std::mem::align_of::<usize>())
+}
+
+impl std::fmt::Debug for Tuple {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&crate::storage::text::msgpack_to_text(self.data()))
+    }
+}
+
+/// One field of a space format.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldDef {
+    pub name: Box<str>,
+    pub field_type: FieldType,
+    pub is_nullable: bool,
+}
+
+impl FieldDef {
+    pub fn new(name: &str, field_type: FieldType) -> FieldDef {
+        FieldDef {
+            name: name.into(),
+            field_type,
+            is_nullable: false,
+        }
+    }
+
+    pub fn nullable(mut self) -> FieldDef {
+        self.is_nullable = true;
+        self
+    }
+}
+
+/// Which slot of the field map, if any, each field number uses.
+#[derive(Debug, Clone, Default)]
+pub struct FieldMap {
+    slot_of_field: Vec<u8>,
+    slot_count: u8,
+}
+
+impl FieldMap {
+    /// Assigns a slot to every distinct field number in `indexed_fields`, in first-seen order.
+    pub fn new(indexed_fields: impl IntoIterator<Item = u32>) -> FieldMap {
+        let mut map = FieldMap::default();
+        for field_no in indexed_fields {
+            let field_no = field_no as usize;
+            if map.slot_of_field.len() <= field_no {
+                map.slot_of_field.resize(field_no + 1, NO_SLOT);
+            }
+            if map.slot_of_field[field_no] == NO_SLOT {
+                assert!(
+                    (map.slot_count as usize) < MAX_FIELD_SLOTS,
+                    "too many indexed fields"
+                );
+                map.slot_of_field[field_no] = map.slot_count;
+                map.slot_count += 1;
+            }
+        }
+        map
+    }
+
+    #[inline]
+    pub fn slot_of(&self, field_no: u32) -> Option<u8> {
+        match self.slot_of_field.get(field_no as usize) {
+            Some(&slot) if slot != NO_SLOT => Some(slot),
+            _ => None,
+        }
+    }
+}
+
+/// The shape a space's tuples must have.
+#[derive(Debug, Clone, Default)]
+pub struct SpaceFormat {
+    pub fields: Vec<FieldDef>,
+    /// 0 = not enforced.
+    pub exact_field_count: u32,
+}
+
+impl SpaceFormat {
+    pub fn new(fields: Vec<FieldDef>) -> SpaceFormat {
+        SpaceFormat {
+            fields,
+            exact_field_count: 0,
+        }
+    }
+
+    pub fn field_no_by_name(&self, name: &str) -> Option<u32> {
+        self.fields
+            .iter()
+            .position(|field| &*field.name == name)
+            .map(|no| no as u32)
+    }
+
+    /// `3 (name)` for format fields, `3` beyond the format; 1-based as Tarantool prints.
+    pub fn label(&self, field_no: u32) -> FieldLabel {
+        FieldLabel {
+            number_1based: field_no + 1,
+            name: self
+                .fields
+                .get(field_no as usize)
+                .map(|field| field.name.clone()),
+        }
+    }
+
+    /// Validates `data` (one msgpack array, nothing after it) against the format and builds
+    /// the tuple with its field map. The one heap allocation of a write is here.
+    pub fn build_tuple(&self, field_map: &FieldMap, data: &[u8]) -> Result<Tuple> {
+        let mut offsets: SmallVec<[u32; 8]> =
+            SmallVec::from_elem(ABSENT_OFFSET, field_map.slot_count as usize);
+        let mut cursor = data;
+        let field_count = match msgpack::read_value(&mut cursor)? {
+            Value::Array(count) => count,
+            _ => return Err(StorageError::TupleNotArray),
+        };
+        if self.exact_field_count != 0 && field_count != self.exact_field_count {
+            return Err(StorageError::ExactFieldCount {
+                actual: field_count,
+                expected: self.exact_field_count,
+            });
+        }
+        for field_no in 0..field_count {
+            let field_start = cursor;
+            if let Some(slot) = field_map.slot_of(field_no) {
+                offsets[slot as usize] = (data.len() - cursor.len()) as u32;
+            }
+            let value = msgpack::read_value(&mut cursor)?;
+            if let Some(field) = self.fields.get(field_no as usize) {
+                let valid = match value {
+                    Value::Nil => field.is_nullable || field.field_type == FieldType::Any,
+                    _ => field.field_type.accepts(&value),
+                };
+                if !valid {
+                    return Err(StorageError::FieldType {
+                        field: self.label(field_no),
+                        expected: field.field_type.name(),
+                        actual: value.mp_type(),
+                    });
+                }
+            }
+            if matches!(value, Value::Array(_) | Value::Map(_)) {
+                cursor = field_start;
+                msgpack::skip_value(&mut cursor)?;
+            }
+        }
+        if !cursor.is_empty() {
+            return Err(StorageError::InvalidMsgpack("tuple"));
+        }
+        if let Some(missing) = self
+            .fields
+            .iter()
+            .skip(field_count as usize)
+            .position(|field| !field.is_nullable)
+        {
+            return Err(StorageError::FieldMissing(
+                self.label(field_count + missing as u32),
+            ));
+        }
+        Ok(Tuple::from_parts(data, &offsets))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::msgpack::MpType;
+
+    fn kv_format() -> SpaceFormat {
+        SpaceFormat::new(vec![
+            FieldDef::new("id", FieldType::Unsigned),
+            FieldDef::new("name", FieldType::String),
+            FieldDef::new("age", FieldType::Unsigned).nullable(),
+        ])
+    }
+
+    #[test]
+    fn field_map_reaches_indexed_fields_directly() {
+        let map = FieldMap::new([2, 0, 2]);
+        let tuple = kv_format()
+            .build_tuple(&map, &[0x93, 0x07, 0xa1, b'x', 0x2a])
+            .unwrap();
+        assert_eq!(tuple.data(), &[0x93, 0x07, 0xa1, b'x', 0x2a]);
+        assert_eq!(
+            tuple.field_in_slot(map.slot_of(0).unwrap()),
+            Some(&[0x07, 0xa1, b'x', 0x2a][..])
+        );
+        assert_eq!(
+            tuple.field_in_slot(map.slot_of(2).unwrap()),
+            Some(&[0x2a][..])
+        );
+        assert_eq!(map.slot_of(1), None);
+        let short = kv_format()
+            .build_tuple(&map, &[0x92, 0x07, 0xa1, b'x'])
+            .unwrap();
+        assert_eq!(short.field_in_slot(map.slot_of(2).unwrap()), None);
+        assert_eq!(short.field_count(), 2);
+    }
+
+    #[test]
+    fn validation_errors_are_tarantools() {
+        let map = FieldMap::new([0]);
+        let format = kv_format();
+        let err = format
+            .build_tuple(&map, &[0x92, 0xa1, b'x', 0x01])
+            .unwrap_err();
+        assert_eq!(
+            err,
+            StorageError::FieldType {
+                field: FieldLabel {
+                    number_1based: 1,
+                    name: Some("id".into())
+                },
+                expected: "unsigned",
+                actual: MpType::Str,
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "Tuple field 1 (id) type does not match one required by operation: expected unsigned, got string"
+        );
+        let err = format.build_tuple(&map, &[0x91, 0x01]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Tuple field 2 (name) required by space format is missing"
+        );
+        let err = format.build_tuple(&map, &[0x01]).unwrap_err();
+        assert_eq!(err, StorageError::TupleNotArray);
+        let err = format.build_tuple(&map, &[0x92, 0xc0, 0xa0]).unwrap_err();
+        assert!(
+            err.to_string().ends_with("expected unsigned, got nil"),
+            "{err}"
+        );
+        // Nullable fields take nil; fields beyond the format take anything.
+        format
+            .build_tuple(&map, &[0x94, 0x01, 0xa0, 0xc0, 0x92, 0x01, 0x02])
+            .unwrap();
+    }
+
+    #[test]
+    fn exact_field_count_is_enforced_when_set() {
+        let mut format = kv_format();
+        format.exact_field_count = 3;
+        let err = format
+            .build_tuple(&FieldMap::default(), &[0x92, 0x01, 0xa0])
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Tuple field count 2 does not match space field count 3"
+        );
+    }
+
+    #[test]
+    fn trailing_or_truncated_bytes_are_rejected() {
+        let map = FieldMap::default();
+        let format = SpaceFormat::default();
+        assert_eq!(
+            format.build_tuple(&map, &[0x91, 0x01, 0x02]).unwrap_err(),
+            StorageError::InvalidMsgpack("tuple")
+        );
+        assert!(format.build_tuple(&map, &[0x92, 0x01]).is_err());
+    }
+}
