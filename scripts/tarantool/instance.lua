@@ -16,6 +16,7 @@
 --             primary TREE(id); composite TREE non-unique (a,b,c,d,name);
 --             bucket_id TREE non-unique (bucket_id)
 --   guest and bench/secret: read,write,execute on universe.
+-- An admin console listens on <work_dir>/admin.sock.
 
 local fio = require('fio')
 
@@ -79,6 +80,10 @@ end)
 
 -- Make the `bench` password authoritative even on an existing work dir.
 box.schema.user.passwd('bench', 'secret')
+
+-- Admin console (full privileges, text protocol) for scripts that need DDL,
+-- e.g. capture_reference.py: <work_dir>/admin.sock
+require('console').listen('unix/:' .. fio.pathjoin(work_dir, 'admin.sock'))
 
 -- Readiness marker for start.sh: the schema and users above now exist.
 local ready = fio.pathjoin(work_dir, 'ready')

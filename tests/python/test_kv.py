@@ -6,7 +6,6 @@ ids, from the schema it fetched from _vspace).
 """
 
 import pytest
-import tarantool
 from tarantool.const import (ITERATOR_ALL, ITERATOR_EQ, ITERATOR_GE, ITERATOR_GT,
                              ITERATOR_LE, ITERATOR_LT, ITERATOR_REQ)
 from tarantool.error import DatabaseError
@@ -201,7 +200,3 @@ def test_error_keeps_connection_usable(conn, key_range):
         kv.insert(("bad", 1, "v"))
     assert kv.insert((1800, 1, "ok")).data == [[1800, 1, "ok"]]
 
-
-def test_dbapi_error_class_hierarchy():
-    # Guard against connector upgrades changing what tests rely on.
-    assert issubclass(tarantool.error.DatabaseError, tarantool.error.Error)
