@@ -105,7 +105,7 @@ pub(crate) fn resolve_index(
     let mut parts: Vec<Part> = Vec::with_capacity(raw.parts.len());
     for raw_part in &raw.parts {
         let part_path = format!("{index_path}: part {}", raw_part.field);
-        let part = resolve_part(raw_part, format, &part_path)?;
+        let part = resolve_part(raw_part, format, index_path, &part_path)?;
         if parts
             .iter()
             .any(|seen| seen.field_number == part.field_number)
@@ -142,8 +142,13 @@ fn parse_index_type(name: &str, index_path: &str) -> Result<IndexType, ConfigErr
     }
 }
 
-fn resolve_part(raw: &RawPart, format: &[Field], part_path: &str) -> Result<Part, ConfigError> {
-    let field_number = find_field(&raw.field, format, part_path)?;
+fn resolve_part(
+    raw: &RawPart,
+    format: &[Field],
+    index_path: &str,
+    part_path: &str,
+) -> Result<Part, ConfigError> {
+    let field_number = find_field(&raw.field, format, index_path)?;
     let field = &format[field_number];
     let field_type = part_type(raw, field, part_path)?;
     let is_nullable = match raw.is_nullable {
@@ -172,31 +177,33 @@ fn resolve_part(raw: &RawPart, format: &[Field], part_path: &str) -> Result<Part
     })
 }
 
-/// The 0-based number of the field a part names.
+/// The 0-based number of the field a part names. The error names the index, with the part
+/// in the reason: `index "v": part "zz" is not a field of the space format`.
 fn find_field(
     field_ref: &RawFieldRef,
     format: &[Field],
-    part_path: &str,
+    index_path: &str,
 ) -> Result<usize, ConfigError> {
-    match field_ref {
-        RawFieldRef::Name(name) => format
-            .iter()
-            .position(|field| field.name == *name)
-            .ok_or_else(|| ConfigError::invalid(part_path, "is not a field of the space format")),
+    let found = match field_ref {
+        RawFieldRef::Name(name) => format.iter().position(|field| field.name == *name),
         RawFieldRef::Number(number) => usize::try_from(*number)
             .ok()
             .filter(|number| (1..=format.len()).contains(number))
-            .map(|number| number - 1)
-            .ok_or_else(|| {
-                ConfigError::invalid(
-                    part_path,
-                    format!(
-                        "field numbers are 1-based and the space format has {} fields",
-                        format.len()
-                    ),
-                )
-            }),
-    }
+            .map(|number| number - 1),
+    };
+    found.ok_or_else(|| {
+        let hint = match field_ref {
+            RawFieldRef::Name(_) => String::new(),
+            RawFieldRef::Number(_) => format!(
+                " (field numbers are 1-based and the format has {} fields)",
+                format.len()
+            ),
+        };
+        ConfigError::invalid(
+            index_path,
+            format!("part {field_ref} is not a field of the space format{hint}"),
+        )
+    })
 }
 
 /// The type the part compares by; checks it is indexable and compatible with the field.
