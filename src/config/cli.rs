@@ -38,7 +38,7 @@ pub struct CliArgs {
     #[arg(long, value_name = "N")]
     pub shards: Option<u64>,
 
-    /// Directory for WAL and snapshot files, created if missing.
+    /// Directory for WAL and snapshot files, relative to the working directory.
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
 

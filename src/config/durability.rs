@@ -10,7 +10,7 @@ use super::settings::size_in_range;
 /// When a write is acknowledged relative to the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum WalMode {
-    /// No log: data lives in memory only and is lost on restart (checkpoints still apply).
+    /// No log: writes since the last checkpoint are lost on restart.
     None,
     /// Write each batch to the log before acknowledging; survives a crash of the process, not
     /// of the machine.

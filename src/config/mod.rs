@@ -104,7 +104,15 @@ pub fn load(args: &CliArgs) -> Result<Config, ConfigError> {
 /// The text of the config file and a description of where it came from. A missing default
 /// file falls back to the built-in copy; a missing explicit file is an error.
 fn read_config_text(explicit_path: Option<&Path>) -> Result<(String, String), ConfigError> {
-    let path = explicit_path.unwrap_or(Path::new(DEFAULT_CONFIG_PATH));
+    read_config_text_or(explicit_path, Path::new(DEFAULT_CONFIG_PATH))
+}
+
+/// [`read_config_text`] with the default path as a parameter, so tests can point it elsewhere.
+fn read_config_text_or(
+    explicit_path: Option<&Path>,
+    default_path: &Path,
+) -> Result<(String, String), ConfigError> {
+    let path = explicit_path.unwrap_or(default_path);
     match std::fs::read_to_string(path) {
         Ok(text) => Ok((text, path.display().to_string())),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound && explicit_path.is_none() => {

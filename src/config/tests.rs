@@ -670,6 +670,17 @@ fn default_path_falls_back_to_the_shipped_file() {
 }
 
 #[test]
+fn a_missing_default_file_uses_the_built_in_copy() {
+    let directory = tempfile::tempdir().unwrap();
+    let missing_default = directory.path().join("conf/tarn.toml");
+    let (text, origin) = read_config_text_or(None, &missing_default).unwrap();
+    assert_eq!(text, SHIPPED_CONFIG_TOML);
+    assert_eq!(origin, "built-in conf/tarn.toml");
+    let explicit = read_config_text_or(Some(&missing_default), &missing_default);
+    assert!(matches!(explicit, Err(ConfigError::Read { .. })));
+}
+
+#[test]
 fn an_explicit_missing_file_is_an_error() {
     let directory = tempfile::tempdir().unwrap();
     let missing = directory.path().join("missing.toml");
