@@ -1,1 +1,179 @@
-//! (being written)
+//! The config layer: `conf/tarn.toml` and the command line, checked and resolved into
+//! [`Config`].
+//!
+//! Owns the file format, the flags, every validation rule on them and the wording of their
+//! errors. Knows nothing of storage, the protocol, the WAL or the server: [`Config`] is plain
+//! data (field numbers, types, placement, sizes in bytes) that the server turns into engine
+//! definitions.
+//!
+//! Map of the modules:
+//!
+//! * `file`: raw serde structs, key names, defaults, unknown keys refused.
+//! * [`cli`]: clap flags and how they override the file.
+//! * [`size`]: byte sizes (`"16MiB"`).
+//! * [`settings`]: listen, shards, data_dir, memory and connection limits, log level, buckets.
+//! * [`durability`]: WAL mode and size, checkpoints, forced recovery.
+//! * [`access`]: guest grants, users.
+//! * [`field`], [`index`], [`space`]: space formats, indexes and spaces.
+//! * [`error`]: the error type, [`ConfigError`].
+//!
+//! Flow: read the text (or the built-in copy) → serde into the raw structs → flags replace
+//! values → every value is checked and resolved → [`Config`]. Errors name the key path, with
+//! 0-based array positions: `space[1] "customers": index "composite": part "zz" is not a field
+//! of the space format`.
+
+pub mod access;
+pub mod cli;
+pub mod durability;
+pub mod error;
+pub mod field;
+mod file;
+pub mod index;
+pub mod settings;
+pub mod size;
+pub mod space;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+pub use access::{Access, Grants, User};
+pub use cli::CliArgs;
+pub use durability::{Durability, WalMode};
+pub use error::ConfigError;
+pub use field::{Field, FieldType};
+pub use index::{Collation, Index, IndexType, Part};
+pub use settings::LogLevel;
+pub use size::{parse_size_bytes, SizeError};
+pub use space::{Placement, Space};
+
+use file::RawConfig;
+
+/// The config file read when `--config` is not given.
+pub const DEFAULT_CONFIG_PATH: &str = "conf/tarn.toml";
+
+/// The shipped `conf/tarn.toml`, built into the binary so that `tarn` with no flags runs from
+/// any working directory.
+pub const SHIPPED_CONFIG_TOML: &str = include_str!("../../conf/tarn.toml");
+
+/// The whole server configuration, checked and resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Where IPROTO clients connect.
+    pub listen: SocketAddr,
+    /// Shards (one pinned thread each); 0 = one per core. At most [`settings::SHARD_COUNT_MAX`].
+    pub shard_count: u32,
+    /// WAL and snapshot files; relative paths are relative to the working directory.
+    pub data_dir: PathBuf,
+    /// Memory for data of the whole server; the server gives each shard an equal share.
+    pub memory_bytes: u64,
+    /// Connections accepted at once; more are closed on accept.
+    pub max_connections: u32,
+    /// The largest IPROTO packet (header + body) a client may send.
+    pub max_packet_size_bytes: u64,
+    pub log_level: LogLevel,
+    /// Buckets of crud's `bucket_id` formula (`crc32(key) % bucket_count + 1`).
+    pub bucket_count: u32,
+    pub durability: Durability,
+    pub access: Access,
+    /// In file order; ids and names are unique.
+    pub spaces: Vec<Space>,
+}
+
+impl Config {
+    /// Parses and checks a config text; no flags, `force_recovery` off. For tests and tools.
+    pub fn from_toml_str(text: &str) -> Result<Config, ConfigError> {
+        let raw = parse_raw(text, "text")?;
+        resolve(&raw, false)
+    }
+
+    /// The space with this name, if any.
+    pub fn space(&self, name: &str) -> Option<&Space> {
+        self.spaces.iter().find(|space| space.name == name)
+    }
+}
+
+/// Reads the config file named by `args` (or the built-in copy, see [`SHIPPED_CONFIG_TOML`]),
+/// applies the flags and checks the result.
+pub fn load(args: &CliArgs) -> Result<Config, ConfigError> {
+    let (text, origin) = read_config_text(args.config.as_deref())?;
+    let mut raw = parse_raw(&text, &origin)?;
+    args.override_file(&mut raw);
+    resolve(&raw, args.force_recovery)
+}
+
+/// The text of the config file and a description of where it came from. A missing default
+/// file falls back to the built-in copy; a missing explicit file is an error.
+fn read_config_text(explicit_path: Option<&Path>) -> Result<(String, String), ConfigError> {
+    read_config_text_or(explicit_path, Path::new(DEFAULT_CONFIG_PATH))
+}
+
+/// [`read_config_text`] with the default path as a parameter, so tests can point it elsewhere.
+fn read_config_text_or(
+    explicit_path: Option<&Path>,
+    default_path: &Path,
+) -> Result<(String, String), ConfigError> {
+    let path = explicit_path.unwrap_or(default_path);
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok((text, path.display().to_string())),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound && explicit_path.is_none() => {
+            Ok((
+                SHIPPED_CONFIG_TOML.to_owned(),
+                format!("built-in {DEFAULT_CONFIG_PATH}"),
+            ))
+        }
+        Err(source) => Err(ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+fn parse_raw(text: &str, origin: &str) -> Result<RawConfig, ConfigError> {
+    toml::from_str(text).map_err(|source| ConfigError::Syntax {
+        origin: origin.to_owned(),
+        source: Box::new(source),
+    })
+}
+
+/// Checks every value and resolves names into numbers; the first error wins.
+fn resolve(raw: &RawConfig, force_recovery: bool) -> Result<Config, ConfigError> {
+    let listen = settings::parse_listen(&raw.listen)?;
+    let shard_count = settings::check_shard_count(raw.shards)?;
+    settings::check_data_dir(&raw.data_dir)?;
+    let memory_bytes =
+        settings::size_in_range(&raw.memory, "memory", settings::MEMORY_BYTES_MIN, u64::MAX)?;
+    let max_connections = settings::check_max_connections(raw.max_connections)?;
+    let max_packet_size_bytes = settings::size_in_range(
+        &raw.max_packet_size,
+        "max_packet_size",
+        settings::MAX_PACKET_SIZE_BYTES_MIN,
+        settings::MAX_PACKET_SIZE_BYTES_MAX,
+    )?;
+    let log_level = LogLevel::parse(&raw.log_level)?;
+    let bucket_count = settings::check_bucket_count(raw.bucket_count)?;
+    let durability = durability::resolve_durability(
+        &raw.wal_mode,
+        &raw.wal_max_file_size,
+        raw.checkpoint_interval,
+        raw.checkpoint_count,
+        force_recovery,
+    )?;
+    let access = access::resolve_access(&raw.guest, &raw.users)?;
+    let spaces = space::resolve_spaces(&raw.spaces)?;
+    Ok(Config {
+        listen,
+        shard_count,
+        data_dir: raw.data_dir.clone(),
+        memory_bytes,
+        max_connections,
+        max_packet_size_bytes,
+        log_level,
+        bucket_count,
+        durability,
+        access,
+        spaces,
+    })
+}
+
+#[cfg(test)]
+mod tests;

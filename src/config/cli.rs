@@ -1,0 +1,91 @@
+//! The command line of the `tarn` binary (clap derive).
+//!
+//! Owns the flags, their help text, and how they override the file: a flag that is given
+//! replaces the file's value before validation, so a flag is checked by the same rules as the
+//! file. Knows nothing of what the server does with the values.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use super::durability::WalMode;
+use super::file::{RawConfig, RawSize};
+use super::settings::LogLevel;
+use super::size::parse_size_bytes;
+use super::DEFAULT_CONFIG_PATH;
+
+/// `tarn` command-line arguments. Every flag but `--config` and `--force-recovery` overrides
+/// the key of the same name in the config file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, clap::Parser)]
+#[command(
+    name = "tarn",
+    version,
+    about = "Thread-per-core, shard-per-core in-memory database speaking Tarantool's binary \
+             protocol",
+    after_help = "Flags override the config file. Sizes are written like 1GiB, 16MiB, 512KiB \
+                  or 1000 (bytes); decimal units such as GB are refused as ambiguous."
+)]
+pub struct CliArgs {
+    /// Config file [default: conf/tarn.toml]. If the default file does not exist, the copy of
+    /// conf/tarn.toml built into the binary is used; a path given here must exist.
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+
+    /// Address to accept IPROTO connections on, as IP:PORT (e.g. 127.0.0.1:3301).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+
+    /// Number of shards, one thread pinned to a core each; 0 = one per core.
+    #[arg(long, value_name = "N")]
+    pub shards: Option<u64>,
+
+    /// Directory for WAL and snapshot files, relative to the working directory.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+
+    /// Log verbosity.
+    #[arg(long, value_name = "LEVEL", value_enum)]
+    pub log_level: Option<LogLevel>,
+
+    /// Durability of writes.
+    #[arg(long, value_name = "MODE", value_enum)]
+    pub wal_mode: Option<WalMode>,
+
+    /// Memory for data of the whole server, split evenly across shards (e.g. 4GiB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size_bytes)]
+    pub memory: Option<u64>,
+
+    /// Skip damaged WAL rows during recovery instead of refusing to start.
+    #[arg(long)]
+    pub force_recovery: bool,
+}
+
+impl CliArgs {
+    /// The config file to read: the one given, or [`DEFAULT_CONFIG_PATH`].
+    pub fn config_path(&self) -> &Path {
+        self.config
+            .as_deref()
+            .unwrap_or(Path::new(DEFAULT_CONFIG_PATH))
+    }
+
+    /// Replaces the file's values with the flags that were given.
+    pub(crate) fn override_file(&self, raw: &mut RawConfig) {
+        if let Some(listen) = self.listen {
+            raw.listen = listen.to_string();
+        }
+        if let Some(shards) = self.shards {
+            raw.shards = shards;
+        }
+        if let Some(data_dir) = &self.data_dir {
+            raw.data_dir = data_dir.clone();
+        }
+        if let Some(log_level) = self.log_level {
+            raw.log_level = log_level.name().to_owned();
+        }
+        if let Some(wal_mode) = self.wal_mode {
+            raw.wal_mode = wal_mode.name().to_owned();
+        }
+        if let Some(memory_bytes) = self.memory {
+            raw.memory = RawSize::Bytes(memory_bytes);
+        }
+    }
+}
