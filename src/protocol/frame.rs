@@ -153,7 +153,7 @@ mod tests {
 
     #[test]
     fn oversized_packet_is_refused() {
-        let bytes = [0xcf, 0, 0, 0, 0x80, 0, 0, 0, 1];
+        let bytes = [0xcf, 0, 0, 0, 0, 0x80, 0, 0, 1];
         assert_eq!(
             parse_frame_len(&bytes),
             FrameLen::TooLarge {
