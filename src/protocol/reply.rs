@@ -1,0 +1,316 @@
+//! Reply encoding, straight into the connection's write buffer (spec §3, §6, §7, §8, §17).
+//!
+//! Owns the server packet shape: the `0xce` + u32 size prefix, the three-entry header,
+//! the DATA / error / ID / EVENT bodies. The caller writes tuples (raw msgpack) itself.
+//! It must not know where tuples come from or how the buffer is flushed.
+//!
+//! Counts and sizes that are only known at the end are reserved in fixed-width forms and
+//! patched, so a reply is produced in one pass with no scratch buffer.
+
+use crate::protocol::codes::{body_key, error_key, header_key, request_type, MP_ERROR_EXT_TYPE};
+use crate::protocol::error::ProtocolError;
+use crate::protocol::error_code::ErrorCode;
+use crate::storage::msgpack::{write_array_len, write_str, write_uint};
+
+/// Where a packet's size prefix sits in the buffer; hand it back to [`finish_packet`].
+#[derive(Debug)]
+#[must_use = "the size prefix stays 0 until finish_packet"]
+pub struct PacketMark {
+    prefix_at: usize,
+}
+
+/// Where a reserved `0xdd` array header sits; hand it back to [`finish_array`].
+#[derive(Debug)]
+#[must_use = "the array header stays 0 until finish_array"]
+pub struct ArrayMark {
+    header_at: usize,
+}
+
+/// Starts a packet: a 5-byte `0xce` size placeholder.
+#[inline]
+pub fn begin_packet(out: &mut Vec<u8>) -> PacketMark {
+    let prefix_at = out.len();
+    out.extend_from_slice(&[0xce, 0, 0, 0, 0]);
+    PacketMark { prefix_at }
+}
+
+/// Patches the size prefix with the length of everything written since [`begin_packet`].
+///
+/// # Panics
+/// If the packet exceeds 4 GiB: the server must bound replies long before that.
+#[inline]
+pub fn finish_packet(out: &mut [u8], mark: PacketMark) {
+    let packet_len = out.len() - mark.prefix_at - 5;
+    let packet_len = u32::try_from(packet_len).expect("reply packet larger than 4 GiB");
+    out[mark.prefix_at + 1..mark.prefix_at + 5].copy_from_slice(&packet_len.to_be_bytes());
+}
+
+/// Reserves a 5-byte `0xdd` array header whose count is patched by [`finish_array`].
+#[inline]
+pub fn begin_array(out: &mut Vec<u8>) -> ArrayMark {
+    let header_at = out.len();
+    out.extend_from_slice(&[0xdd, 0, 0, 0, 0]);
+    ArrayMark { header_at }
+}
+
+#[inline]
+pub fn finish_array(out: &mut [u8], mark: ArrayMark, count: u32) {
+    out[mark.header_at + 1..mark.header_at + 5].copy_from_slice(&count.to_be_bytes());
+}
+
+/// Writes `{0: status, 1: sync, 5: schema_version}` with minimal uint encodings.
+#[inline]
+pub fn write_reply_header(out: &mut Vec<u8>, status: u64, sync: u64, schema_version: u64) {
+    out.push(0x83);
+    out.push(header_key::REQUEST_TYPE as u8);
+    write_uint(out, status);
+    out.push(header_key::SYNC as u8);
+    write_uint(out, sync);
+    out.push(header_key::SCHEMA_VERSION as u8);
+    write_uint(out, schema_version);
+}
+
+/// A whole OK reply with the empty body `{}` (PING, AUTH, BEGIN, COMMIT, ...).
+pub fn encode_ok(out: &mut Vec<u8>, sync: u64, schema_version: u64) {
+    let mark = begin_packet(out);
+    write_reply_header(out, request_type::OK, sync, schema_version);
+    out.push(0x80);
+    finish_packet(out, mark);
+}
+
+/// Starts an OK reply `{0x30: [` whose item count is known up front (minimal header).
+/// Write exactly `count` msgpack values, then call [`finish_packet`].
+pub fn begin_data_reply(
+    out: &mut Vec<u8>,
+    sync: u64,
+    schema_version: u64,
+    count: u32,
+) -> PacketMark {
+    let mark = begin_packet(out);
+    write_reply_header(out, request_type::OK, sync, schema_version);
+    out.push(0x81);
+    out.push(body_key::DATA as u8);
+    write_array_len(out, count);
+    mark
+}
+
+/// An OK reply `{0x30: [...]}` whose item count is learned while writing (a scan).
+#[derive(Debug)]
+#[must_use = "call DataReply::finish"]
+pub struct DataReply {
+    packet: PacketMark,
+    array: ArrayMark,
+    count: u32,
+}
+
+impl DataReply {
+    pub fn begin(out: &mut Vec<u8>, sync: u64, schema_version: u64) -> DataReply {
+        let packet = begin_packet(out);
+        write_reply_header(out, request_type::OK, sync, schema_version);
+        out.push(0x81);
+        out.push(body_key::DATA as u8);
+        let array = begin_array(out);
+        DataReply {
+            packet,
+            array,
+            count: 0,
+        }
+    }
+
+    /// Appends one item (a whole msgpack value, e.g. a tuple's bytes).
+    #[inline]
+    pub fn push_raw(&mut self, out: &mut Vec<u8>, item: &[u8]) {
+        out.extend_from_slice(item);
+        self.count += 1;
+    }
+
+    /// Counts one item the caller has written into `out` itself.
+    #[inline]
+    pub fn count_written(&mut self) {
+        self.count += 1;
+    }
+
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    pub fn finish(self, out: &mut [u8]) {
+        finish_array(out, self.array, self.count);
+        finish_packet(out, self.packet);
+    }
+}
+
+/// A whole `{0x30: [items...]}` reply from already-encoded items.
+pub fn encode_data<'i>(
+    out: &mut Vec<u8>,
+    sync: u64,
+    schema_version: u64,
+    items: impl ExactSizeIterator<Item = &'i [u8]>,
+) {
+    let mark = begin_data_reply(out, sync, schema_version, items.len() as u32);
+    for item in items {
+        out.extend_from_slice(item);
+    }
+    finish_packet(out, mark);
+}
+
+/// One entry of the error stack (spec §7); element 0 of a stack is the error raised.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ErrorEntry<'a> {
+    pub type_name: &'a str,
+    pub file: &'a str,
+    pub line: u32,
+    pub message: &'a str,
+    pub errno: u32,
+    pub code: ErrorCode,
+    /// A raw msgpack map for key 6 (e.g. AccessDeniedError's object fields); omitted when
+    /// `None`, as Tarantool omits it when empty.
+    pub fields: Option<&'a [u8]>,
+}
+
+impl<'a> ErrorEntry<'a> {
+    /// An entry with the code's usual type name and this crate as its origin.
+    pub fn new(code: ErrorCode, message: &'a str) -> ErrorEntry<'a> {
+        ErrorEntry {
+            type_name: code.type_name(),
+            file: "tarn",
+            line: 0,
+            message,
+            errno: 0,
+            code,
+            fields: None,
+        }
+    }
+}
+
+/// Writes the `{0: [entry, ...]}` map shared by the 0x52 key and the MP_ERROR extension.
+pub fn write_error_stack(out: &mut Vec<u8>, stack: &[ErrorEntry<'_>]) {
+    out.push(0x81);
+    out.push(error_key::STACK as u8);
+    write_array_len(out, stack.len() as u32);
+    for entry in stack {
+        // Python indexes keys 0..5 directly: all six are always present.
+        out.push(0x80 | if entry.fields.is_some() { 7 } else { 6 });
+        out.push(error_key::TYPE as u8);
+        write_str(out, entry.type_name.as_bytes());
+        out.push(error_key::FILE as u8);
+        write_str(out, entry.file.as_bytes());
+        out.push(error_key::LINE as u8);
+        write_uint(out, entry.line.into());
+        out.push(error_key::MESSAGE as u8);
+        write_str(out, entry.message.as_bytes());
+        out.push(error_key::ERRNO as u8);
+        write_uint(out, entry.errno.into());
+        out.push(error_key::CODE as u8);
+        write_uint(out, entry.code.0.into());
+        if let Some(fields) = entry.fields {
+            out.push(error_key::FIELDS as u8);
+            out.extend_from_slice(fields);
+        }
+    }
+}
+
+/// A whole error reply: status `0x8000 | code` of the top entry, body with both the
+/// `0x31` message and the `0x52` stack (2.4+ clients prefer the latter).
+///
+/// An empty `stack` is a caller bug; it is answered as ER_UNKNOWN rather than panicking.
+pub fn encode_error_stack(
+    out: &mut Vec<u8>,
+    sync: u64,
+    schema_version: u64,
+    stack: &[ErrorEntry<'_>],
+) {
+    debug_assert!(!stack.is_empty());
+    let unknown = [ErrorEntry::new(ErrorCode::ER_UNKNOWN, "Unknown error")];
+    let stack = if stack.is_empty() {
+        &unknown[..]
+    } else {
+        stack
+    };
+    let top = &stack[0];
+    let mark = begin_packet(out);
+    write_reply_header(out, top.code.response_type(), sync, schema_version);
+    out.push(0x82);
+    out.push(body_key::ERROR_24 as u8);
+    write_str(out, top.message.as_bytes());
+    out.push(body_key::ERROR as u8);
+    write_error_stack(out, stack);
+    finish_packet(out, mark);
+}
+
+/// A whole error reply with a one-entry stack.
+pub fn encode_error(
+    out: &mut Vec<u8>,
+    sync: u64,
+    schema_version: u64,
+    code: ErrorCode,
+    message: &str,
+) {
+    encode_error_stack(out, sync, schema_version, &[ErrorEntry::new(code, message)]);
+}
+
+/// A whole error reply for an error of this layer.
+pub fn encode_protocol_error(
+    out: &mut Vec<u8>,
+    sync: u64,
+    schema_version: u64,
+    error: &ProtocolError,
+) {
+    encode_error(out, sync, schema_version, error.code(), &error.to_string());
+}
+
+/// Writes a CALL/EVAL return value that is an error object: the MP_ERROR extension
+/// (type 3) wrapping the same stack map, for clients that negotiated ERROR_EXTENSION.
+pub fn write_mp_error_ext(out: &mut Vec<u8>, stack: &[ErrorEntry<'_>]) {
+    // ext 32 with a patched length: the size is only known after writing.
+    let header_at = out.len();
+    out.extend_from_slice(&[0xc9, 0, 0, 0, 0, MP_ERROR_EXT_TYPE as u8]);
+    write_error_stack(out, stack);
+    let len = (out.len() - header_at - 6) as u32;
+    out[header_at + 1..header_at + 5].copy_from_slice(&len.to_be_bytes());
+}
+
+/// The IPROTO_ID reply: `{0x54: version, 0x55: [features], 0x5b?: auth_type}`.
+pub fn encode_id_reply(
+    out: &mut Vec<u8>,
+    sync: u64,
+    schema_version: u64,
+    protocol_version: u64,
+    features: &[u32],
+    auth_type: Option<&str>,
+) {
+    let mark = begin_packet(out);
+    write_reply_header(out, request_type::OK, sync, schema_version);
+    out.push(if auth_type.is_some() { 0x83 } else { 0x82 });
+    out.push(body_key::VERSION as u8);
+    write_uint(out, protocol_version);
+    out.push(body_key::FEATURES as u8);
+    write_array_len(out, features.len() as u32);
+    for &feature in features {
+        write_uint(out, feature.into());
+    }
+    if let Some(auth_type) = auth_type {
+        out.push(body_key::AUTH_TYPE as u8);
+        write_str(out, auth_type.as_bytes());
+    }
+    finish_packet(out, mark);
+}
+
+/// An EVENT push (spec §17): header `{0: 76, 1: sync}` (no schema version), body
+/// `{0x57: key[, 0x58: value]}`; `value` is one raw msgpack value.
+pub fn encode_event(out: &mut Vec<u8>, sync: u64, key: &str, value: Option<&[u8]>) {
+    let mark = begin_packet(out);
+    out.push(0x82);
+    out.push(header_key::REQUEST_TYPE as u8);
+    write_uint(out, request_type::EVENT);
+    out.push(header_key::SYNC as u8);
+    write_uint(out, sync);
+    out.push(if value.is_some() { 0x82 } else { 0x81 });
+    out.push(body_key::EVENT_KEY as u8);
+    write_str(out, key.as_bytes());
+    if let Some(value) = value {
+        out.push(body_key::EVENT_DATA as u8);
+        out.extend_from_slice(value);
+    }
+    finish_packet(out, mark);
+}

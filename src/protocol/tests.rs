@@ -1,0 +1,733 @@
+//! Cross-module tests of the protocol layer: spec §3 golden bytes, the error table of
+//! every request, encode→decode roundtrips, and "never panics" properties.
+
+use super::client::*;
+use super::codes::{body_key, feature, request_type};
+use super::error::invalid_msgpack;
+use super::reply::*;
+use super::request::*;
+use super::*;
+use crate::storage::msgpack::{read_value, Value};
+use proptest::prelude::*;
+
+fn hex(text: &str) -> Vec<u8> {
+    text.split_whitespace()
+        .filter(|t| *t != "|")
+        .map(|t| u8::from_str_radix(t, 16).unwrap())
+        .collect()
+}
+
+/// Strips the size prefix and decodes header + body.
+fn decode_framed(bytes: &[u8]) -> Result<(Header, Request<'_>), PacketError> {
+    let (packet, consumed) = frame::split_frame(bytes).unwrap().unwrap();
+    assert_eq!(consumed, bytes.len());
+    decode_packet(packet)
+}
+
+/// Decodes a body for `request_type` and returns the error.
+fn body_error(request_type: u64, body: &[u8]) -> (u32, String) {
+    let error = decode_body(request_type, body).unwrap_err();
+    (error.code().0, error.to_string())
+}
+
+fn missing(name: &str) -> (u32, String) {
+    (69, format!("Missing mandatory field '{name}' in request"))
+}
+
+fn invalid(what: &str) -> (u32, String) {
+    (20, format!("Invalid MsgPack - {what}"))
+}
+
+// ---- spec §3 golden bytes -------------------------------------------------------------
+
+#[test]
+fn golden_ping_request_and_response() {
+    let request = hex("ce 00 00 00 05 | 82 00 40 01 01");
+    let mut out = Vec::new();
+    encode_ping(&mut out, 1);
+    assert_eq!(out, request);
+    let (header, body) = decode_framed(&request).unwrap();
+    assert_eq!((header.request_type, header.sync), (64, 1));
+    assert_eq!(body, Request::Ping);
+
+    let mut out = Vec::new();
+    encode_ok(&mut out, 1, 0x50);
+    assert_eq!(out, hex("ce 00 00 00 08 | 83 00 00 01 01 05 50 | 80"));
+}
+
+#[test]
+fn golden_select_request() {
+    let bytes =
+        hex("ce 00 00 00 15 | 82 00 01 01 02 | 86 10 cd 02 00 11 00 12 0a 13 00 14 00 20 91 01");
+    let (header, request) = decode_framed(&bytes).unwrap();
+    assert_eq!(header.sync, 2);
+    let expected = Select {
+        space_id: 512,
+        index_id: 0,
+        limit: 10,
+        offset: 0,
+        iterator: 0,
+        key: &[0x91, 0x01],
+        fetch_position: false,
+        after_position: None,
+        after_tuple: None,
+    };
+    assert_eq!(request, Request::Select(expected));
+    let mut out = Vec::new();
+    encode_select(&mut out, 2, &expected);
+    assert_eq!(out, bytes);
+}
+
+#[test]
+fn golden_select_response_both_ways() {
+    let golden = hex("ce 00 00 00 0e | 83 00 00 01 02 05 50 | 81 30 91 92 01 a1 61");
+    let tuple = hex("92 01 a1 61");
+
+    let mut out = Vec::new();
+    let mark = begin_data_reply(&mut out, 2, 0x50, 1);
+    out.extend_from_slice(&tuple);
+    finish_packet(&mut out, mark);
+    assert_eq!(out, golden);
+
+    let mut out = Vec::new();
+    encode_data(&mut out, 2, 0x50, [tuple.as_slice()].into_iter());
+    assert_eq!(out, golden);
+
+    // Count learned afterwards: a 5-byte 0xdd header, same meaning.
+    let mut out = Vec::new();
+    let mut data = DataReply::begin(&mut out, 2, 0x50);
+    data.push_raw(&mut out, &tuple);
+    data.finish(&mut out);
+    assert_eq!(
+        out,
+        hex("ce 00 00 00 12 | 83 00 00 01 02 05 50 | 81 30 dd 00 00 00 01 92 01 a1 61")
+    );
+    let (packet, _) = split_server_frame(&out).unwrap().unwrap();
+    let reply = decode_reply(packet).unwrap();
+    assert!(!reply.is_error());
+    assert_eq!(reply.header.schema_version, 0x50);
+    assert_eq!(reply.data().unwrap(), hex("dd 00 00 00 01 92 01 a1 61"));
+}
+
+#[test]
+fn golden_id_request_and_reply() {
+    let bytes = hex("ce 00 00 00 0b | 82 00 49 01 04 | 82 54 06 55 91 02");
+    let mut out = Vec::new();
+    encode_id(&mut out, 4, 6, &[feature::ERROR_EXTENSION]);
+    assert_eq!(out, bytes);
+    let (_, request) = decode_framed(&bytes).unwrap();
+    let Request::Id(id) = request else {
+        panic!("{request:?}")
+    };
+    assert_eq!(id.version, 6);
+    assert!(id.has_feature(feature::ERROR_EXTENSION));
+    assert!(!id.has_feature(feature::STREAMS));
+
+    let mut out = Vec::new();
+    encode_id_reply(&mut out, 4, 1, 4, &[0, 1, 2, 3, 4], Some("chap-sha1"));
+    let mut expected =
+        hex("ce 00 00 00 1c | 83 00 00 01 04 05 01 | 83 54 04 55 95 00 01 02 03 04 5b a9");
+    expected.extend_from_slice(b"chap-sha1");
+    assert_eq!(out, expected);
+}
+
+#[test]
+fn error_reply_carries_message_and_stack() {
+    let mut out = Vec::new();
+    let message = "Space '9999' does not exist";
+    encode_error(&mut out, 7, 80, ErrorCode::ER_NO_SUCH_SPACE, message);
+    // header {0: 0x8024, 1: 7, 5: 80}
+    assert_eq!(&out[5..13], &hex("83 00 cd 80 24 01 07 05")[..]);
+    let (packet, consumed) = split_server_frame(&out).unwrap().unwrap();
+    assert_eq!(consumed, out.len());
+    let reply = decode_reply(packet).unwrap();
+    assert_eq!(reply.error_code(), Some(ErrorCode::ER_NO_SUCH_SPACE));
+    assert_eq!(reply.sync(), 7);
+    assert_eq!(reply.error_message(), Some(message));
+    assert_eq!(reply.error_top(), Some(("ClientError", message, 36)));
+
+    // Every stack entry has keys 0..=5 (Python indexes them directly).
+    let stack = reply.field(body_key::ERROR).unwrap();
+    let mut buf = stack;
+    assert_eq!(read_value(&mut buf), Ok(Value::Map(1)));
+    assert_eq!(read_value(&mut buf), Ok(Value::Uint(0)));
+    assert_eq!(read_value(&mut buf), Ok(Value::Array(1)));
+    assert_eq!(read_value(&mut buf), Ok(Value::Map(6)));
+
+    let mut out = Vec::new();
+    let error = ProtocolError::UnknownRequestType(12);
+    encode_protocol_error(&mut out, 3, 1, &error);
+    let reply = decode_reply(split_server_frame(&out).unwrap().unwrap().0).unwrap();
+    assert_eq!(reply.status(), 0x8030);
+    assert_eq!(reply.error_message(), Some("Unknown request type 12"));
+}
+
+#[test]
+fn error_stack_with_fields_and_causes() {
+    let fields = hex("81 ab 6f 62 6a 65 63 74 5f 74 79 70 65 a5 73 70 61 63 65");
+    let top = ErrorEntry {
+        fields: Some(&fields),
+        ..ErrorEntry::new(ErrorCode::ER_ACCESS_DENIED, "Read access denied")
+    };
+    let cause = ErrorEntry::new(ErrorCode::ER_PROC_LUA, "boom");
+    let mut out = Vec::new();
+    encode_error_stack(&mut out, 1, 1, &[top, cause]);
+    let reply = decode_reply(split_server_frame(&out).unwrap().unwrap().0).unwrap();
+    assert_eq!(reply.error_code(), Some(ErrorCode::ER_ACCESS_DENIED));
+    assert_eq!(
+        reply.error_top(),
+        Some(("AccessDeniedError", "Read access denied", 42))
+    );
+
+    let mut ext = Vec::new();
+    write_mp_error_ext(&mut ext, &[cause]);
+    let mut buf = ext.as_slice();
+    let Ok(Value::Ext(3, payload)) = read_value(&mut buf) else {
+        panic!("{ext:x?}")
+    };
+    assert!(buf.is_empty());
+    assert_eq!(payload[0], 0x81);
+}
+
+#[test]
+fn event_has_no_schema_version() {
+    let mut out = Vec::new();
+    encode_event(&mut out, 9, "box.shutdown", Some(&[0xc3]));
+    let reply = decode_reply(split_server_frame(&out).unwrap().unwrap().0).unwrap();
+    assert_eq!(reply.status(), request_type::EVENT);
+    assert_eq!(reply.sync(), 9);
+    assert_eq!(&out[5..10], &hex("82 00 4c 01 09")[..]);
+    assert_eq!(reply.field(body_key::EVENT_DATA), Some(&[0xc3][..]));
+}
+
+// ---- request errors, spec §6 and §9 -------------------------------------------------
+
+#[test]
+fn mandatory_fields_lowest_key_first() {
+    use request_type as t;
+    assert_eq!(body_error(t::SELECT, &[]), missing("SPACE_ID"));
+    assert_eq!(body_error(t::SELECT, &hex("80")), missing("SPACE_ID"));
+    assert_eq!(body_error(t::SELECT, &hex("81 20 90")), missing("SPACE_ID"));
+    assert_eq!(
+        body_error(t::SELECT, &hex("82 10 01 20 90")),
+        missing("LIMIT")
+    );
+    assert_eq!(
+        body_error(t::SELECT, &hex("82 10 01 12 01")),
+        missing("KEY")
+    );
+    assert_eq!(body_error(t::INSERT, &[]), missing("SPACE_ID"));
+    assert_eq!(body_error(t::REPLACE, &hex("81 10 01")), missing("TUPLE"));
+    assert_eq!(
+        body_error(t::UPDATE, &hex("82 10 01 21 90")),
+        missing("KEY")
+    );
+    assert_eq!(
+        body_error(t::UPDATE, &hex("82 10 01 20 90")),
+        missing("TUPLE")
+    );
+    assert_eq!(body_error(t::DELETE, &hex("81 10 01")), missing("KEY"));
+    assert_eq!(body_error(t::UPSERT, &hex("81 10 01")), missing("TUPLE"));
+    assert_eq!(
+        body_error(t::UPSERT, &hex("82 10 01 21 90")),
+        missing("OPS")
+    );
+    assert_eq!(body_error(t::CALL, &hex("80")), missing("FUNCTION_NAME"));
+    assert_eq!(
+        body_error(t::CALL_16, &hex("81 21 90")),
+        missing("FUNCTION_NAME")
+    );
+    assert_eq!(body_error(t::EVAL, &hex("80")), missing("EXPR"));
+    assert_eq!(body_error(t::AUTH, &hex("81 21 90")), missing("USER_NAME"));
+    assert_eq!(body_error(t::AUTH, &hex("81 23 a1 75")), missing("TUPLE"));
+    assert_eq!(body_error(t::WATCH, &[]), missing("EVENT_KEY"));
+    assert_eq!(body_error(t::UNWATCH, &hex("80")), missing("EVENT_KEY"));
+}
+
+#[test]
+fn missing_bodies() {
+    use request_type as t;
+    assert_eq!(body_error(t::CALL, &[]), invalid("missing request body"));
+    assert_eq!(body_error(t::EVAL, &[]), invalid("missing request body"));
+    assert_eq!(body_error(t::AUTH, &[]), invalid("missing request body"));
+    assert_eq!(body_error(t::ID, &[]), invalid("request body"));
+    assert_eq!(decode_body(t::PING, &[]), Ok(Request::Ping));
+    assert_eq!(decode_body(t::COMMIT, &[]), Ok(Request::Commit));
+    assert_eq!(decode_body(t::ROLLBACK, &[]), Ok(Request::Rollback));
+    assert_eq!(
+        decode_body(t::BEGIN, &[]),
+        Ok(Request::Begin(Begin {
+            timeout_seconds: None,
+            isolation: 0
+        }))
+    );
+}
+
+#[test]
+fn wrong_types_and_trailing_bytes_are_packet_body_errors() {
+    use request_type as t;
+    let body = invalid("packet body");
+    // SPACE_ID as a string, and as a positive number in an int format
+    assert_eq!(body_error(t::SELECT, &hex("81 10 a1 31")), body);
+    assert_eq!(body_error(t::INSERT, &hex("82 10 d0 05 21 90")), body);
+    // KEY / TUPLE / OPS / args not arrays
+    assert_eq!(body_error(t::SELECT, &hex("83 10 01 12 01 20 01")), body);
+    assert_eq!(body_error(t::INSERT, &hex("82 10 01 21 01")), body);
+    assert_eq!(body_error(t::UPDATE, &hex("83 10 01 20 91 01 21 80")), body);
+    assert_eq!(body_error(t::UPSERT, &hex("83 10 01 21 90 28 a0")), body);
+    assert_eq!(body_error(t::CALL, &hex("82 22 a1 66 21 01")), body);
+    assert_eq!(body_error(t::CALL, &hex("81 22 01")), body);
+    // body not a map, truncated, trailing bytes
+    assert_eq!(body_error(t::INSERT, &hex("92 10 01")), body);
+    assert_eq!(body_error(t::INSERT, &hex("82 10 01 21 92 01")), body);
+    assert_eq!(body_error(t::INSERT, &hex("82 10 01 21 90 00")), body);
+    assert_eq!(body_error(t::PING, &hex("80 80")), body);
+    assert_eq!(body_error(t::PING, &hex("c1")), body);
+    // ITERATOR as bool, FETCH_POSITION as int
+    assert_eq!(
+        body_error(t::SELECT, &hex("84 10 01 12 01 20 90 14 c3")),
+        body
+    );
+    assert_eq!(
+        body_error(t::SELECT, &hex("84 10 01 12 01 20 90 1f 01")),
+        body
+    );
+}
+
+#[test]
+fn unknown_and_non_uint_keys_are_skipped() {
+    // {"x": 1, -1: [], 0x99: {"a": 1}, 0x10: 5, 0x21: [1]}
+    let body = hex("85 a1 78 01 ff 90 cc 99 81 a1 61 01 10 05 21 91 01");
+    assert_eq!(
+        decode_body(request_type::INSERT, &body),
+        Ok(Request::Insert(Insert {
+            space_id: 5,
+            tuple: &[0x91, 0x01]
+        }))
+    );
+    // A PING body is ignored, whatever it holds.
+    assert_eq!(
+        decode_body(request_type::PING, &hex("81 10 a1 78")),
+        Ok(Request::Ping)
+    );
+}
+
+#[test]
+fn unknown_request_types_are_48() {
+    for code in [0u64, 12, 17, 30, 65, 68, 76, 77, 128, 0x8000, u64::MAX] {
+        assert_eq!(
+            body_error(code, &[]),
+            (48, format!("Unknown request type {code}"))
+        );
+    }
+    // A malformed body is reported before the type, as Tarantool does.
+    assert_eq!(body_error(12, &hex("92")), invalid("packet body"));
+}
+
+#[test]
+fn call_defaults_and_call_16_flag() {
+    let body = hex("81 22 a8 62 6f 78 2e 69 6e 66 6f");
+    let call = decode_body(request_type::CALL, &body).unwrap();
+    assert_eq!(
+        call,
+        Request::Call(Call {
+            function_name: "box.info",
+            args: &[0x90],
+            is_call_16: false
+        })
+    );
+    let body = hex("82 22 a1 66 21 91 01");
+    let call = decode_body(request_type::CALL_16, &body).unwrap();
+    assert_eq!(call.request_type(), request_type::CALL_16);
+}
+
+#[test]
+fn select_defaults_and_pagination() {
+    let body = hex("83 10 cd 01 19 12 ce ff ff ff ff 20 90");
+    let Request::Select(select) = decode_body(request_type::SELECT, &body).unwrap() else {
+        panic!()
+    };
+    assert_eq!(
+        (
+            select.space_id,
+            select.index_id,
+            select.limit,
+            select.offset,
+            select.iterator
+        ),
+        (281, 0, u32::MAX, 0, 0)
+    );
+    assert_eq!(select.key, &[0x90]);
+    let body = hex("86 10 01 12 01 20 90 1f c3 2e a2 70 31 2f 91 05");
+    let Request::Select(select) = decode_body(request_type::SELECT, &body).unwrap() else {
+        panic!()
+    };
+    assert!(select.fetch_position);
+    assert_eq!(select.after_position, Some(&b"p1"[..]));
+    assert_eq!(select.after_tuple, Some(&[0x91, 0x05][..]));
+}
+
+#[test]
+fn auth_follows_the_2_11_table() {
+    let salt = [5u8; 32];
+    let mut out = Vec::new();
+    encode_auth(&mut out, 1, "tester", &salt, b"testpass");
+    let (header, request) = decode_framed(&out).unwrap();
+    assert_eq!(header.request_type, request_type::AUTH);
+    let Request::Auth(auth) = request else {
+        panic!()
+    };
+    assert_eq!(auth.user_name, "tester");
+    let scramble = auth.chap_sha1_scramble().unwrap();
+    let hash2 = auth::password_hash2(b"testpass");
+    assert!(auth::check_chap_sha1(&salt, scramble, &hash2));
+
+    fn decode_auth(body: &[u8]) -> Result<Auth<'_>, (u32, String)> {
+        match decode_body(request_type::AUTH, body) {
+            Ok(Request::Auth(auth)) => Ok(auth),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err((e.code().0, e.to_string())),
+        }
+    }
+    type MethodAndScramble = (Option<String>, Option<Vec<u8>>);
+    /// The decoded method and scramble, or the decode error.
+    fn decode(body: &str) -> Result<MethodAndScramble, (u32, String)> {
+        let body = hex(body);
+        decode_auth(&body).map(|a| (a.method.map(str::to_owned), a.scramble.map(<[u8]>::to_vec)))
+    }
+    fn check(body: &str) -> (u32, String) {
+        let body = hex(body);
+        let error = decode_auth(&body)
+            .unwrap()
+            .chap_sha1_scramble()
+            .unwrap_err();
+        (error.code().0, error.to_string())
+    }
+    let twenty = "00 ".repeat(20);
+    // guest with [] is decodable; the server decides it is fine for guest only
+    assert_eq!(decode("82 23 a5 67 75 65 73 74 21 90"), Ok((None, None)));
+    assert_eq!(
+        check("82 23 a1 75 21 90"),
+        invalid("authentication request body")
+    );
+    // method not a string
+    assert_eq!(
+        decode("82 23 a1 75 21 92 01 a0"),
+        Err(invalid("authentication request body"))
+    );
+    // unknown method
+    assert_eq!(
+        check("82 23 a1 75 21 92 aa 70 61 70 2d 73 68 61 32 35 36 a0"),
+        (249, "Unknown authentication method 'pap-sha256'".into())
+    );
+    // scramble as BIN of 20 bytes is fine, STR of 19 bytes is not, an int is not a string
+    let chap = "a9 63 68 61 70 2d 73 68 61 31";
+    let bin = hex(&format!("82 23 a1 75 21 92 {chap} c4 14 {twenty}"));
+    assert_eq!(
+        decode_auth(&bin).unwrap().chap_sha1_scramble(),
+        Ok(&[0u8; 20])
+    );
+    assert_eq!(
+        check(&format!("82 23 a1 75 21 92 {chap} b3 {}", "00 ".repeat(19))),
+        (
+            251,
+            "Invalid 'chap-sha1' request: invalid scramble size".into()
+        )
+    );
+    assert_eq!(
+        check(&format!("82 23 a1 75 21 92 {chap} 01")),
+        (
+            251,
+            "Invalid 'chap-sha1' request: scramble must be string".into()
+        )
+    );
+}
+
+#[test]
+fn id_body_rules() {
+    use request_type as t;
+    // unknown keys and large feature ids are ignored
+    let body = hex("83 54 06 55 94 00 03 0b cd 01 00 99 a1 78");
+    let Request::Id(id) = decode_body(t::ID, &body).unwrap() else {
+        panic!()
+    };
+    assert_eq!(id.version, 6);
+    assert_eq!(id.features, (1 << 0) | (1 << 3) | (1 << 11));
+    assert_eq!(
+        body_error(t::ID, &hex("81 55 91 a1 78")),
+        invalid("request body")
+    );
+    assert_eq!(body_error(t::ID, &hex("81 54 a0")), invalid("request body"));
+    assert_eq!(body_error(t::ID, &hex("90")), invalid("request body"));
+}
+
+#[test]
+fn bad_body_is_answered_with_the_header_sync() {
+    let mut packet = hex("82 00 02 01 cd 12 34");
+    packet.extend_from_slice(&hex("81 10 a0"));
+    let error = decode_packet(&packet).unwrap_err();
+    assert_eq!(error.sync, 0x1234);
+    assert_eq!(
+        error.error,
+        ProtocolError::InvalidMsgpack(invalid_msgpack::PACKET_BODY)
+    );
+}
+
+#[test]
+fn any_client_prefix_width_works_end_to_end() {
+    // The Python connector sends the shortest prefix.
+    let bytes = hex("05 | 82 00 40 01 01");
+    assert_eq!(decode_framed(&bytes).unwrap().1, Request::Ping);
+    let bytes = hex("cf 00 00 00 00 00 00 00 05 | 82 00 40 01 01");
+    assert_eq!(decode_framed(&bytes).unwrap().1, Request::Ping);
+}
+
+// ---- roundtrips ------------------------------------------------------------------------
+
+fn roundtrip(header: Header, request: Request<'_>) {
+    let mut out = Vec::new();
+    encode_request_with_header(&mut out, &header, &request);
+    let (decoded_header, decoded) = decode_framed(&out).unwrap();
+    assert_eq!(decoded, request);
+    assert_eq!(
+        decoded_header,
+        Header {
+            request_type: request.request_type(),
+            ..header
+        }
+    );
+}
+
+#[test]
+fn every_request_roundtrips() {
+    let key = hex("92 01 a1 61");
+    let tuple = hex("93 01 a1 61 cb 3f f8 00 00 00 00 00 00");
+    let ops = hex("91 93 a1 3d 01 a1 62");
+    let scramble = [7u8; 20];
+    let sql = hex("82 40 a8 53 45 4c 45 43 54 20 31 41 90");
+    let requests = [
+        Request::Select(Select {
+            space_id: 512,
+            index_id: 1,
+            limit: u32::MAX,
+            offset: 3,
+            iterator: 6,
+            key: &key,
+            fetch_position: true,
+            after_position: Some(b"opaque"),
+            after_tuple: Some(&tuple),
+        }),
+        Request::Insert(Insert {
+            space_id: 513,
+            tuple: &tuple,
+        }),
+        Request::Replace(Insert {
+            space_id: 514,
+            tuple: &tuple,
+        }),
+        Request::Update(Update {
+            space_id: 515,
+            index_id: 2,
+            key: &key,
+            ops: &ops,
+            index_base: 1,
+        }),
+        Request::Delete(Delete {
+            space_id: 516,
+            index_id: 0,
+            key: &key,
+        }),
+        Request::Upsert(Upsert {
+            space_id: 517,
+            index_id: 0,
+            tuple: &tuple,
+            ops: &ops,
+            index_base: 0,
+        }),
+        Request::Call(Call {
+            function_name: "crud.insert",
+            args: &tuple,
+            is_call_16: false,
+        }),
+        Request::Call(Call {
+            function_name: "f",
+            args: &[0x90],
+            is_call_16: true,
+        }),
+        Request::Eval(Eval {
+            expr: "return ...",
+            args: &key,
+        }),
+        Request::Auth(Auth {
+            user_name: "admin",
+            method: Some("chap-sha1"),
+            scramble: Some(&scramble),
+        }),
+        Request::Auth(Auth {
+            user_name: "guest",
+            method: None,
+            scramble: None,
+        }),
+        Request::Id(Id {
+            version: 4,
+            features: 0b11111,
+            auth_type: Some("chap-sha1"),
+        }),
+        Request::Ping,
+        Request::Execute(RawBody { body: &sql }),
+        Request::Prepare(RawBody { body: &sql }),
+        Request::Begin(Begin {
+            timeout_seconds: Some(1.5),
+            isolation: 1,
+        }),
+        Request::Commit,
+        Request::Rollback,
+        Request::Watch(Watch { key: "box.status" }),
+        Request::Unwatch(Watch { key: "box.status" }),
+    ];
+    for request in requests {
+        roundtrip(
+            Header {
+                request_type: 0,
+                sync: 42,
+                schema_version: 0,
+                stream_id: 0,
+            },
+            request,
+        );
+        roundtrip(
+            Header {
+                request_type: 0,
+                sync: u64::MAX,
+                schema_version: 86,
+                stream_id: 3,
+            },
+            request,
+        );
+    }
+}
+
+#[test]
+fn client_helpers_match_generic_encoder() {
+    let tuple = hex("91 01");
+    let mut a = Vec::new();
+    let mut b = Vec::new();
+    encode_insert(&mut a, 1, 512, &tuple);
+    encode_request(
+        &mut b,
+        1,
+        &Request::Insert(Insert {
+            space_id: 512,
+            tuple: &tuple,
+        }),
+    );
+    assert_eq!(a, b);
+    let mut out = Vec::new();
+    encode_replace(&mut out, 2, 512, &tuple);
+    encode_delete(&mut out, 3, 512, 0, &tuple);
+    encode_call(&mut out, 4, "box.info", &[0x90]);
+    encode_eval(&mut out, 5, "return 1", &[0x90]);
+    encode_watch(&mut out, 6, "box.shutdown");
+    let begin = Begin {
+        timeout_seconds: None,
+        isolation: 0,
+    };
+    encode_begin(&mut out, 7, 9, &begin);
+    let mut buf = out.as_slice();
+    let mut syncs = Vec::new();
+    while let Some((packet, consumed)) = frame::split_frame(buf).unwrap() {
+        let (header, _) = decode_packet(packet).unwrap();
+        syncs.push(header.sync);
+        buf = &buf[consumed..];
+    }
+    assert_eq!(syncs, [2, 3, 4, 5, 6, 7]);
+}
+
+// ---- properties ------------------------------------------------------------------------
+
+/// Runs the whole server read path over `bytes`; must never panic.
+fn read_path(mut bytes: &[u8]) {
+    while let Ok(Some((packet, consumed))) = frame::split_frame(bytes) {
+        if let Ok((_, Request::Auth(auth))) = decode_packet(packet) {
+            let _ = auth.chap_sha1_scramble();
+        }
+        bytes = &bytes[consumed..];
+    }
+}
+
+fn valid_packets() -> Vec<Vec<u8>> {
+    let mut packets = Vec::new();
+    for request_type in [
+        1u64, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 16, 64, 73, 74, 75,
+    ] {
+        // A body holding every key any request reads, with plausible types.
+        let body = hex(
+            "8d 10 01 11 02 12 03 13 04 14 05 15 01 20 91 01 21 92 a9 63 68 61 70 2d 73 68 61 31 a0 \
+             22 a1 66 23 a1 75 27 a1 65 28 90 57 a1 6b",
+        );
+        let mut packet = hex("82 00");
+        crate::storage::msgpack::write_uint(&mut packet, request_type);
+        packet.extend_from_slice(&[0x01, 0x01]);
+        packet.extend_from_slice(&body);
+        packets.push(packet);
+    }
+    packets
+}
+
+proptest! {
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+        read_path(&bytes);
+        for request_type in [1u64, 4, 7, 9, 10, 73, 74] {
+            let _ = decode_body(request_type, &bytes);
+        }
+        let _ = decode_reply(&bytes);
+        let _ = greeting::parse_greeting(&bytes);
+    }
+
+    #[test]
+    fn mutated_valid_packets_never_panic(
+        which in 0usize..19,
+        flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..4),
+        cut in any::<usize>(),
+    ) {
+        let mut packet = valid_packets().swap_remove(which);
+        for (at, byte) in flips {
+            let at = at % packet.len();
+            packet[at] = byte;
+        }
+        packet.truncate(cut % (packet.len() + 1));
+        let _ = decode_packet(&packet);
+    }
+
+    #[test]
+    fn select_and_update_roundtrip(
+        space_id in any::<u32>(), index_id in any::<u32>(), limit in any::<u32>(),
+        offset in any::<u32>(), iterator in any::<u32>(), sync in any::<u64>(),
+        key_item in any::<u64>(), index_base in 0u32..2,
+    ) {
+        let mut key = vec![0x91];
+        crate::storage::msgpack::write_uint(&mut key, key_item);
+        let select = Select {
+            space_id, index_id, limit, offset, iterator, key: &key,
+            fetch_position: false, after_position: None, after_tuple: None,
+        };
+        let mut out = Vec::new();
+        encode_select(&mut out, sync, &select);
+        let (header, request) = decode_framed(&out).unwrap();
+        prop_assert_eq!(header.sync, sync);
+        prop_assert_eq!(request, Request::Select(select));
+
+        let update = Update { space_id, index_id, key: &key, ops: &[0x90], index_base };
+        out.clear();
+        encode_update(&mut out, sync, &update);
+        prop_assert_eq!(decode_framed(&out).unwrap().1, Request::Update(update));
+    }
+}
+
+#[test]
+fn valid_packets_decode() {
+    for packet in valid_packets() {
+        decode_packet(&packet).unwrap();
+    }
+}
