@@ -1,1 +1,0 @@
-//! Update and upsert operations (being written).
