@@ -964,3 +964,185 @@ fn lowest_field_touched() {
     assert_eq!(lowest(&[op("=", I(-10), &[U(1)])], 3), Some(0));
     assert_eq!(lowest(&[op("=", s("w"), &[U(1)])], 3), Some(2));
 }
+
+// ---------------------------------------------------------------- properties
+
+mod props {
+    use super::{enc, names, op, ops, s, t, UpdateOps, V};
+    use proptest::prelude::*;
+
+    fn leaf() -> impl Strategy<Value = V> {
+        prop_oneof![
+            Just(V::Nil),
+            any::<bool>().prop_map(V::Bool),
+            any::<u64>().prop_map(V::U),
+            (0u64..20).prop_map(V::U),
+            (i64::MIN..0).prop_map(V::I),
+            any::<i64>().prop_map(V::IFmt),
+            any::<f32>().prop_map(V::F32),
+            any::<f64>().prop_map(V::F64),
+            "[a-z]{0,6}".prop_map(V::S),
+            Just(V::Dec),
+        ]
+    }
+
+    fn value() -> impl Strategy<Value = V> {
+        prop_oneof![
+            4 => leaf(),
+            1 => prop::collection::vec(leaf(), 0..3).prop_map(V::A),
+        ]
+    }
+
+    fn field_id() -> impl Strategy<Value = V> {
+        prop_oneof![
+            6 => (-8i64..8).prop_map(|n| if n < 0 { V::I(n) } else { V::U(n as u64) }),
+            1 => prop::sample::select(vec!["v", "w", "[2]", "[0]", "zz", "[2].a", "", "[9]"])
+                .prop_map(s),
+            1 => leaf(),
+        ]
+    }
+
+    fn any_op() -> impl Strategy<Value = V> {
+        let name = prop::sample::select(vec!["=", "+", "-", "&", "|", "^", ":", "!", "#", "x"]);
+        (
+            name,
+            field_id(),
+            prop::collection::vec(value(), 0..4),
+            any::<bool>(),
+        )
+            .prop_map(|(name, field, mut args, well_formed)| {
+                // Mostly give each op the argument count it needs, so execution is reached.
+                if well_formed {
+                    let wanted = if name == ":" { 3 } else { 1 };
+                    args.resize(wanted, V::U(1));
+                    if name == ":" {
+                        args[2] = s("xyz");
+                    }
+                }
+                op(name, field, &args)
+            })
+    }
+
+    #[derive(Debug, Clone)]
+    enum ModelOp {
+        Set(i64, V),
+        Insert(i64, V),
+        Delete(i64, u64),
+    }
+
+    fn model_op() -> impl Strategy<Value = ModelOp> {
+        prop_oneof![
+            ((-7i64..7), leaf()).prop_map(|(f, v)| ModelOp::Set(f, v)),
+            ((-7i64..7), leaf()).prop_map(|(f, v)| ModelOp::Insert(f, v)),
+            ((-7i64..7), 1u64..4).prop_map(|(f, c)| ModelOp::Delete(f, c)),
+        ]
+    }
+
+    fn resolve(field: i64, limit: i64) -> Result<usize, String> {
+        let position = if field >= 0 { field } else { limit + field };
+        if (0..limit).contains(&position) {
+            Ok(position as usize)
+        } else if field >= 0 {
+            Err(format!("Field {} was not found in the tuple", field + 1))
+        } else {
+            Err(format!("Field {field} was not found in the tuple"))
+        }
+    }
+
+    /// A plain `Vec` implementation of `=`, `!`, `#` straight from spec §12.2.
+    fn model(tuple: &mut Vec<V>, list: &[ModelOp]) -> Result<(), String> {
+        for op in list {
+            let len = tuple.len() as i64;
+            match op {
+                ModelOp::Set(field, value) if *field == len => tuple.push(value.clone()),
+                ModelOp::Set(field, value) => tuple[resolve(*field, len)?] = value.clone(),
+                ModelOp::Insert(field, value) => {
+                    tuple.insert(resolve(*field, len + 1)?, value.clone())
+                }
+                ModelOp::Delete(field, count) => {
+                    let position = resolve(*field, len)?;
+                    let end = position + (*count as usize).min(tuple.len() - position);
+                    tuple.drain(position..end);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn wire(list: &[ModelOp], base: u32) -> V {
+        let field = |f: i64| {
+            if f >= 0 {
+                V::U(f as u64 + u64::from(base))
+            } else {
+                V::I(f)
+            }
+        };
+        ops(&list
+            .iter()
+            .map(|m| match m {
+                ModelOp::Set(f, v) => op("=", field(*f), std::slice::from_ref(v)),
+                ModelOp::Insert(f, v) => op("!", field(*f), std::slice::from_ref(v)),
+                ModelOp::Delete(f, c) => op("#", field(*f), &[V::U(*c)]),
+            })
+            .collect::<Vec<_>>())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn random_ops_on_random_tuples_never_panic(
+            tuple in prop::collection::vec(value(), 0..6),
+            list in prop::collection::vec(any_op(), 0..8),
+            base in 0u32..2,
+        ) {
+            let bytes = enc(&ops(&list));
+            let decoded = UpdateOps::decode(&bytes, base, &names);
+            if let Ok(decoded) = &decoded {
+                let tuple = enc(&t(&tuple));
+                let mut out = Vec::new();
+                let strict = decoded.apply(&tuple, &mut out);
+                let mut lenient = Vec::new();
+                let mut skipped = 0;
+                decoded
+                    .apply_skipping_failures(&tuple, &mut lenient, &mut |_| skipped += 1)
+                    .expect("a valid tuple never fails in skipping mode");
+                // Without failures both modes agree; with one, strict mode reports it.
+                prop_assert_eq!(strict.is_ok(), skipped == 0);
+                if strict.is_ok() {
+                    prop_assert_eq!(out, lenient);
+                }
+                let _ = decoded.lowest_field_touched(tuple.len() as u32);
+            }
+        }
+
+        #[test]
+        fn random_bytes_never_panic(
+            ops_bytes in prop::collection::vec(any::<u8>(), 0..40),
+            tuple_bytes in prop::collection::vec(any::<u8>(), 0..40),
+        ) {
+            let _ = UpdateOps::decode(&ops_bytes, 0, &names);
+            let valid = enc(&ops(&[op("#", V::I(-1), &[V::U(1)]), op("+", V::U(0), &[V::U(1)]),
+                op("!", V::I(-1), &[V::U(1)])]));
+            let decoded = UpdateOps::decode(&valid, 0, &names).expect("valid ops");
+            let mut out = Vec::new();
+            let _ = decoded.apply(&tuple_bytes, &mut out);
+            let _ = decoded.apply_skipping_failures(&tuple_bytes, &mut out, &mut |_| {});
+        }
+
+        #[test]
+        fn set_insert_delete_agree_with_a_vec_model(
+            tuple in prop::collection::vec(leaf(), 0..6),
+            list in prop::collection::vec(model_op(), 0..8),
+            base in 0u32..2,
+        ) {
+            let mut expected = tuple.clone();
+            let expected = model(&mut expected, &list).map(|()| enc(&t(&expected)));
+            let bytes = enc(&wire(&list, base));
+            let decoded = UpdateOps::decode(&bytes, base, &names).expect("model ops are valid");
+            let mut out = Vec::new();
+            let actual = decoded.apply(&enc(&t(&tuple)), &mut out).map(|()| out).map_err(|e| e.to_string());
+            prop_assert_eq!(actual, expected);
+        }
+    }
+}
