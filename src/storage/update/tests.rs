@@ -748,6 +748,35 @@ fn field_id_errors() {
 }
 
 #[test]
+fn string_addressed_ops_across_all_kinds() {
+    let tuple = t(&[U(1), U(5)]);
+    // [2.6, each case]
+    assert_eq!(
+        run(
+            &tuple,
+            &ops(&[op("+", s("v"), &[U(1)]), op("+", s("v"), &[U(1)])])
+        ),
+        err("Field 'v' UPDATE error: double update of the same field")
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("=", s("[3]"), &[U(7)])])),
+        ok(&[U(1), U(5), U(7)])
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("#", s("[3]"), &[U(1)])])),
+        err("Field ''[3]'' was not found in the tuple")
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("!", s("[4]"), &[U(1)])])),
+        err("Field ''[4]'' was not found in the tuple")
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("#", s("v"), &[U(0)])])),
+        err("Field 'v' UPDATE error: cannot delete 0 fields")
+    );
+}
+
+#[test]
 fn nested_paths_are_refused_at_decode() {
     let message = "Illegal parameters, update of a nested JSON path is not supported";
     for path in ["[2].a", "v.sub", "[2][1]"] {
