@@ -24,6 +24,17 @@
 //!   Whole-field paths (`"[3]"`, `"name"`, `"['name']"`) work.
 //! * Decimal arithmetic is not implemented: a decimal argument is rejected at decode, a
 //!   decimal field at execution, with an `Illegal parameters` error saying so.
+//!
+//! Deliberate differences from Tarantool, on input no client sends:
+//! * `#` counts above `u32::MAX` delete to the end; Tarantool truncates them to 32 bits.
+//! * A field id outside int32 is 26 `… expected an integer` naming the number as sent;
+//!   Tarantool names whatever field number was left in its op struct.
+//! * `"invalid JSON in position N"` counts bytes; Tarantool counts UTF-8 characters.
+//!
+//! Besides spec §12, one rule observed on Tarantool 2.6: once an op has changed a field,
+//! only `=` may touch it again in the same update; any other op there is 29
+//! `Field N UPDATE error: double update of the same field`. Fields created by `!` (or by
+//! `=` appending) start fresh.
 
 mod apply;
 mod decode;
