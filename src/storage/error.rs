@@ -41,9 +41,7 @@ pub enum StorageError {
         old_tuple: Box<str>,
         new_tuple: Box<str>,
     },
-    #[error(
-        "Supplied key type of part {part} does not match index part type: expected {expected}"
-    )]
+    #[error("Supplied key type of part {part} does not match index part type: expected {expected}")]
     KeyPartType { part: u32, expected: &'static str },
     #[error("Invalid key part count in an exact match (expected {expected}, got {actual})")]
     ExactMatch { expected: u32, actual: u32 },
@@ -58,10 +56,7 @@ pub enum StorageError {
         actual: MpType,
     },
     #[error("SPLICE error on field {field}: {reason}")]
-    UpdateSplice {
-        field: Box<str>,
-        reason: &'static str,
-    },
+    UpdateSplice { field: Box<str>, reason: &'static str },
     #[error("Argument type in operation '{op}' on field {field} does not match field type: expected {expected}")]
     UpdateArgType {
         op: char,
@@ -90,9 +85,7 @@ pub enum StorageError {
     CantUpdatePrimaryKey { space: Box<str> },
     #[error("Integer overflow when performing '{op}' operation on field {field}")]
     UpdateIntegerOverflow { op: char, field: Box<str> },
-    #[error(
-        "Index '{index}' ({index_type}) of space '{space}' (memtx) does not support {feature}"
-    )]
+    #[error("Index '{index}' ({index_type}) of space '{space}' (memtx) does not support {feature}")]
     UnsupportedIndexFeature {
         index: Box<str>,
         index_type: &'static str,

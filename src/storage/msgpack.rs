@@ -325,9 +325,7 @@ mod tests {
     #[test]
     fn skip_walks_nested_containers() {
         // [1, {"a": [2, 3]}, "x"] then a trailing 7
-        let bytes = [
-            0x93, 0x01, 0x81, 0xa1, b'a', 0x92, 0x02, 0x03, 0xa1, b'x', 0x07,
-        ];
+        let bytes = [0x93, 0x01, 0x81, 0xa1, b'a', 0x92, 0x02, 0x03, 0xa1, b'x', 0x07];
         let mut buf: &[u8] = &bytes;
         let whole = take_value(&mut buf).unwrap();
         assert_eq!(whole.len(), 10);
