@@ -1,0 +1,1177 @@
+//! Unit tests: one or more per op and per error, with exact bytes and messages. Expected
+//! values marked [2.6] were observed on a live Tarantool 2.6 (Lua, 1-based).
+
+use super::UpdateOps;
+use crate::storage::error::StorageError;
+use crate::storage::msgpack::{
+    write_array_len, write_f32, write_f64, write_int, write_str, write_uint,
+};
+
+/// A msgpack value for building test input.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum V {
+    Nil,
+    U(u64),
+    /// Encoded with an int format even when non-negative (0xd3), to test format-byte typing.
+    IFmt(i64),
+    I(i64),
+    F32(f32),
+    F64(f64),
+    S(String),
+    A(Vec<V>),
+    Bool(bool),
+    Dec,
+}
+
+pub(super) fn s(text: &str) -> V {
+    V::S(text.to_string())
+}
+
+pub(super) fn encode_into(out: &mut Vec<u8>, value: &V) {
+    match value {
+        V::Nil => out.push(0xc0),
+        V::U(n) => write_uint(out, *n),
+        V::IFmt(n) => {
+            out.push(0xd3);
+            out.extend_from_slice(&n.to_be_bytes());
+        }
+        V::I(n) => write_int(out, *n),
+        V::F32(x) => write_f32(out, *x),
+        V::F64(x) => write_f64(out, *x),
+        V::S(text) => write_str(out, text.as_bytes()),
+        V::A(items) => {
+            write_array_len(out, items.len() as u32);
+            for item in items {
+                encode_into(out, item);
+            }
+        }
+        V::Bool(b) => out.push(if *b { 0xc3 } else { 0xc2 }),
+        // decimal 1: d5 01 00 1c
+        V::Dec => out.extend_from_slice(&[0xd5, 0x01, 0x00, 0x1c]),
+    }
+}
+
+pub(super) fn enc(value: &V) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_into(&mut out, value);
+    out
+}
+
+pub(super) fn names(name: &str) -> Option<u32> {
+    match name {
+        "id" => Some(0),
+        "v" => Some(1),
+        "w" => Some(2),
+        "a.b" => Some(1),
+        _ => None,
+    }
+}
+
+/// Runs `ops` (wire base 0) on `tuple`; the new tuple bytes or the error message.
+fn run_base(base: u32, tuple: &V, ops: &V) -> Result<Vec<u8>, String> {
+    let ops_bytes = enc(ops);
+    let decoded = UpdateOps::decode(&ops_bytes, base, &names).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    decoded
+        .apply(&enc(tuple), &mut out)
+        .map_err(|e| e.to_string())?;
+    Ok(out)
+}
+
+fn run(tuple: &V, ops: &V) -> Result<Vec<u8>, String> {
+    run_base(0, tuple, ops)
+}
+
+fn op(name: &str, field: V, args: &[V]) -> V {
+    let mut items = vec![s(name), field];
+    items.extend_from_slice(args);
+    V::A(items)
+}
+
+fn ops(list: &[V]) -> V {
+    V::A(list.to_vec())
+}
+
+fn t(items: &[V]) -> V {
+    V::A(items.to_vec())
+}
+
+fn ok(items: &[V]) -> Result<Vec<u8>, String> {
+    Ok(enc(&t(items)))
+}
+
+fn err(message: &str) -> Result<Vec<u8>, String> {
+    Err(message.to_string())
+}
+
+use V::{F32, F64, I, U};
+
+// ---------------------------------------------------------------- `=`
+
+#[test]
+fn set_replaces_appends_and_counts_from_end() {
+    let tuple = t(&[U(1), U(5)]);
+    assert_eq!(
+        run(&tuple, &ops(&[op("=", U(1), &[s("x")])])),
+        ok(&[U(1), s("x")])
+    );
+    // Field == count appends [2.6: {'=', 3, 7} on {1, 5}].
+    assert_eq!(
+        run(&tuple, &ops(&[op("=", U(2), &[U(7)])])),
+        ok(&[U(1), U(5), U(7)])
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("=", I(-1), &[U(7)])])),
+        ok(&[U(1), U(7)])
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("=", I(-2), &[U(7)])])),
+        ok(&[U(7), U(5)])
+    );
+    // The value is stored verbatim, containers included.
+    assert_eq!(
+        run(
+            &tuple,
+            &ops(&[op("=", U(1), &[t(&[V::Nil, V::Bool(true)])])])
+        ),
+        ok(&[U(1), t(&[V::Nil, V::Bool(true)])])
+    );
+    // Two `=` on one field: the last wins.
+    assert_eq!(
+        run(
+            &tuple,
+            &ops(&[op("=", U(1), &[U(1)]), op("=", U(1), &[U(2)])])
+        ),
+        ok(&[U(1), U(2)])
+    );
+}
+
+#[test]
+fn set_out_of_range_is_37() {
+    let tuple = t(&[U(1), U(5)]);
+    // 0-based 10 prints as 11; negative prints as sent [2.6: Field -3 for {'=', -3, 7}].
+    assert_eq!(
+        run(&tuple, &ops(&[op("=", U(10), &[U(7)])])),
+        err("Field 11 was not found in the tuple")
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("=", I(-3), &[U(7)])])),
+        err("Field -3 was not found in the tuple")
+    );
+}
+
+#[test]
+fn index_base_one_shifts_numbers_but_not_negatives() {
+    let tuple = t(&[U(1), U(5)]);
+    assert_eq!(
+        run_base(1, &tuple, &ops(&[op("=", U(2), &[U(9)])])),
+        ok(&[U(1), U(9)])
+    );
+    assert_eq!(
+        run_base(1, &tuple, &ops(&[op("=", I(-1), &[U(9)])])),
+        ok(&[U(1), U(9)])
+    );
+    // [2.6: {'+', 0, 1}]
+    assert_eq!(
+        run_base(1, &tuple, &ops(&[op("+", U(0), &[U(1)])])),
+        err("Field 0 was not found in the tuple")
+    );
+    assert_eq!(
+        run_base(1, &tuple, &ops(&[op("=", U(4), &[U(9)])])),
+        err("Field 4 was not found in the tuple")
+    );
+}
+
+// ---------------------------------------------------------------- `!`
+
+#[test]
+fn insert_before_position_and_at_ends() {
+    let tuple = t(&[U(1), U(5)]);
+    assert_eq!(
+        run(&tuple, &ops(&[op("!", U(1), &[U(7)])])),
+        ok(&[U(1), U(7), U(5)])
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("!", U(2), &[U(7)])])),
+        ok(&[U(1), U(5), U(7)])
+    );
+    // [2.6: {'!', -1, 7} on {1, 5} ⇒ {1, 5, 7}]
+    assert_eq!(
+        run(&tuple, &ops(&[op("!", I(-1), &[U(7)])])),
+        ok(&[U(1), U(5), U(7)])
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("!", I(-3), &[U(7)])])),
+        ok(&[U(7), U(1), U(5)])
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("!", U(0), &[U(7)])])),
+        ok(&[U(7), U(1), U(5)])
+    );
+}
+
+#[test]
+fn insert_out_of_range_is_37() {
+    let tuple = t(&[U(1), U(5)]);
+    // [2.6: {'!', 4, 1} ⇒ Field 4; {'!', -4, 1} ⇒ Field -4]
+    assert_eq!(
+        run(&tuple, &ops(&[op("!", U(3), &[U(7)])])),
+        err("Field 4 was not found in the tuple")
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("!", I(-4), &[U(7)])])),
+        err("Field -4 was not found in the tuple")
+    );
+}
+
+// ---------------------------------------------------------------- `#`
+
+#[test]
+fn delete_counts_and_clips() {
+    let tuple = t(&[U(1), U(5), U(6), U(7)]);
+    assert_eq!(
+        run(&tuple, &ops(&[op("#", U(1), &[U(2)])])),
+        ok(&[U(1), U(7)])
+    );
+    // [2.6: {'#', -2, 5} on {1, 5, 6, 7} ⇒ {1, 5}]
+    assert_eq!(
+        run(&tuple, &ops(&[op("#", I(-2), &[U(5)])])),
+        ok(&[U(1), U(5)])
+    );
+    assert_eq!(run(&tuple, &ops(&[op("#", U(0), &[U(u64::MAX)])])), ok(&[]));
+}
+
+#[test]
+fn delete_errors() {
+    let tuple = t(&[U(1), U(5)]);
+    // [2.6] decode-time, so a negative field prints as sent.
+    assert_eq!(
+        run(&tuple, &ops(&[op("#", U(1), &[U(0)])])),
+        err("Field 2 UPDATE error: cannot delete 0 fields")
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("#", I(-1), &[U(0)])])),
+        err("Field -1 UPDATE error: cannot delete 0 fields")
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("#", U(2), &[U(1)])])),
+        err("Field 3 was not found in the tuple")
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("#", I(-3), &[U(1)])])),
+        err("Field -3 was not found in the tuple")
+    );
+    // [2.6: count -1 and 'a']
+    for bad in [I(-1), s("a"), V::IFmt(1)] {
+        assert_eq!(
+            run(&tuple, &ops(&[op("#", U(1), &[bad])])),
+            err("Argument type in operation '#' on field 2 does not match field type: expected a positive integer")
+        );
+    }
+}
+
+// ---------------------------------------------------------------- `+` `-`
+
+#[test]
+fn integer_arithmetic() {
+    assert_eq!(
+        run(&t(&[U(1), U(5)]), &ops(&[op("+", U(1), &[U(3)])])),
+        ok(&[U(1), U(8)])
+    );
+    // [2.6: {'-', 2, 10} on {1, 5} ⇒ 0xfb]
+    assert_eq!(
+        run(&t(&[U(1), U(5)]), &ops(&[op("-", U(1), &[U(10)])])),
+        Ok(vec![0x92, 0x01, 0xfb])
+    );
+    // A non-negative result is stored as uint even from int-format inputs.
+    assert_eq!(
+        run(
+            &t(&[U(1), V::IFmt(5)]),
+            &ops(&[op("+", U(1), &[V::IFmt(0)])])
+        ),
+        Ok(vec![0x92, 0x01, 0x05])
+    );
+    // [2.6: u64::MAX + -1]
+    assert_eq!(
+        run(&t(&[U(1), U(u64::MAX)]), &ops(&[op("+", U(1), &[I(-1)])])),
+        ok(&[U(1), U(u64::MAX - 1)])
+    );
+    // [2.6: -5 - 9223372036854775803 ⇒ d3 80 00 ..]
+    assert_eq!(
+        run(
+            &t(&[U(1), I(-5)]),
+            &ops(&[op("-", U(1), &[U(9223372036854775803)])])
+        ),
+        ok(&[U(1), I(i64::MIN)])
+    );
+    // Crossing from the negative range into u64 range is fine.
+    assert_eq!(
+        run(
+            &t(&[U(1), I(i64::MIN)]),
+            &ops(&[op("-", U(1), &[I(i64::MIN)])])
+        ),
+        ok(&[U(1), U(0)])
+    );
+}
+
+#[test]
+fn integer_overflow_is_95() {
+    // [2.6]
+    assert_eq!(
+        run(&t(&[U(1), U(5)]), &ops(&[op("+", U(1), &[U(u64::MAX)])])),
+        err("Integer overflow when performing '+' operation on field 2")
+    );
+    assert_eq!(
+        run(
+            &t(&[U(1), I(-5)]),
+            &ops(&[op("-", U(1), &[U(i64::MAX as u64)])])
+        ),
+        err("Integer overflow when performing '-' operation on field 2")
+    );
+    assert_eq!(
+        run(&t(&[U(1), U(2), U(0)]), &ops(&[op("-", I(-1), &[U(1)])])).map(|_| ()),
+        Ok(())
+    );
+    // A negative field number prints resolved, 1-based.
+    assert_eq!(
+        run(
+            &t(&[U(1), U(2), I(i64::MIN)]),
+            &ops(&[op("-", I(-1), &[U(1)])])
+        ),
+        err("Integer overflow when performing '-' operation on field 3")
+    );
+}
+
+#[test]
+fn float_arithmetic_narrows_to_float_when_exact() {
+    // [2.6: 1 + 1.5 (double) ⇒ ca 40 20 00 00]
+    assert_eq!(
+        run(&t(&[U(1), U(1)]), &ops(&[op("+", U(1), &[F64(1.5)])])),
+        Ok(vec![0x92, 0x01, 0xca, 0x40, 0x20, 0x00, 0x00])
+    );
+    // [2.6: 1 + 1.1 (double) ⇒ cb 40 00 cc cc cc cc cc cd]
+    assert_eq!(
+        run(&t(&[U(1), U(1)]), &ops(&[op("+", U(1), &[F64(1.1)])])),
+        Ok(vec![
+            0x92, 0x01, 0xcb, 0x40, 0x00, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcd
+        ])
+    );
+    // [2.6: float 1.1 + float 1.1 ⇒ ca 40 0c cc cd]
+    assert_eq!(
+        run(&t(&[U(1), F32(1.1)]), &ops(&[op("+", U(1), &[F32(1.1)])])),
+        Ok(vec![0x92, 0x01, 0xca, 0x40, 0x0c, 0xcc, 0xcd])
+    );
+    // [2.6: float 1.5 + double 1.1 ⇒ cb 40 04 cc cc cc cc cc cd]
+    assert_eq!(
+        run(&t(&[U(1), F32(1.5)]), &ops(&[op("+", U(1), &[F64(1.1)])])),
+        Ok(vec![
+            0x92, 0x01, 0xcb, 0x40, 0x04, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcd
+        ])
+    );
+    // [2.6: 5 - NaN ⇒ cb ff f8 00 ..]; we compare NaN by type, not bits.
+    let out = run(&t(&[U(1), U(5)]), &ops(&[op("-", U(1), &[F64(f64::NAN)])]));
+    let out = out.expect("NaN arithmetic succeeds");
+    assert_eq!(out[..3], [0x92, 0x01, 0xcb]);
+    assert!(f64::from_be_bytes(out[3..11].try_into().expect("8 bytes")).is_nan());
+    assert_eq!(
+        run(&t(&[U(1), F64(2.5)]), &ops(&[op("-", U(1), &[I(-3)])])),
+        ok(&[U(1), F32(5.5)])
+    );
+}
+
+#[test]
+fn arithmetic_type_errors_are_26() {
+    // [2.6] field not a number: execution time, field resolved.
+    assert_eq!(
+        run(&t(&[U(1), s("a")]), &ops(&[op("+", I(-1), &[U(1)])])),
+        err("Argument type in operation '+' on field 2 does not match field type: expected a number")
+    );
+    // [2.6] argument not a number: decode time, negative field as sent.
+    assert_eq!(
+        run(&t(&[U(1), U(5)]), &ops(&[op("+", I(-1), &[s("a")])])),
+        err("Argument type in operation '+' on field -1 does not match field type: expected a number")
+    );
+    assert_eq!(
+        run(&t(&[U(1), U(5)]), &ops(&[op("-", U(1), &[V::Nil])])),
+        err("Argument type in operation '-' on field 2 does not match field type: expected a number")
+    );
+}
+
+#[test]
+fn decimal_arithmetic_is_refused_explicitly() {
+    let message = "Illegal parameters, decimal arithmetic in update operations is not supported";
+    assert_eq!(
+        run(&t(&[U(1), U(5)]), &ops(&[op("+", U(1), &[V::Dec])])),
+        err(message)
+    );
+    assert_eq!(
+        run(&t(&[U(1), V::Dec]), &ops(&[op("+", U(1), &[U(1)])])),
+        err(message)
+    );
+}
+
+// ---------------------------------------------------------------- `&` `|` `^`
+
+#[test]
+fn bitwise_ops() {
+    let tuple = t(&[U(1), U(0b1100)]);
+    assert_eq!(
+        run(&tuple, &ops(&[op("&", U(1), &[U(0b1010)])])),
+        ok(&[U(1), U(0b1000)])
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("|", U(1), &[U(0b1010)])])),
+        ok(&[U(1), U(0b1110)])
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("^", U(1), &[U(0b1010)])])),
+        ok(&[U(1), U(0b0110)])
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("|", U(1), &[U(u64::MAX)])])),
+        ok(&[U(1), U(u64::MAX)])
+    );
+}
+
+#[test]
+fn bitwise_type_errors_are_26() {
+    let expected =
+        "Argument type in operation '&' on field 2 does not match field type: expected a positive integer";
+    // [2.6] argument -1; field -5.
+    assert_eq!(
+        run(&t(&[U(1), U(5)]), &ops(&[op("&", U(1), &[I(-1)])])),
+        err(expected)
+    );
+    assert_eq!(
+        run(&t(&[U(1), I(-5)]), &ops(&[op("&", U(1), &[U(1)])])),
+        err(expected)
+    );
+    // MP_INT format holding a positive number is not MP_UINT.
+    assert_eq!(
+        run(&t(&[U(1), V::IFmt(5)]), &ops(&[op("&", U(1), &[U(1)])])),
+        err(expected)
+    );
+    assert_eq!(
+        run(&t(&[U(1), U(5)]), &ops(&[op("&", U(1), &[V::IFmt(1)])])),
+        err(expected)
+    );
+    assert_eq!(
+        run(&t(&[U(1), F64(1.0)]), &ops(&[op("&", U(1), &[U(1)])])),
+        err(expected)
+    );
+}
+
+// ---------------------------------------------------------------- `:`
+
+fn splice(offset: V, length: V, paste: &str) -> V {
+    ops(&[op(":", U(1), &[offset, length, s(paste)])])
+}
+
+#[test]
+fn splice_spec_examples() {
+    let hello = t(&[U(1), s("hello")]);
+    let cases: [(i64, i64, &str, &str); 6] = [
+        (1, 2, "XY", "hXYlo"),
+        (-1, 0, "!", "hello!"),
+        (-2, 1, "!", "hell!"),
+        (100, 1, "!", "hello!"),
+        (0, -1, "!", "!o"),
+        (0, 100, "!", "!"),
+    ];
+    for (offset, length, paste, expected) in cases {
+        assert_eq!(
+            run(&hello, &splice(I(offset), I(length), paste)),
+            ok(&[U(1), s(expected)]),
+            "splice({offset}, {length}, {paste:?})"
+        );
+    }
+    // [2.6, Lua base 1: (1,-10,'!') and (-6,0,'!') ⇒ "!hello"]
+    assert_eq!(
+        run(&hello, &splice(I(0), I(-10), "!")),
+        ok(&[U(1), s("!hello")])
+    );
+    assert_eq!(
+        run(&hello, &splice(I(-6), I(0), "!")),
+        ok(&[U(1), s("!hello")])
+    );
+    assert_eq!(
+        run_base(1, &hello, &ops(&[op(":", U(2), &[U(1), I(-1), s("!")])])),
+        ok(&[U(1), s("!o")])
+    );
+}
+
+#[test]
+fn splice_result_uses_the_shortest_string_header() {
+    let long = "x".repeat(40);
+    assert_eq!(
+        run(
+            &t(&[s("ab")]),
+            &ops(&[op(":", U(0), &[U(1), U(0), s(&long)])])
+        ),
+        ok(&[s(&format!("a{long}b"))])
+    );
+}
+
+#[test]
+fn splice_errors() {
+    let hello = t(&[U(1), s("hello")]);
+    let bound = "SPLICE error on field 2: offset is out of bound";
+    // [2.6] too negative (execution), and 0 with base 1 (decode).
+    assert_eq!(run(&hello, &splice(I(-7), U(1), "x")), err(bound));
+    assert_eq!(
+        run_base(1, &hello, &ops(&[op(":", U(2), &[U(0), U(1), s("x")])])),
+        err(bound)
+    );
+    // [2.6] non-string field, non-integer offset/length, non-string paste.
+    assert_eq!(
+        run(&t(&[U(1), U(5)]), &splice(U(1), U(1), "x")),
+        err("Argument type in operation ':' on field 2 does not match field type: expected a string")
+    );
+    assert_eq!(
+        run(&hello, &ops(&[op(":", U(1), &[U(1), F64(1.5), s("x")])])),
+        err("Argument type in operation ':' on field 2 does not match field type: expected an integer")
+    );
+    assert_eq!(
+        run(&hello, &ops(&[op(":", U(1), &[U(1u64 << 31), U(1), s("x")])])),
+        err("Argument type in operation ':' on field 2 does not match field type: expected an integer")
+    );
+    assert_eq!(
+        run(&hello, &ops(&[op(":", U(1), &[U(1), U(1), U(5)])])),
+        err("Argument type in operation ':' on field 2 does not match field type: expected a string")
+    );
+}
+
+// ---------------------------------------------------------------- sequencing
+
+#[test]
+fn ops_apply_in_order_on_the_evolving_tuple() {
+    // [2.6: {'!',1,1},{'!',1,2},{'#',1,1},{'=',-1,9} on {1, 5} ⇒ {1, 1, 9}]
+    assert_eq!(
+        run_base(
+            1,
+            &t(&[U(1), U(5)]),
+            &ops(&[
+                op("!", U(1), &[U(1)]),
+                op("!", U(1), &[U(2)]),
+                op("#", U(1), &[U(1)]),
+                op("=", I(-1), &[U(9)]),
+            ])
+        ),
+        ok(&[U(1), U(1), U(9)])
+    );
+    // [2.6: {'+',2,1},{'#',2,1},{'+',2,1} on {1,5,6} ⇒ {1,7}]
+    assert_eq!(
+        run(
+            &t(&[U(1), U(5), U(6)]),
+            &ops(&[
+                op("+", U(1), &[U(1)]),
+                op("#", U(1), &[U(1)]),
+                op("+", U(1), &[U(1)]),
+            ])
+        ),
+        ok(&[U(1), U(7)])
+    );
+    // [2.6: '!' then '+' on the inserted field; '=' append then '+']
+    assert_eq!(
+        run(
+            &t(&[U(1), U(5)]),
+            &ops(&[op("!", U(2), &[U(1)]), op("+", U(2), &[U(1)])])
+        ),
+        ok(&[U(1), U(5), U(2)])
+    );
+    assert_eq!(
+        run(
+            &t(&[U(1), U(5)]),
+            &ops(&[op("=", U(2), &[U(1)]), op("+", U(2), &[U(1)])])
+        ),
+        ok(&[U(1), U(5), U(2)])
+    );
+    // [2.6: '+' then '=' ⇒ the '=' wins]
+    assert_eq!(
+        run(
+            &t(&[U(1), U(5)]),
+            &ops(&[op("+", U(1), &[U(1)]), op("=", U(1), &[U(1)])])
+        ),
+        ok(&[U(1), U(1)])
+    );
+}
+
+#[test]
+fn second_non_set_op_on_a_changed_field_is_double_update() {
+    let double = "Field 2 UPDATE error: double update of the same field";
+    let tuple = t(&[U(1), U(5)]);
+    // [2.6: '++', '=+', '+=+', '^|', '::']
+    assert_eq!(
+        run(
+            &tuple,
+            &ops(&[op("+", U(1), &[U(1)]), op("+", U(1), &[U(1)])])
+        ),
+        err(double)
+    );
+    assert_eq!(
+        run(
+            &tuple,
+            &ops(&[op("=", U(1), &[U(1)]), op("-", U(1), &[U(1)])])
+        ),
+        err(double)
+    );
+    assert_eq!(
+        run(
+            &tuple,
+            &ops(&[
+                op("+", U(1), &[U(1)]),
+                op("=", U(1), &[U(1)]),
+                op("+", U(1), &[U(1)])
+            ])
+        ),
+        err(double)
+    );
+    assert_eq!(
+        run(
+            &tuple,
+            &ops(&[op("^", U(1), &[U(1)]), op("|", U(1), &[U(1)])])
+        ),
+        err(double)
+    );
+    assert_eq!(
+        run(
+            &t(&[U(1), s("ab")]),
+            &ops(&[
+                op(":", U(1), &[U(1), U(0), s("x")]),
+                op(":", U(1), &[U(1), U(0), s("y")])
+            ])
+        ),
+        err(double)
+    );
+    // [2.6: {'+',3,1},{'+',-1,1} on {1,5,6} ⇒ Field 3]
+    assert_eq!(
+        run(
+            &t(&[U(1), U(5), U(6)]),
+            &ops(&[op("+", U(2), &[U(1)]), op("+", I(-1), &[U(1)])])
+        ),
+        err("Field 3 UPDATE error: double update of the same field")
+    );
+}
+
+// ---------------------------------------------------------------- field ids
+
+#[test]
+fn field_by_name_and_by_path() {
+    let tuple = t(&[U(1), U(5), U(6)]);
+    assert_eq!(
+        run(&tuple, &ops(&[op("=", s("v"), &[U(7)])])),
+        ok(&[U(1), U(7), U(6)])
+    );
+    // [2.6: '[2]' is 1-based field 2]
+    assert_eq!(
+        run(&tuple, &ops(&[op("=", s("[2]"), &[U(7)])])),
+        ok(&[U(1), U(7), U(6)])
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("=", s("[\"w\"]"), &[U(7)])])),
+        ok(&[U(1), U(5), U(7)])
+    );
+    // A whole name wins over reading it as a path.
+    assert_eq!(
+        run(&tuple, &ops(&[op("=", s("a.b"), &[U(7)])])),
+        ok(&[U(1), U(7), U(6)])
+    );
+    // Path indexes ignore the request's index base.
+    assert_eq!(
+        run_base(1, &tuple, &ops(&[op("=", s("[2]"), &[U(7)])])),
+        ok(&[U(1), U(7), U(6)])
+    );
+}
+
+#[test]
+fn messages_quote_fields_addressed_by_string() {
+    // [2.6]
+    assert_eq!(
+        run(&t(&[U(1), U(5)]), &ops(&[op("+", s("[2]"), &[s("a")])])),
+        err("Argument type in operation '+' on field '[2]' does not match field type: expected a number")
+    );
+    assert_eq!(
+        run(&t(&[U(1), s("a")]), &ops(&[op("+", s("v"), &[U(1)])])),
+        err("Argument type in operation '+' on field 'v' does not match field type: expected a number")
+    );
+    assert_eq!(
+        run(&t(&[U(1), U(5)]), &ops(&[op(":", s("v"), &[U(1), U(1), s("x")])])),
+        err("Argument type in operation ':' on field 'v' does not match field type: expected a string")
+    );
+}
+
+#[test]
+fn field_id_errors() {
+    let tuple = t(&[U(1), U(5)]);
+    // [2.6: beyond the tuple by path or name ⇒ 201 with the quoted path, quoted again]
+    assert_eq!(
+        run(&tuple, &ops(&[op("+", s("[5]"), &[U(1)])])),
+        err("Field ''[5]'' was not found in the tuple")
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("+", s("w"), &[U(1)])])),
+        err("Field ''w'' was not found in the tuple")
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("+", s("foo"), &[U(1)])])),
+        err("Field 'foo' was not found in the tuple")
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("+", s(""), &[U(1)])])),
+        err("Field '' was not found in the tuple")
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("+", s("zz.a"), &[U(1)])])),
+        err("Field 'zz.a' was not found in the tuple")
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("+", s("[0]"), &[U(1)])])),
+        err("Field '[0]' UPDATE error: invalid JSON in position 2")
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("+", s("[2"), &[U(1)])])),
+        err("Field '[2' UPDATE error: invalid JSON in position 3")
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("=", V::Bool(true), &[U(1)])])),
+        err("Illegal parameters, field id must be a number or a string")
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("=", F64(1.0), &[U(1)])])),
+        err("Illegal parameters, field id must be a number or a string")
+    );
+    // Tarantool reads field ids as int32 [2.6 prints a stale field; we print the number].
+    assert_eq!(
+        run(&tuple, &ops(&[op("+", U(3_000_000_000), &[U(1)])])),
+        err("Argument type in operation '+' on field 3000000000 does not match field type: expected an integer")
+    );
+}
+
+#[test]
+fn string_addressed_ops_across_all_kinds() {
+    let tuple = t(&[U(1), U(5)]);
+    // [2.6, each case]
+    assert_eq!(
+        run(
+            &tuple,
+            &ops(&[op("+", s("v"), &[U(1)]), op("+", s("v"), &[U(1)])])
+        ),
+        err("Field 'v' UPDATE error: double update of the same field")
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("=", s("[3]"), &[U(7)])])),
+        ok(&[U(1), U(5), U(7)])
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("#", s("[3]"), &[U(1)])])),
+        err("Field ''[3]'' was not found in the tuple")
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("!", s("[4]"), &[U(1)])])),
+        err("Field ''[4]'' was not found in the tuple")
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("#", s("v"), &[U(0)])])),
+        err("Field 'v' UPDATE error: cannot delete 0 fields")
+    );
+}
+
+#[test]
+fn nested_paths_are_refused_at_decode() {
+    let message = "Illegal parameters, update of a nested JSON path is not supported";
+    for path in ["[2].a", "v.sub", "[2][1]"] {
+        assert_eq!(
+            run(&t(&[U(1), U(5)]), &ops(&[op("=", s(path), &[U(1)])])),
+            err(message)
+        );
+    }
+}
+
+// ---------------------------------------------------------------- op list decoding
+
+#[test]
+fn op_shape_errors() {
+    let tuple = t(&[U(1), U(5)]);
+    // [2.6, all five]
+    assert_eq!(
+        run(&tuple, &ops(&[U(5)])),
+        err("Illegal parameters, update operation must be an array {op,..}")
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[t(&[])])),
+        err("Illegal parameters, update operation must be an array {op,..}, got empty array")
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[t(&[U(1)])])),
+        err("Illegal parameters, update operation name must be a string")
+    );
+    assert_eq!(
+        run(
+            &tuple,
+            &ops(&[op("+", U(1), &[U(1)]), op("++", U(1), &[U(1)])])
+        ),
+        err("Unknown UPDATE operation #2: \"++\"")
+    );
+    assert_eq!(
+        run(
+            &tuple,
+            &ops(&[op("+", U(1), &[U(1)]), op("", U(1), &[U(1)])])
+        ),
+        err("Unknown UPDATE operation #2: \"\"")
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("+", U(1), &[])])),
+        err("Unknown UPDATE operation #1: wrong number of arguments, expected 3, got 2")
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("+", U(1), &[U(1), U(2)])])),
+        err("Unknown UPDATE operation #1: wrong number of arguments, expected 3, got 4")
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op(":", U(1), &[U(1), U(2)])])),
+        err("Unknown UPDATE operation #1: wrong number of arguments, expected 5, got 4")
+    );
+}
+
+#[test]
+fn decode_errors_come_before_execution_errors() {
+    // [2.6: {'+',2,1},{'+',2,'x'} ⇒ the argument error of op 2, not a double update]
+    assert_eq!(
+        run(&t(&[U(1), U(5)]), &ops(&[op("+", U(1), &[U(1)]), op("+", U(1), &[s("x")])])),
+        err("Argument type in operation '+' on field 2 does not match field type: expected a number")
+    );
+}
+
+#[test]
+fn op_list_errors() {
+    let tuple = enc(&t(&[U(1)]));
+    let decode = |bytes: &[u8]| {
+        UpdateOps::decode(bytes, 0, &names)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    };
+    assert_eq!(
+        decode(&enc(&U(1))),
+        Err("Invalid MsgPack - packet body".into())
+    );
+    assert_eq!(
+        decode(&[0x91, 0x93, 0xa1, b'=']),
+        Err("Invalid MsgPack - packet body".into())
+    );
+    assert_eq!(decode(&[]), Err("Invalid MsgPack - packet body".into()));
+    let mut trailing = enc(&ops(&[]));
+    trailing.push(0x01);
+    assert_eq!(
+        decode(&trailing),
+        Err("Illegal parameters, can't unpack update operations".into())
+    );
+    // [2.6: 4001 ops refused, 4000 accepted]
+    let many = |n| ops(&vec![op("=", U(0), &[U(1)]); n]);
+    assert_eq!(
+        decode(&enc(&many(4001))),
+        Err("Illegal parameters, too many operations for update".into())
+    );
+    let bytes = enc(&many(4000));
+    let decoded = UpdateOps::decode(&bytes, 0, &names).expect("4000 ops decode");
+    let mut out = Vec::new();
+    decoded.apply(&tuple, &mut out).expect("4000 sets apply");
+    assert_eq!(out, enc(&t(&[U(1)])));
+    // An empty list is a no-op.
+    assert_eq!(run(&t(&[U(1), s("x")]), &ops(&[])), ok(&[U(1), s("x")]));
+}
+
+// ---------------------------------------------------------------- tuple input
+
+#[test]
+fn bad_tuples_are_reported_not_panicked_on() {
+    let bytes = enc(&ops(&[op("=", U(1), &[U(1)])]));
+    let decoded = UpdateOps::decode(&bytes, 0, &names).expect("valid ops");
+    let mut out = Vec::new();
+    assert_eq!(
+        decoded.apply(&enc(&U(1)), &mut out),
+        Err(StorageError::TupleNotArray)
+    );
+    assert_eq!(
+        decoded.apply(&[0x92, 0x01], &mut out),
+        Err(StorageError::InvalidMsgpack("tuple"))
+    );
+    assert_eq!(
+        decoded.apply(&[], &mut out),
+        Err(StorageError::InvalidMsgpack("tuple"))
+    );
+    assert!(out.is_empty(), "a failed apply leaves out untouched");
+}
+
+#[test]
+fn apply_appends_to_out_and_keeps_untouched_tail_verbatim() {
+    let fields: Vec<V> = (0..40).map(U).collect();
+    let tuple = t(&fields);
+    let bytes = enc(&ops(&[op("+", U(1), &[U(100)])]));
+    let decoded = UpdateOps::decode(&bytes, 0, &names).expect("valid ops");
+    let mut out = vec![0xaa];
+    decoded.apply(&enc(&tuple), &mut out).expect("applies");
+    let mut expected_fields = fields.clone();
+    expected_fields[1] = U(101);
+    let mut expected = vec![0xaa];
+    expected.extend(enc(&t(&expected_fields)));
+    assert_eq!(out, expected);
+}
+
+#[test]
+fn a_few_ops_stay_inline() {
+    let bytes = enc(&ops(&[
+        op("+", U(1), &[U(1)]),
+        op("=", U(2), &[U(1)]),
+        op("!", U(0), &[U(1)]),
+        op("#", U(0), &[U(1)]),
+    ]));
+    let decoded = UpdateOps::decode(&bytes, 0, &names).expect("valid ops");
+    assert!(!decoded.ops.spilled());
+    assert_eq!(decoded.len(), 4);
+}
+
+// ---------------------------------------------------------------- UPSERT mode
+
+#[test]
+fn skipping_mode_skips_failed_ops_and_applies_the_rest() {
+    let bytes = enc(&ops(&[
+        op("+", U(1), &[U(1)]),
+        op("+", U(2), &[U(1)]),
+        op("=", U(9), &[U(1)]),
+        op("+", U(1), &[U(1)]),
+        op("=", U(0), &[U(7)]),
+    ]));
+    let decoded = UpdateOps::decode(&bytes, 0, &names).expect("valid ops");
+    let mut skipped = Vec::new();
+    let mut out = Vec::new();
+    decoded
+        .apply_skipping_failures(&enc(&t(&[U(1), U(5), s("a")])), &mut out, &mut |e| {
+            skipped.push(e.to_string())
+        })
+        .expect("applies");
+    assert_eq!(out, enc(&t(&[U(7), U(6), s("a")])));
+    assert_eq!(
+        skipped,
+        [
+            "Argument type in operation '+' on field 3 does not match field type: expected a number",
+            "Field 10 was not found in the tuple",
+            "Field 2 UPDATE error: double update of the same field",
+        ]
+    );
+}
+
+#[test]
+fn skipping_mode_still_reports_broken_tuples() {
+    let bytes = enc(&ops(&[op("=", U(1), &[U(1)])]));
+    let decoded = UpdateOps::decode(&bytes, 0, &names).expect("valid ops");
+    let mut out = Vec::new();
+    let result = decoded.apply_skipping_failures(&[0x92, 0x01], &mut out, &mut |_| {});
+    assert_eq!(result, Err(StorageError::InvalidMsgpack("tuple")));
+}
+
+// ---------------------------------------------------------------- touched fields
+
+#[test]
+fn lowest_field_touched() {
+    let lowest = |list: &[V], count| {
+        let bytes = enc(&ops(list));
+        let decoded = UpdateOps::decode(&bytes, 0, &names).expect("valid ops");
+        decoded.lowest_field_touched(count)
+    };
+    assert_eq!(lowest(&[], 3), None);
+    assert_eq!(
+        lowest(&[op("+", U(2), &[U(1)]), op("=", U(1), &[U(1)])], 3),
+        Some(1)
+    );
+    assert_eq!(lowest(&[op("=", I(-1), &[U(1)])], 3), Some(2));
+    assert_eq!(lowest(&[op("!", I(-1), &[U(1)])], 3), Some(3));
+    // After deleting up to 2 fields, -1 may be field 0.
+    assert_eq!(
+        lowest(&[op("#", U(5), &[U(2)]), op("=", I(-1), &[U(1)])], 3),
+        Some(0)
+    );
+    assert_eq!(lowest(&[op("=", I(-10), &[U(1)])], 3), Some(0));
+    assert_eq!(lowest(&[op("=", s("w"), &[U(1)])], 3), Some(2));
+}
+
+// ---------------------------------------------------------------- properties
+
+mod props {
+    use super::{enc, names, op, ops, s, t, UpdateOps, V};
+    use proptest::prelude::*;
+
+    fn leaf() -> impl Strategy<Value = V> {
+        prop_oneof![
+            Just(V::Nil),
+            any::<bool>().prop_map(V::Bool),
+            any::<u64>().prop_map(V::U),
+            (0u64..20).prop_map(V::U),
+            (i64::MIN..0).prop_map(V::I),
+            any::<i64>().prop_map(V::IFmt),
+            any::<f32>().prop_map(V::F32),
+            any::<f64>().prop_map(V::F64),
+            "[a-z]{0,6}".prop_map(V::S),
+            Just(V::Dec),
+        ]
+    }
+
+    fn value() -> impl Strategy<Value = V> {
+        prop_oneof![
+            4 => leaf(),
+            1 => prop::collection::vec(leaf(), 0..3).prop_map(V::A),
+        ]
+    }
+
+    fn field_id() -> impl Strategy<Value = V> {
+        prop_oneof![
+            6 => (-8i64..8).prop_map(|n| if n < 0 { V::I(n) } else { V::U(n as u64) }),
+            1 => prop::sample::select(vec!["v", "w", "[2]", "[0]", "zz", "[2].a", "", "[9]"])
+                .prop_map(s),
+            1 => leaf(),
+        ]
+    }
+
+    fn any_op() -> impl Strategy<Value = V> {
+        let name = prop::sample::select(vec!["=", "+", "-", "&", "|", "^", ":", "!", "#", "x"]);
+        (
+            name,
+            field_id(),
+            prop::collection::vec(value(), 0..4),
+            any::<bool>(),
+        )
+            .prop_map(|(name, field, mut args, well_formed)| {
+                // Mostly give each op the argument count it needs, so execution is reached.
+                if well_formed {
+                    let wanted = if name == ":" { 3 } else { 1 };
+                    args.resize(wanted, V::U(1));
+                    if name == ":" {
+                        args[2] = s("xyz");
+                    }
+                }
+                op(name, field, &args)
+            })
+    }
+
+    #[derive(Debug, Clone)]
+    enum ModelOp {
+        Set(i64, V),
+        Insert(i64, V),
+        Delete(i64, u64),
+    }
+
+    fn model_op() -> impl Strategy<Value = ModelOp> {
+        prop_oneof![
+            ((-7i64..7), leaf()).prop_map(|(f, v)| ModelOp::Set(f, v)),
+            ((-7i64..7), leaf()).prop_map(|(f, v)| ModelOp::Insert(f, v)),
+            ((-7i64..7), 1u64..4).prop_map(|(f, c)| ModelOp::Delete(f, c)),
+        ]
+    }
+
+    fn resolve(field: i64, limit: i64) -> Result<usize, String> {
+        let position = if field >= 0 { field } else { limit + field };
+        if (0..limit).contains(&position) {
+            Ok(position as usize)
+        } else if field >= 0 {
+            Err(format!("Field {} was not found in the tuple", field + 1))
+        } else {
+            Err(format!("Field {field} was not found in the tuple"))
+        }
+    }
+
+    /// A plain `Vec` implementation of `=`, `!`, `#` straight from spec §12.2.
+    fn model(tuple: &mut Vec<V>, list: &[ModelOp]) -> Result<(), String> {
+        for op in list {
+            let len = tuple.len() as i64;
+            match op {
+                ModelOp::Set(field, value) if *field == len => tuple.push(value.clone()),
+                ModelOp::Set(field, value) => tuple[resolve(*field, len)?] = value.clone(),
+                ModelOp::Insert(field, value) => {
+                    tuple.insert(resolve(*field, len + 1)?, value.clone())
+                }
+                ModelOp::Delete(field, count) => {
+                    let position = resolve(*field, len)?;
+                    let end = position + (*count as usize).min(tuple.len() - position);
+                    tuple.drain(position..end);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn wire(list: &[ModelOp], base: u32) -> V {
+        let field = |f: i64| {
+            if f >= 0 {
+                V::U(f as u64 + u64::from(base))
+            } else {
+                V::I(f)
+            }
+        };
+        ops(&list
+            .iter()
+            .map(|m| match m {
+                ModelOp::Set(f, v) => op("=", field(*f), std::slice::from_ref(v)),
+                ModelOp::Insert(f, v) => op("!", field(*f), std::slice::from_ref(v)),
+                ModelOp::Delete(f, c) => op("#", field(*f), &[V::U(*c)]),
+            })
+            .collect::<Vec<_>>())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn random_ops_on_random_tuples_never_panic(
+            tuple in prop::collection::vec(value(), 0..6),
+            list in prop::collection::vec(any_op(), 0..8),
+            base in 0u32..2,
+        ) {
+            let bytes = enc(&ops(&list));
+            let decoded = UpdateOps::decode(&bytes, base, &names);
+            if let Ok(decoded) = &decoded {
+                let tuple = enc(&t(&tuple));
+                let mut out = Vec::new();
+                let strict = decoded.apply(&tuple, &mut out);
+                let mut lenient = Vec::new();
+                let mut skipped = 0;
+                decoded
+                    .apply_skipping_failures(&tuple, &mut lenient, &mut |_| skipped += 1)
+                    .expect("a valid tuple never fails in skipping mode");
+                // Without failures both modes agree; with one, strict mode reports it.
+                prop_assert_eq!(strict.is_ok(), skipped == 0);
+                if strict.is_ok() {
+                    prop_assert_eq!(out, lenient);
+                }
+                let _ = decoded.lowest_field_touched(tuple.len() as u32);
+            }
+        }
+
+        #[test]
+        fn random_bytes_never_panic(
+            ops_bytes in prop::collection::vec(any::<u8>(), 0..40),
+            tuple_bytes in prop::collection::vec(any::<u8>(), 0..40),
+        ) {
+            let _ = UpdateOps::decode(&ops_bytes, 0, &names);
+            let valid = enc(&ops(&[op("#", V::I(-1), &[V::U(1)]), op("+", V::U(0), &[V::U(1)]),
+                op("!", V::I(-1), &[V::U(1)])]));
+            let decoded = UpdateOps::decode(&valid, 0, &names).expect("valid ops");
+            let mut out = Vec::new();
+            let _ = decoded.apply(&tuple_bytes, &mut out);
+            let _ = decoded.apply_skipping_failures(&tuple_bytes, &mut out, &mut |_| {});
+        }
+
+        #[test]
+        fn set_insert_delete_agree_with_a_vec_model(
+            tuple in prop::collection::vec(leaf(), 0..6),
+            list in prop::collection::vec(model_op(), 0..8),
+            base in 0u32..2,
+        ) {
+            let mut expected = tuple.clone();
+            let expected = model(&mut expected, &list).map(|()| enc(&t(&expected)));
+            let bytes = enc(&wire(&list, base));
+            let decoded = UpdateOps::decode(&bytes, base, &names).expect("model ops are valid");
+            let mut out = Vec::new();
+            let actual = decoded.apply(&enc(&t(&tuple)), &mut out).map(|()| out).map_err(|e| e.to_string());
+            prop_assert_eq!(actual, expected);
+        }
+    }
+}
