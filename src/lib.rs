@@ -10,4 +10,6 @@
 
 pub mod config;
 pub mod protocol;
+pub mod server;
+pub mod shard;
 pub mod storage;

@@ -176,6 +176,40 @@ impl KeyDef {
     }
 }
 
+impl KeyDef {
+    /// Encodes this key as taken from a tuple's msgpack bytes, parsing only up to the last
+    /// key field. For placement, before a tuple is built; errors mean "not a valid tuple",
+    /// which the owner of the request will report precisely.
+    pub fn encode_from_tuple_data(&self, data: &[u8], out: &mut KeyBuf) -> Result<()> {
+        let Some(last_field) = self.parts.iter().map(|part| part.field_no).max() else {
+            return Ok(());
+        };
+        let mut cursor = data;
+        let count = match msgpack::read_value(&mut cursor)? {
+            Value::Array(count) => count,
+            _ => return Err(StorageError::TupleNotArray),
+        };
+        let mut fields: SmallVec<[&[u8]; 8]> = SmallVec::new();
+        for _ in 0..count.min(last_field + 1) {
+            fields.push(msgpack::take_value(&mut cursor)?);
+        }
+        for part in &self.parts {
+            let value = match fields.get(part.field_no as usize) {
+                Some(field) => msgpack::read_value(&mut &field[..])?,
+                None => Value::Nil,
+            };
+            if !part.accepts(&value) {
+                return Err(StorageError::KeyPartType {
+                    part: part.field_no,
+                    expected: part.field_type.name(),
+                });
+            }
+            part.encode(&value, out);
+        }
+        Ok(())
+    }
+}
+
 fn encode_integer(value: &Value<'_>, out: &mut KeyBuf) {
     match *value {
         Value::Int(i) if i < 0 => {

@@ -1,0 +1,306 @@
+//! The schema every shard holds: user spaces from the config, and the system spaces that
+//! connectors read to resolve names (`_space`, `_vspace`, `_index`, `_vindex`), filled from
+//! the same config with Tarantool's tuple formats.
+//!
+//! Knows the config's types and storage's definitions; nothing of sockets or files.
+
+use crate::config::{self, Config, Placement};
+use crate::storage::msgpack::{write_array_len, write_str, write_uint};
+use crate::storage::{
+    Collation, Engine, FieldDef, FieldType, IndexDef, IndexKind, KeyDef, KeyPart, SpaceDef,
+    SpaceFormat,
+};
+
+pub const SPACE_ID_SPACE: u32 = 280;
+pub const SPACE_ID_VSPACE: u32 = 281;
+pub const SPACE_ID_INDEX: u32 = 288;
+pub const SPACE_ID_VINDEX: u32 = 289;
+
+/// Every response carries it; tarn's schema only changes with a restart.
+pub const SCHEMA_VERSION: u64 = 1;
+
+/// Which shards hold a space's tuples.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpacePlacement {
+    /// Spread by primary key over all shards.
+    ByPrimaryKey,
+    /// Whole on shard 0 (spaces with unique secondary indexes).
+    Shard0,
+    /// A read-only copy on every shard (the system spaces).
+    Everywhere,
+}
+
+pub fn is_system_space(space_id: u32) -> bool {
+    space_id < 512
+}
+
+pub fn is_view(space_id: u32) -> bool {
+    matches!(space_id, SPACE_ID_VSPACE | SPACE_ID_VINDEX)
+}
+
+pub fn placement_of(config: &Config, space_id: u32) -> SpacePlacement {
+    if is_system_space(space_id) {
+        return SpacePlacement::Everywhere;
+    }
+    match config.spaces.iter().find(|space| space.id == space_id) {
+        Some(space) if space.placement == Placement::Single => SpacePlacement::Shard0,
+        _ => SpacePlacement::ByPrimaryKey,
+    }
+}
+
+fn field_type(ty: config::FieldType) -> FieldType {
+    FieldType::from_name(ty.name()).unwrap_or(FieldType::Any)
+}
+
+fn collation(collation: Option<config::Collation>) -> Collation {
+    match collation {
+        None => Collation::None,
+        Some(config::Collation::Binary) => Collation::Binary,
+        Some(config::Collation::Unicode) => Collation::Unicode,
+        Some(config::Collation::UnicodeCi) => Collation::UnicodeCi,
+    }
+}
+
+pub fn space_def(space: &config::Space) -> SpaceDef {
+    SpaceDef {
+        id: space.id,
+        name: space.name.as_str().into(),
+        format: SpaceFormat::new(
+            space
+                .format
+                .iter()
+                .map(|field| FieldDef {
+                    name: field.name.as_str().into(),
+                    field_type: field_type(field.field_type),
+                    is_nullable: field.is_nullable,
+                })
+                .collect(),
+        ),
+        indexes: space
+            .indexes
+            .iter()
+            .enumerate()
+            .map(|(id, index)| IndexDef {
+                id: id as u32,
+                name: index.name.as_str().into(),
+                kind: match index.index_type {
+                    config::IndexType::Tree => IndexKind::Tree,
+                    config::IndexType::Hash => IndexKind::Hash,
+                },
+                unique: index.unique,
+                key_def: KeyDef::new(index.parts.iter().map(|part| KeyPart {
+                    field_no: part.field_number,
+                    field_type: field_type(part.field_type),
+                    is_nullable: part.is_nullable,
+                    collation: collation(part.collation),
+                })),
+            })
+            .collect(),
+    }
+}
+
+fn tree(id: u32, name: &str, unique: bool, parts: &[(u32, FieldType)]) -> IndexDef {
+    IndexDef {
+        id,
+        name: name.into(),
+        kind: IndexKind::Tree,
+        unique,
+        key_def: KeyDef::new(
+            parts
+                .iter()
+                .map(|&(field_no, ty)| KeyPart::new(field_no, ty)),
+        ),
+    }
+}
+
+fn named(names: &[(&str, FieldType)]) -> SpaceFormat {
+    SpaceFormat::new(
+        names
+            .iter()
+            .map(|&(name, ty)| FieldDef::new(name, ty))
+            .collect(),
+    )
+}
+
+fn space_space_def(id: u32, name: &str) -> SpaceDef {
+    use FieldType::*;
+    SpaceDef {
+        id,
+        name: name.into(),
+        format: named(&[
+            ("id", Unsigned),
+            ("owner", Unsigned),
+            ("name", String),
+            ("engine", String),
+            ("field_count", Unsigned),
+            ("flags", Map),
+            ("format", Array),
+        ]),
+        indexes: vec![
+            tree(0, "primary", true, &[(0, Unsigned)]),
+            tree(1, "owner", false, &[(1, Unsigned)]),
+            tree(2, "name", true, &[(2, String)]),
+        ],
+    }
+}
+
+fn index_space_def(id: u32, name: &str) -> SpaceDef {
+    use FieldType::*;
+    SpaceDef {
+        id,
+        name: name.into(),
+        format: named(&[
+            ("id", Unsigned),
+            ("iid", Unsigned),
+            ("name", String),
+            ("type", String),
+            ("opts", Map),
+            ("parts", Array),
+        ]),
+        indexes: vec![
+            tree(0, "primary", true, &[(0, Unsigned), (1, Unsigned)]),
+            tree(2, "name", true, &[(0, Unsigned), (2, String)]),
+        ],
+    }
+}
+
+/// `[id, owner, name, engine, field_count, flags, format]` as Tarantool stores it.
+fn space_tuple(def: &SpaceDef, engine: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_array_len(&mut out, 7);
+    write_uint(&mut out, def.id as u64);
+    write_uint(&mut out, 1);
+    write_str(&mut out, def.name.as_bytes());
+    write_str(&mut out, engine.as_bytes());
+    write_uint(&mut out, 0);
+    out.push(0x80);
+    write_array_len(&mut out, def.format.fields.len() as u32);
+    for field in &def.format.fields {
+        out.push(if field.is_nullable { 0x83 } else { 0x82 });
+        write_str(&mut out, b"name");
+        write_str(&mut out, field.name.as_bytes());
+        write_str(&mut out, b"type");
+        write_str(&mut out, field.field_type.name().as_bytes());
+        if field.is_nullable {
+            write_str(&mut out, b"is_nullable");
+            out.push(0xc3);
+        }
+    }
+    out
+}
+
+/// `[space_id, iid, name, type, {unique}, parts]`; parts in the short form unless a part
+/// needs options, as Tarantool stores them.
+fn index_tuple(space_id: u32, index: &IndexDef) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_array_len(&mut out, 6);
+    write_uint(&mut out, space_id as u64);
+    write_uint(&mut out, index.id as u64);
+    write_str(&mut out, index.name.as_bytes());
+    write_str(&mut out, index.kind.name().to_ascii_lowercase().as_bytes());
+    out.push(0x81);
+    write_str(&mut out, b"unique");
+    out.push(if index.unique { 0xc3 } else { 0xc2 });
+    write_array_len(&mut out, index.key_def.parts.len() as u32);
+    for part in &index.key_def.parts {
+        let collation_id = match part.collation {
+            Collation::None => None,
+            Collation::Binary => Some(3),
+            Collation::Unicode => Some(1),
+            Collation::UnicodeCi => Some(2),
+        };
+        if !part.is_nullable && collation_id.is_none() {
+            write_array_len(&mut out, 2);
+            write_uint(&mut out, part.field_no as u64);
+            write_str(&mut out, part.field_type.name().as_bytes());
+            continue;
+        }
+        let entries = 2 + part.is_nullable as u8 + collation_id.is_some() as u8;
+        out.push(0x80 | entries);
+        write_str(&mut out, b"field");
+        write_uint(&mut out, part.field_no as u64);
+        write_str(&mut out, b"type");
+        write_str(&mut out, part.field_type.name().as_bytes());
+        if part.is_nullable {
+            write_str(&mut out, b"is_nullable");
+            out.push(0xc3);
+        }
+        if let Some(id) = collation_id {
+            write_str(&mut out, b"collation");
+            write_uint(&mut out, id);
+        }
+    }
+    out
+}
+
+/// Builds one shard's engine: the user spaces (empty) and the filled system spaces.
+pub fn build_engine(config: &Config, memory_limit_bytes: u64) -> crate::storage::Result<Engine> {
+    let mut engine = Engine::new(memory_limit_bytes);
+    let user_defs: Vec<SpaceDef> = config.spaces.iter().map(space_def).collect();
+    let system_defs = [
+        space_space_def(SPACE_ID_SPACE, "_space"),
+        space_space_def(SPACE_ID_VSPACE, "_vspace"),
+        index_space_def(SPACE_ID_INDEX, "_index"),
+        index_space_def(SPACE_ID_VINDEX, "_vindex"),
+    ];
+    let all_defs = || system_defs.iter().chain(user_defs.iter());
+    let space_rows: Vec<Vec<u8>> = all_defs()
+        .map(|def| {
+            space_tuple(
+                def,
+                if is_system_space(def.id) {
+                    "sysview"
+                } else {
+                    "memtx"
+                },
+            )
+        })
+        .collect();
+    let index_rows: Vec<Vec<u8>> = all_defs()
+        .flat_map(|def| def.indexes.iter().map(|index| index_tuple(def.id, index)))
+        .collect();
+    for def in system_defs.iter().cloned() {
+        let id = def.id;
+        engine.create_space(def)?;
+        let rows = if matches!(id, SPACE_ID_SPACE | SPACE_ID_VSPACE) {
+            &space_rows
+        } else {
+            &index_rows
+        };
+        engine
+            .space_mut(id)?
+            .bulk_load(rows.iter().map(Vec::as_slice))?;
+    }
+    for def in user_defs {
+        engine.create_space(def)?;
+    }
+    Ok(engine)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::text::msgpack_to_text;
+
+    #[test]
+    fn system_spaces_describe_the_shipped_config() {
+        let config = Config::from_toml_str(crate::config::SHIPPED_CONFIG_TOML).unwrap();
+        let engine = build_engine(&config, 1 << 30).unwrap();
+        let vspace = engine.space(SPACE_ID_VSPACE).unwrap();
+        let kv = vspace.get(0, &[0x91, 0xcd, 0x02, 0x00]).unwrap().unwrap();
+        assert_eq!(
+            msgpack_to_text(kv.data()),
+            "[512, 1, \"kv\", \"memtx\", 0, {}, [{\"name\": \"id\", \"type\": \"unsigned\"}, {\"name\": \"bucket_id\", \"type\": \"unsigned\"}, {\"name\": \"value\", \"type\": \"string\"}]]"
+        );
+        let vindex = engine.space(SPACE_ID_VINDEX).unwrap();
+        let composite = vindex
+            .get(0, &[0x92, 0xcd, 0x02, 0x01, 0x01])
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            msgpack_to_text(composite.data()),
+            "[513, 1, \"composite\", \"tree\", {\"unique\": false}, [[2, \"unsigned\"], [3, \"unsigned\"], [4, \"unsigned\"], [5, \"unsigned\"], [6, \"string\"]]]"
+        );
+        assert_eq!(engine.space(513).unwrap().indexes().len(), 3);
+    }
+}
