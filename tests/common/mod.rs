@@ -1,0 +1,116 @@
+//! Starts the real `tarn` binary on an ephemeral loopback port for integration tests.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The shipped example spaces plus the `bench` user the Python tests authenticate as.
+pub const TEST_CONFIG_EXTRA: &str = r#"
+[[user]]
+name = "bench"
+password = "secret"
+grants = ["read", "write", "execute"]
+"#;
+
+pub struct Server {
+    child: Child,
+    pub addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    /// Starts tarn with the shipped config (plus `extra` TOML) and `shards` shards.
+    pub fn start(shards: u32, extra: &str) -> Server {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let shipped = include_str!("../../conf/tarn.toml");
+        let config_path = dir.path().join("tarn.toml");
+        std::fs::write(&config_path, format!("{shipped}\n{extra}")).expect("write config");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tarn"))
+            .arg("--config")
+            .arg(&config_path)
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--shards")
+            .arg(shards.to_string())
+            .arg("--data-dir")
+            .arg(dir.path().join("data"))
+            .env("NO_COLOR", "1")
+            .env("RUST_LOG", "info")
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start tarn");
+        let stderr = child.stderr.take().expect("stderr");
+        let (sender, receiver) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("[tarn] {line}");
+                if !sent {
+                    if let Some(at) = line.find("listening on ") {
+                        let addr: String = line[at + 13..]
+                            .chars()
+                            .take_while(|c| !c.is_whitespace())
+                            .collect();
+                        let _ = sender.send(addr);
+                        sent = true;
+                    }
+                }
+            }
+        });
+        let addr = receiver
+            .recv_timeout(Duration::from_secs(30))
+            .expect("tarn did not report its address")
+            .parse()
+            .expect("address");
+        Server {
+            child,
+            addr,
+            _dir: dir,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGTERM and waits for a clean exit; returns the exit status code.
+    pub fn stop(mut self) -> Option<i32> {
+        unsafe_kill(self.child.id(), "TERM");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+fn unsafe_kill(pid: u32, signal: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status();
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The Python with the `tarantool` connector: `$TARN_PYTHON`, else the repo's `.venv`.
+pub fn python() -> Option<PathBuf> {
+    if let Ok(path) = std::env::var("TARN_PYTHON") {
+        return Some(PathBuf::from(path));
+    }
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
+    venv.exists().then_some(venv)
+}
