@@ -1,0 +1,343 @@
+//! Execution of decoded ops on one tuple.
+//!
+//! The tuple is a list of field slots followed by a not-yet-split tail; an op splits the
+//! tail only as far as it reaches. A slot remembers whether an earlier op of this update
+//! changed it: Tarantool allows only `=` on such a field (any other op ⇒ 29 "double update
+//! of the same field", observed on 2.6), so a changed value is never read again and can be
+//! kept unencoded until the output is written.
+
+use super::{BitKind, Number, OpKind, ScalarOp, Target, UpdateOp};
+use crate::storage::error::StorageError;
+use crate::storage::msgpack::{
+    read_value, take_value, write_array_len, write_f32, write_f64, write_int, write_uint, Value,
+};
+use smallvec::SmallVec;
+
+fn corrupt_tuple<T>(_: T) -> StorageError {
+    StorageError::InvalidMsgpack("tuple")
+}
+
+/// A field's new content; everything borrows from the old tuple or the request.
+#[derive(Debug, Clone, Copy)]
+enum Content<'x> {
+    /// Whole msgpack value: an original field, or the argument of `=` / `!`.
+    Raw(&'x [u8]),
+    Uint(u64),
+    Int(i64),
+    F32(f32),
+    F64(f64),
+    /// A spliced string: `head ++ paste ++ tail`.
+    Splice {
+        head: &'x [u8],
+        paste: &'x [u8],
+        tail: &'x [u8],
+    },
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Slot<'x> {
+    content: Content<'x>,
+    /// Changed in place by an earlier op of this update (not set for inserted fields).
+    updated: bool,
+}
+
+impl<'x> Slot<'x> {
+    fn fresh(bytes: &'x [u8]) -> Self {
+        Slot {
+            content: Content::Raw(bytes),
+            updated: false,
+        }
+    }
+}
+
+struct Fields<'x> {
+    slots: SmallVec<[Slot<'x>; 8]>,
+    /// Bytes of the fields not split yet; copied verbatim to the output.
+    tail: &'x [u8],
+    tail_count: u32,
+}
+
+impl<'x> Fields<'x> {
+    fn new(tuple: &'x [u8]) -> Result<Self, StorageError> {
+        let mut tail = tuple;
+        let Value::Array(tail_count) = read_value(&mut tail).map_err(corrupt_tuple)? else {
+            return Err(StorageError::TupleNotArray);
+        };
+        Ok(Fields {
+            slots: SmallVec::new(),
+            tail,
+            tail_count,
+        })
+    }
+
+    fn count(&self) -> usize {
+        self.slots.len() + self.tail_count as usize
+    }
+
+    /// Splits fields off the tail until at least `count` slots exist (or the tail is empty).
+    fn split_until(&mut self, count: usize) -> Result<(), StorageError> {
+        while self.slots.len() < count && self.tail_count > 0 {
+            let bytes = take_value(&mut self.tail).map_err(corrupt_tuple)?;
+            self.slots.push(Slot::fresh(bytes));
+            self.tail_count -= 1;
+        }
+        Ok(())
+    }
+
+    /// Tarantool's `xrow_update_op_adjust_field_no`: a 0-based position below `limit`,
+    /// or 37 (by number) / 201 (by path) naming the field as the client did.
+    fn resolve(&self, target: &Target<'_>, limit: usize) -> Result<usize, StorageError> {
+        let field_no = i64::from(target.field_no);
+        let limit = limit as i64;
+        let position = if field_no >= 0 {
+            field_no
+        } else {
+            limit + field_no
+        };
+        if (0..limit).contains(&position) {
+            return Ok(position as usize);
+        }
+        Err(match target.path {
+            Some(path) => StorageError::NoSuchFieldName(super::quoted(path)),
+            None if field_no >= 0 => StorageError::NoSuchFieldNo(field_no + 1),
+            None => StorageError::NoSuchFieldNo(field_no),
+        })
+    }
+
+    fn write(&self, out: &mut Vec<u8>) -> Result<(), StorageError> {
+        let count = u32::try_from(self.count())
+            .map_err(|_| StorageError::IllegalParams("too many fields in tuple".into()))?;
+        write_array_len(out, count);
+        for slot in &self.slots {
+            write_content(out, &slot.content);
+        }
+        out.extend_from_slice(self.tail);
+        Ok(())
+    }
+}
+
+fn write_content(out: &mut Vec<u8>, content: &Content<'_>) {
+    match *content {
+        Content::Raw(bytes) => out.extend_from_slice(bytes),
+        Content::Uint(value) => write_uint(out, value),
+        Content::Int(value) => write_int(out, value),
+        Content::F32(value) => write_f32(out, value),
+        Content::F64(value) => write_f64(out, value),
+        Content::Splice { head, paste, tail } => {
+            write_str_header(out, head.len() + paste.len() + tail.len());
+            out.extend_from_slice(head);
+            out.extend_from_slice(paste);
+            out.extend_from_slice(tail);
+        }
+    }
+}
+
+/// Shortest string header for `len` bytes; the pieces of a splice follow it.
+fn write_str_header(out: &mut Vec<u8>, len: usize) {
+    if len < 32 {
+        out.push(0xa0 | len as u8);
+    } else if len <= u8::MAX as usize {
+        out.extend_from_slice(&[0xd9, len as u8]);
+    } else if len <= u16::MAX as usize {
+        out.push(0xda);
+        out.extend_from_slice(&(len as u16).to_be_bytes());
+    } else {
+        out.push(0xdb);
+        out.extend_from_slice(&(len as u32).to_be_bytes());
+    }
+}
+
+pub(super) fn apply(
+    ops: &[UpdateOp<'_>],
+    tuple: &[u8],
+    out: &mut Vec<u8>,
+    mut on_skip: Option<&mut dyn FnMut(&StorageError)>,
+) -> Result<(), StorageError> {
+    let mut fields = Fields::new(tuple)?;
+    for op in ops {
+        if let Err(error) = apply_op(op, &mut fields) {
+            match on_skip.as_mut() {
+                // A broken stored tuple is not an op failure: UPSERT must not hide it.
+                Some(on_skip) if !matches!(error, StorageError::InvalidMsgpack(_)) => {
+                    on_skip(&error)
+                }
+                _ => return Err(error),
+            }
+        }
+    }
+    fields.write(out)
+}
+
+/// Applies one op. On error `fields` is unchanged in meaning (it may be split further).
+fn apply_op<'x>(op: &UpdateOp<'x>, fields: &mut Fields<'x>) -> Result<(), StorageError> {
+    let target = &op.target;
+    match op.kind {
+        OpKind::Set(value) => {
+            // `=` one past the last field appends; checked before resolving, so a negative
+            // number never appends.
+            if target.field_no >= 0 && target.field_no as usize == fields.count() {
+                fields.split_until(usize::MAX)?;
+                fields.slots.push(Slot::fresh(value));
+                return Ok(());
+            }
+            let position = fields.resolve(target, fields.count())?;
+            fields.split_until(position + 1)?;
+            fields.slots[position] = Slot {
+                content: Content::Raw(value),
+                updated: true,
+            };
+        }
+        OpKind::Insert(value) => {
+            // One more valid position than fields: the end; -1 means after the last field.
+            let position = fields.resolve(target, fields.count() + 1)?;
+            fields.split_until(position)?;
+            fields.slots.insert(position, Slot::fresh(value));
+        }
+        OpKind::Delete(count) => {
+            let position = fields.resolve(target, fields.count())?;
+            let count = count.min((fields.count() - position) as u64) as usize;
+            fields.split_until(position + count)?;
+            fields.slots.drain(position..position + count);
+        }
+        OpKind::Scalar(scalar) => {
+            let position = fields.resolve(target, fields.count())?;
+            fields.split_until(position + 1)?;
+            let slot = &mut fields.slots[position];
+            let old = match slot.content {
+                Content::Raw(bytes) if !slot.updated => bytes,
+                _ => {
+                    return Err(StorageError::UpdateField {
+                        field: target.label_at(position),
+                        reason: "double update of the same field".into(),
+                    })
+                }
+            };
+            slot.content = compute(op.opcode, target, scalar, old, position)?;
+            slot.updated = true;
+        }
+    }
+    Ok(())
+}
+
+/// The new value of a scalar op on the field whose bytes are `old`.
+fn compute<'x>(
+    opcode: u8,
+    target: &Target<'_>,
+    scalar: ScalarOp<'x>,
+    old: &'x [u8],
+    position: usize,
+) -> Result<Content<'x>, StorageError> {
+    let mut old_reader = old;
+    let value = read_value(&mut old_reader).map_err(corrupt_tuple)?;
+    let arg_type = |expected| StorageError::UpdateArgType {
+        op: char::from(opcode),
+        field: target.label_at(position),
+        expected,
+    };
+    match scalar {
+        ScalarOp::Arith { subtract, arg } => {
+            let field = match value {
+                Value::Uint(n) => Number::Uint(n),
+                Value::Int(n) => Number::Int(n),
+                Value::F32(x) => Number::F32(x),
+                Value::F64(x) => Number::F64(x),
+                Value::Ext(1, _) => return Err(super::decode::decimal_unsupported()),
+                _ => return Err(arg_type("a number")),
+            };
+            arith(field, arg, subtract).ok_or_else(|| StorageError::UpdateIntegerOverflow {
+                op: char::from(opcode),
+                field: target.label_at(position),
+            })
+        }
+        ScalarOp::Bit { kind, arg } => {
+            let Value::Uint(field) = value else {
+                return Err(arg_type("a positive integer"));
+            };
+            Ok(Content::Uint(match kind {
+                BitKind::And => field & arg,
+                BitKind::Or => field | arg,
+                BitKind::Xor => field ^ arg,
+            }))
+        }
+        ScalarOp::Splice {
+            offset,
+            cut_length,
+            paste,
+        } => {
+            let Value::Str(string) = value else {
+                return Err(arg_type("a string"));
+            };
+            let (head_end, tail_start) = splice_bounds(string.len(), offset, cut_length)
+                .ok_or_else(|| StorageError::UpdateSplice {
+                    field: target.label_at(position),
+                    reason: "offset is out of bound",
+                })?;
+            Ok(Content::Splice {
+                head: &string[..head_end],
+                paste,
+                tail: &string[tail_start..],
+            })
+        }
+    }
+}
+
+/// `+`/`-` per spec §12: integers stay integers if the result fits in i64 ∪ u64 (`None`
+/// on overflow); with any float or double the result is a double, stored as float when
+/// float32 holds it exactly. Decimals are filtered out before this point.
+fn arith(field: Number, arg: Number, subtract: bool) -> Option<Content<'static>> {
+    let as_int = |n: Number| match n {
+        Number::Uint(u) => Some(i128::from(u)),
+        Number::Int(i) => Some(i128::from(i)),
+        _ => None,
+    };
+    if let (Some(a), Some(b)) = (as_int(field), as_int(arg)) {
+        // |a|, |b| < 2^64, so the i128 result is exact.
+        let result = if subtract { a - b } else { a + b };
+        return if result < 0 {
+            i64::try_from(result).ok().map(Content::Int)
+        } else {
+            u64::try_from(result).ok().map(Content::Uint)
+        };
+    }
+    let as_f64 = |n: Number| match n {
+        Number::Uint(u) => u as f64,
+        Number::Int(i) => i as f64,
+        Number::F32(x) => f64::from(x),
+        Number::F64(x) => x,
+    };
+    let (a, b) = (as_f64(field), as_f64(arg));
+    let result = if subtract { a - b } else { a + b };
+    let narrow = result as f32;
+    // NaN never compares equal, so it stays a double (as Tarantool 2.6 stores it).
+    Some(if f64::from(narrow) == result {
+        Content::F32(narrow)
+    } else {
+        Content::F64(result)
+    })
+}
+
+/// Splice bounds on a string of `len` bytes, as Tarantool's `xrow_update_op_do_splice`:
+/// returns (end of kept head, start of kept tail), or `None` if a negative offset reaches
+/// before the start.
+fn splice_bounds(len: usize, offset: i32, cut_length: i32) -> Option<(usize, usize)> {
+    let len = len as i64;
+    let offset = i64::from(offset);
+    let offset = if offset < 0 {
+        // -1 is "after the last character".
+        if -offset > len + 1 {
+            return None;
+        }
+        offset + len + 1
+    } else {
+        offset.min(len)
+    };
+    let cut_length = i64::from(cut_length);
+    let room = len - offset;
+    let cut_length = if cut_length < 0 {
+        // Negative: cut up to |cut_length| characters before the end.
+        (room + cut_length).max(0)
+    } else {
+        cut_length.min(room)
+    };
+    Some((offset as usize, (offset + cut_length) as usize))
+}

@@ -1,0 +1,384 @@
+//! Decoding of the operation list: shape, op names, argument types, field addressing.
+//!
+//! Check order follows Tarantool's `xrow_update_op_decode` so that, of several problems in
+//! one op, the same one is reported: array, non-empty, name is a string, name is known,
+//! argument count, field id, then the arguments.
+
+use super::{BitKind, Number, OpKind, ScalarOp, Target, UpdateOp, UpdateOps, OPS_MAX};
+use crate::storage::error::StorageError;
+use crate::storage::msgpack::{read_value, take_value, MsgpackError, Value};
+use smallvec::SmallVec;
+
+/// The ops come from a request body; Tarantool checks the whole body before decoding, so a
+/// broken or non-array op list is a body error (20), not an update error.
+fn packet_body(_: MsgpackError) -> StorageError {
+    StorageError::InvalidMsgpack("packet body")
+}
+
+fn illegal(message: &str) -> StorageError {
+    StorageError::IllegalParams(message.into())
+}
+
+pub(super) fn decode_ops<'a>(
+    ops: &'a [u8],
+    index_base: u32,
+    field_no_by_name: &dyn Fn(&str) -> Option<u32>,
+) -> Result<UpdateOps<'a>, StorageError> {
+    let mut buf = ops;
+    let count = match read_value(&mut buf).map_err(packet_body)? {
+        Value::Array(count) => count,
+        _ => return Err(StorageError::InvalidMsgpack("packet body")),
+    };
+    if count > OPS_MAX {
+        return Err(illegal("too many operations for update"));
+    }
+    let mut list = SmallVec::new();
+    for op_number in 1..=count {
+        list.push(decode_op(
+            &mut buf,
+            op_number,
+            index_base,
+            field_no_by_name,
+        )?);
+    }
+    if !buf.is_empty() {
+        return Err(illegal("can't unpack update operations"));
+    }
+    Ok(UpdateOps { ops: list })
+}
+
+/// Total array length each op must have, name included.
+fn arg_count(opcode: u8) -> Option<u32> {
+    match opcode {
+        b'=' | b'+' | b'-' | b'&' | b'|' | b'^' | b'!' | b'#' => Some(3),
+        b':' => Some(5),
+        _ => None,
+    }
+}
+
+fn decode_op<'a>(
+    buf: &mut &'a [u8],
+    op_number: u32,
+    index_base: u32,
+    field_no_by_name: &dyn Fn(&str) -> Option<u32>,
+) -> Result<UpdateOp<'a>, StorageError> {
+    let array_len = match read_value(buf).map_err(packet_body)? {
+        Value::Array(len) => len,
+        _ => return Err(illegal("update operation must be an array {op,..}")),
+    };
+    if array_len == 0 {
+        return Err(illegal(
+            "update operation must be an array {op,..}, got empty array",
+        ));
+    }
+    let name = match read_value(buf).map_err(packet_body)? {
+        Value::Str(name) => name,
+        _ => return Err(illegal("update operation name must be a string")),
+    };
+    let expected = match name {
+        [opcode] => arg_count(*opcode),
+        _ => None,
+    };
+    let (opcode, expected) = match expected {
+        Some(expected) => (name[0], expected),
+        None => {
+            return Err(StorageError::UnknownUpdateOp {
+                op_number,
+                detail: format!("\"{}\"", String::from_utf8_lossy(name)).into(),
+            })
+        }
+    };
+    if array_len != expected {
+        return Err(StorageError::UnknownUpdateOp {
+            op_number,
+            detail: format!("wrong number of arguments, expected {expected}, got {array_len}")
+                .into(),
+        });
+    }
+    let target = decode_target(buf, opcode, index_base, field_no_by_name)?;
+    let kind = decode_args(buf, opcode, &target, index_base)?;
+    Ok(UpdateOp {
+        opcode,
+        target,
+        kind,
+    })
+}
+
+fn arg_type(opcode: u8, target: &Target<'_>, expected: &'static str) -> StorageError {
+    StorageError::UpdateArgType {
+        op: char::from(opcode),
+        field: target.label(),
+        expected,
+    }
+}
+
+fn decode_target<'a>(
+    buf: &mut &'a [u8],
+    opcode: u8,
+    index_base: u32,
+    field_no_by_name: &dyn Fn(&str) -> Option<u32>,
+) -> Result<Target<'a>, StorageError> {
+    let raw = match read_value(buf).map_err(packet_body)? {
+        Value::Uint(n) => i128::from(n),
+        Value::Int(n) => i128::from(n),
+        Value::Str(path) => {
+            let field_no = resolve_path(path, field_no_by_name)?;
+            return Ok(Target {
+                field_no,
+                path: Some(path),
+            });
+        }
+        _ => return Err(illegal("field id must be a number or a string")),
+    };
+    // Tarantool reads field ids as int32; beyond that it complains about the argument
+    // type. It has no field to name yet, so we print the number as sent.
+    let Ok(field_no) = i32::try_from(raw) else {
+        return Err(StorageError::UpdateArgType {
+            op: char::from(opcode),
+            field: raw.to_string().into(),
+            expected: "an integer",
+        });
+    };
+    if field_no < 0 {
+        return Ok(Target {
+            field_no,
+            path: None,
+        });
+    }
+    let adjusted = i64::from(field_no) - i64::from(index_base);
+    match i32::try_from(adjusted) {
+        Ok(adjusted) if adjusted >= 0 => Ok(Target {
+            field_no: adjusted,
+            path: None,
+        }),
+        // Only reachable with index base 1 and field 0 (or a nonsense base): Tarantool
+        // prints the number as sent.
+        _ => Err(StorageError::NoSuchFieldNo(i64::from(field_no))),
+    }
+}
+
+fn decode_args<'a>(
+    buf: &mut &'a [u8],
+    opcode: u8,
+    target: &Target<'a>,
+    index_base: u32,
+) -> Result<OpKind<'a>, StorageError> {
+    match opcode {
+        b'=' => Ok(OpKind::Set(take_value(buf).map_err(packet_body)?)),
+        b'!' => Ok(OpKind::Insert(take_value(buf).map_err(packet_body)?)),
+        b'#' => match read_value(buf).map_err(packet_body)? {
+            Value::Uint(0) => Err(StorageError::UpdateField {
+                field: target.label(),
+                reason: "cannot delete 0 fields".into(),
+            }),
+            Value::Uint(count) => Ok(OpKind::Delete(count)),
+            _ => Err(arg_type(opcode, target, "a positive integer")),
+        },
+        b'+' | b'-' => {
+            let arg = match read_value(buf).map_err(packet_body)? {
+                Value::Uint(n) => Number::Uint(n),
+                Value::Int(n) => Number::Int(n),
+                Value::F32(x) => Number::F32(x),
+                Value::F64(x) => Number::F64(x),
+                Value::Ext(1, _) => return Err(decimal_unsupported()),
+                _ => return Err(arg_type(opcode, target, "a number")),
+            };
+            Ok(OpKind::Scalar(ScalarOp::Arith {
+                subtract: opcode == b'-',
+                arg,
+            }))
+        }
+        b'&' | b'|' | b'^' => {
+            let Value::Uint(arg) = read_value(buf).map_err(packet_body)? else {
+                return Err(arg_type(opcode, target, "a positive integer"));
+            };
+            let kind = match opcode {
+                b'&' => BitKind::And,
+                b'|' => BitKind::Or,
+                _ => BitKind::Xor,
+            };
+            Ok(OpKind::Scalar(ScalarOp::Bit { kind, arg }))
+        }
+        _ => decode_splice(buf, opcode, target, index_base),
+    }
+}
+
+pub(super) fn decimal_unsupported() -> StorageError {
+    illegal("decimal arithmetic in update operations is not supported")
+}
+
+fn read_int32(buf: &mut &[u8], opcode: u8, target: &Target<'_>) -> Result<i32, StorageError> {
+    let value = match read_value(buf).map_err(packet_body)? {
+        Value::Uint(n) => i32::try_from(n).ok(),
+        Value::Int(n) => i32::try_from(n).ok(),
+        _ => None,
+    };
+    value.ok_or_else(|| arg_type(opcode, target, "an integer"))
+}
+
+fn decode_splice<'a>(
+    buf: &mut &'a [u8],
+    opcode: u8,
+    target: &Target<'a>,
+    index_base: u32,
+) -> Result<OpKind<'a>, StorageError> {
+    let mut offset = read_int32(buf, opcode, target)?;
+    if offset >= 0 {
+        // Offset 0 with base 1 names no character; Tarantool calls that out of bound.
+        match i32::try_from(i64::from(offset) - i64::from(index_base)) {
+            Ok(adjusted) if adjusted >= 0 => offset = adjusted,
+            _ => {
+                return Err(StorageError::UpdateSplice {
+                    field: target.label(),
+                    reason: "offset is out of bound",
+                })
+            }
+        }
+    }
+    let cut_length = read_int32(buf, opcode, target)?;
+    let Value::Str(paste) = read_value(buf).map_err(packet_body)? else {
+        return Err(arg_type(opcode, target, "a string"));
+    };
+    Ok(OpKind::Scalar(ScalarOp::Splice {
+        offset,
+        cut_length,
+        paste,
+    }))
+}
+
+/// The first token of a field path, as Tarantool's JSON lexer (index base 1) reads it.
+#[derive(Debug, PartialEq, Eq)]
+enum Token<'p> {
+    End,
+    /// `[n]`, already 0-based.
+    Num(i32),
+    /// An identifier or a quoted `["name"]` key.
+    Str(&'p [u8]),
+    /// `[*]`: legal JSON path syntax, but it names no single field.
+    Any,
+}
+
+/// Lexes the first token of `path`. Returns the token and the byte offset after it, or
+/// the 1-based position of the offending character (Tarantool's "invalid JSON in
+/// position N"; we count bytes, Tarantool counts UTF-8 characters — same for ASCII).
+fn first_token(path: &[u8]) -> Result<(Token<'_>, usize), usize> {
+    let Some(&first) = path.first() else {
+        return Ok((Token::End, 0));
+    };
+    match first {
+        b'[' => {
+            let Some(&next) = path.get(1) else {
+                return Err(1);
+            };
+            let (token, after) = match next {
+                b'"' | b'\'' => {
+                    let close = path[2..]
+                        .iter()
+                        .position(|&c| c == next)
+                        .ok_or(path.len() + 1)?;
+                    (Token::Str(&path[2..2 + close]), 2 + close + 1)
+                }
+                b'*' => (Token::Any, 2),
+                _ => {
+                    let digits = path[1..].iter().take_while(|c| c.is_ascii_digit()).count();
+                    if digits == 0 {
+                        return Err(2);
+                    }
+                    let mut value: i64 = 0;
+                    for &digit in &path[1..1 + digits] {
+                        value = value * 10 + i64::from(digit - b'0');
+                        if value > i64::from(i32::MAX) {
+                            return Err(2);
+                        }
+                    }
+                    // Path indexes are 1-based whatever the request's index base.
+                    if value < 1 {
+                        return Err(2);
+                    }
+                    (Token::Num((value - 1) as i32), 1 + digits)
+                }
+            };
+            if path.get(after) != Some(&b']') {
+                return Err(after + 1);
+            }
+            Ok((token, after + 1))
+        }
+        b'.' => {
+            if path.len() == 1 {
+                return Err(2);
+            }
+            identifier(path, 1)
+        }
+        _ => identifier(path, 0),
+    }
+}
+
+/// Non-ASCII bytes count as letters: Tarantool accepts Unicode letters in identifiers.
+fn identifier(path: &[u8], start: usize) -> Result<(Token<'_>, usize), usize> {
+    let is_start = |c: u8| c.is_ascii_alphabetic() || c == b'_' || c >= 0x80;
+    if !is_start(path[start]) {
+        return Err(start + 1);
+    }
+    let len = path[start..]
+        .iter()
+        .take_while(|&&c| is_start(c) || c.is_ascii_digit())
+        .count();
+    Ok((Token::Str(&path[start..start + len]), start + len))
+}
+
+/// Resolves a string field id: a whole format name first (names may contain dots), then a
+/// JSON path whose first token is `[n]` or a name.
+fn resolve_path(
+    path: &[u8],
+    field_no_by_name: &dyn Fn(&str) -> Option<u32>,
+) -> Result<i32, StorageError> {
+    let by_name = |name: &[u8]| {
+        std::str::from_utf8(name)
+            .ok()
+            .and_then(field_no_by_name)
+            .and_then(|no| i32::try_from(no).ok())
+    };
+    if let Some(field_no) = by_name(path) {
+        return Ok(field_no);
+    }
+    let not_found = || StorageError::NoSuchFieldName(String::from_utf8_lossy(path).into());
+    let (token, after) = first_token(path).map_err(|position| StorageError::UpdateField {
+        field: super::quoted(path),
+        reason: format!("invalid JSON in position {position}").into(),
+    })?;
+    let field_no = match token {
+        Token::Num(field_no) => field_no,
+        Token::Str(name) => by_name(name).ok_or_else(not_found)?,
+        Token::End | Token::Any => return Err(not_found()),
+    };
+    if after < path.len() {
+        return Err(illegal("update of a nested JSON path is not supported"));
+    }
+    Ok(field_no)
+}
+
+#[cfg(test)]
+mod lexer_tests {
+    use super::*;
+
+    #[test]
+    fn first_token_forms() {
+        assert_eq!(first_token(b"[3]"), Ok((Token::Num(2), 3)));
+        assert_eq!(first_token(b"[3].a"), Ok((Token::Num(2), 3)));
+        assert_eq!(first_token(b"name.sub"), Ok((Token::Str(b"name"), 4)));
+        assert_eq!(first_token(b"[\"a b\"]"), Ok((Token::Str(b"a b"), 7)));
+        assert_eq!(first_token(b".v"), Ok((Token::Str(b"v"), 2)));
+        assert_eq!(first_token(b""), Ok((Token::End, 0)));
+        assert_eq!(first_token(b"[*]"), Ok((Token::Any, 3)));
+    }
+
+    #[test]
+    fn first_token_errors_match_tarantool_positions() {
+        // Positions observed on Tarantool 2.6 for '[0]' and '[2'.
+        assert_eq!(first_token(b"[0]"), Err(2));
+        assert_eq!(first_token(b"[2"), Err(3));
+        assert_eq!(first_token(b"["), Err(1));
+        assert_eq!(first_token(b"1abc"), Err(1));
+        assert_eq!(first_token(b"[99999999999]"), Err(2));
+    }
+}
