@@ -324,7 +324,7 @@ impl Model {
     /// unsigned result as uint and a negative one as int (which the format then rejects).
     fn apply_ops(old: &Row, ops: &[UpdateOp]) -> Row {
         let mut row = old.clone();
-        let mut set = |row: &mut Row, field_no: usize, value: Field| {
+        let set = |row: &mut Row, field_no: usize, value: Field| {
             assert!(field_no <= row.len(), "the generator never skips a field");
             if field_no == row.len() {
                 row.push(value);
@@ -572,7 +572,7 @@ fn select() -> impl Strategy<Value = Select> {
     ]);
     let primary_key = prop::collection::vec((0..ID_MAX + 1).prop_map(Some), 0..=1);
     let a_c_key = (0..A_MAX + 1, prop::option::of(0..3u64), 0..=2usize).prop_map(|(a, c, n)| {
-        let key = vec![Some(a), c];
+        let key = [Some(a), c];
         key[..n].to_vec()
     });
     let key = prop_oneof![
