@@ -1,0 +1,377 @@
+//! Storage benchmarks: one row per operation on a loaded space, with time and allocations.
+//!
+//! `cargo bench --bench storage` loads 1,000,000 tuples per space; `-- --quick` loads
+//! 100,000 and runs fewer iterations. Every request (keys, tuples, ops) is generated from a
+//! fixed-seed RNG and msgpack-encoded before the timed loop, so the loop measures the space
+//! alone. Each operation runs a warm-up on its own inputs, then the timed iterations.
+//!
+//! Spaces:
+//! * `kv`: `[id unsigned, bucket_id unsigned, value string(100)]`, primary TREE on `id`.
+//! * `customers`: `[id, region, city, segment, tier (unsigned), name string]`, primary TREE
+//!   on `id` and a non-unique TREE on `(region, city, segment, tier, name)`; 10 * 10 * 10 * 100
+//!   = 100,000 distinct 4-part prefixes, about 10 rows each at 1,000,000 rows.
+//!
+//! A counting global allocator (this binary only) reports allocation calls and bytes per
+//! operation, and the live-bytes difference across loading gives memory per tuple.
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::hint::black_box;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::time::Instant;
+use tarn::storage::msgpack;
+use tarn::storage::{
+    FieldDef, FieldType, IndexDef, IndexKind, KeyDef, KeyPart, MemoryQuota, Space, SpaceDef,
+    SpaceFormat,
+};
+
+struct CountingAllocator;
+
+static ALLOCATION_CALLS: AtomicU64 = AtomicU64::new(0);
+static ALLOCATED_BYTES: AtomicU64 = AtomicU64::new(0);
+static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);
+
+// SAFETY: every call is forwarded to `System` unchanged; the counters only observe.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATION_CALLS.fetch_add(1, Relaxed);
+        ALLOCATED_BYTES.fetch_add(layout.size() as u64, Relaxed);
+        LIVE_BYTES.fetch_add(layout.size() as i64, Relaxed);
+        System.alloc(layout)
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCATION_CALLS.fetch_add(1, Relaxed);
+        ALLOCATED_BYTES.fetch_add(layout.size() as u64, Relaxed);
+        LIVE_BYTES.fetch_add(layout.size() as i64, Relaxed);
+        System.alloc_zeroed(layout)
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE_BYTES.fetch_sub(layout.size() as i64, Relaxed);
+        System.dealloc(ptr, layout)
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATION_CALLS.fetch_add(1, Relaxed);
+        ALLOCATED_BYTES.fetch_add(new_size as u64, Relaxed);
+        LIVE_BYTES.fetch_add(new_size as i64 - layout.size() as i64, Relaxed);
+        System.realloc(ptr, layout, new_size)
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+#[derive(Clone, Copy)]
+struct Counters {
+    calls: u64,
+    bytes: u64,
+}
+
+fn counters() -> Counters {
+    Counters {
+        calls: ALLOCATION_CALLS.load(Relaxed),
+        bytes: ALLOCATED_BYTES.load(Relaxed),
+    }
+}
+
+struct Config {
+    tuple_count: u64,
+    iterations: usize,
+    warmup_iterations: usize,
+}
+
+impl Config {
+    fn from_args() -> Config {
+        if std::env::args().any(|arg| arg == "--quick") {
+            Config {
+                tuple_count: 100_000,
+                iterations: 20_000,
+                warmup_iterations: 2_000,
+            }
+        } else {
+            Config {
+                tuple_count: 1_000_000,
+                iterations: 200_000,
+                warmup_iterations: 20_000,
+            }
+        }
+    }
+}
+
+/// Runs `op` on each warm-up input untimed, then on each timed input, and prints one row.
+fn measure<T>(name: &str, warmup: &[T], timed: &[T], mut op: impl FnMut(&T)) {
+    for input in warmup {
+        op(input);
+    }
+    let before = counters();
+    let start = Instant::now();
+    for input in timed {
+        op(input);
+    }
+    let elapsed = start.elapsed();
+    let after = counters();
+    let count = timed.len() as f64;
+    let ns_per_op = elapsed.as_nanos() as f64 / count;
+    println!(
+        "{:<28} {:>8.1} ns/op {:>10.0} op/s {:>6.0} B/op {:>6.2} allocs/op",
+        format!("storage/{name}"),
+        ns_per_op,
+        1e9 / ns_per_op,
+        (after.bytes - before.bytes) as f64 / count,
+        (after.calls - before.calls) as f64 / count,
+    );
+}
+
+/// Writes one msgpack item into a buffer.
+type WriteItem<'a> = &'a dyn Fn(&mut Vec<u8>);
+
+/// A msgpack array of the items the writers produce.
+fn array(items: &[WriteItem<'_>]) -> Vec<u8> {
+    let mut out = Vec::new();
+    msgpack::write_array_len(&mut out, items.len() as u32);
+    for item in items {
+        item(&mut out);
+    }
+    out
+}
+
+fn uint_key(id: u64) -> Vec<u8> {
+    array(&[&|o| msgpack::write_uint(o, id)])
+}
+
+fn tree(id: u32, name: &str, unique: bool, parts: Vec<KeyPart>) -> IndexDef {
+    IndexDef {
+        id,
+        name: name.into(),
+        kind: IndexKind::Tree,
+        unique,
+        key_def: KeyDef::new(parts),
+    }
+}
+
+fn kv_space() -> Space {
+    let def = SpaceDef {
+        id: 512,
+        name: "kv".into(),
+        format: SpaceFormat::new(vec![
+            FieldDef::new("id", FieldType::Unsigned),
+            FieldDef::new("bucket_id", FieldType::Unsigned),
+            FieldDef::new("value", FieldType::String),
+        ]),
+        indexes: vec![tree(
+            0,
+            "primary",
+            true,
+            vec![KeyPart::new(0, FieldType::Unsigned)],
+        )],
+    };
+    Space::new(def, Rc::new(MemoryQuota::unlimited())).expect("valid kv space")
+}
+
+fn kv_tuple(id: u64, rng: &mut StdRng) -> Vec<u8> {
+    let bucket_id: u64 = rng.gen_range(0..30_000);
+    let value: Vec<u8> = (0..100).map(|_| rng.gen_range(b'a'..=b'z')).collect();
+    array(&[
+        &|o| msgpack::write_uint(o, id),
+        &|o| msgpack::write_uint(o, bucket_id),
+        &|o| msgpack::write_str(o, &value),
+    ])
+}
+
+fn customers_space() -> Space {
+    let def = SpaceDef {
+        id: 513,
+        name: "customers".into(),
+        format: SpaceFormat::new(vec![
+            FieldDef::new("id", FieldType::Unsigned),
+            FieldDef::new("region", FieldType::Unsigned),
+            FieldDef::new("city", FieldType::Unsigned),
+            FieldDef::new("segment", FieldType::Unsigned),
+            FieldDef::new("tier", FieldType::Unsigned),
+            FieldDef::new("name", FieldType::String),
+        ]),
+        indexes: vec![
+            tree(
+                0,
+                "primary",
+                true,
+                vec![KeyPart::new(0, FieldType::Unsigned)],
+            ),
+            tree(
+                1,
+                "region_city_segment_tier_name",
+                false,
+                vec![
+                    KeyPart::new(1, FieldType::Unsigned),
+                    KeyPart::new(2, FieldType::Unsigned),
+                    KeyPart::new(3, FieldType::Unsigned),
+                    KeyPart::new(4, FieldType::Unsigned),
+                    KeyPart::new(5, FieldType::String),
+                ],
+            ),
+        ],
+    };
+    Space::new(def, Rc::new(MemoryQuota::unlimited())).expect("valid customers space")
+}
+
+fn customer_prefix(rng: &mut StdRng) -> [u64; 4] {
+    [
+        rng.gen_range(0..10),
+        rng.gen_range(0..10),
+        rng.gen_range(0..10),
+        rng.gen_range(0..100),
+    ]
+}
+
+fn customer_tuple(id: u64, rng: &mut StdRng) -> Vec<u8> {
+    let [region, city, segment, tier] = customer_prefix(rng);
+    let name = format!("customer-{:08}", rng.gen_range(0..100_000_000u32));
+    array(&[
+        &|o| msgpack::write_uint(o, id),
+        &|o| msgpack::write_uint(o, region),
+        &|o| msgpack::write_uint(o, city),
+        &|o| msgpack::write_uint(o, segment),
+        &|o| msgpack::write_uint(o, tier),
+        &|o| msgpack::write_str(o, name.as_bytes()),
+    ])
+}
+
+fn main() {
+    let config = Config::from_args();
+    let n = config.tuple_count;
+    let total = config.warmup_iterations + config.iterations;
+    let mut rng = StdRng::seed_from_u64(0x7a42);
+    println!(
+        "# {} tuples per space, {} warm-up + {} timed iterations per op",
+        n, config.warmup_iterations, config.iterations
+    );
+
+    // kv: load, and measure what the loaded tuples cost.
+    let tuples: Vec<Vec<u8>> = (0..n).map(|id| kv_tuple(id, &mut rng)).collect();
+    let mut kv = kv_space();
+    let live_before = LIVE_BYTES.load(Relaxed);
+    let load_start = Instant::now();
+    kv.bulk_load(tuples.iter().map(Vec::as_slice))
+        .expect("kv loads");
+    let load_elapsed = load_start.elapsed();
+    let live_after = LIVE_BYTES.load(Relaxed);
+    drop(tuples);
+    assert_eq!(kv.len() as u64, n);
+
+    let split = |inputs: Vec<Vec<u8>>| {
+        let mut inputs = inputs;
+        let timed = inputs.split_off(config.warmup_iterations);
+        (inputs, timed)
+    };
+    let existing_keys =
+        |rng: &mut StdRng| split((0..total).map(|_| uint_key(rng.gen_range(0..n))).collect());
+
+    let (warmup, timed) = existing_keys(&mut rng);
+    measure("get", &warmup, &timed, |key| {
+        black_box(kv.get(0, key).expect("get").expect("present"));
+    });
+
+    // New keys above every loaded id; delete removes exactly these later.
+    let new_ids: Vec<u64> = (n..n + total as u64).collect();
+    let (warmup, timed) = split(new_ids.iter().map(|&id| kv_tuple(id, &mut rng)).collect());
+    measure("insert", &warmup, &timed, |tuple| {
+        black_box(kv.insert(tuple).expect("insert"));
+    });
+
+    let (warmup, timed) = split(
+        (0..total)
+            .map(|_| kv_tuple(rng.gen_range(0..n), &mut rng))
+            .collect(),
+    );
+    measure("replace", &warmup, &timed, |tuple| {
+        black_box(kv.replace(tuple).expect("replace"));
+    });
+
+    let plus_one = array(&[&|o| {
+        msgpack::write_array_len(o, 3);
+        msgpack::write_str(o, b"+");
+        msgpack::write_uint(o, 1);
+        msgpack::write_uint(o, 1);
+    }]);
+    let (warmup, timed) = existing_keys(&mut rng);
+    measure("update", &warmup, &timed, |key| {
+        black_box(kv.update(0, key, &plus_one, 0).expect("update"));
+    });
+
+    let (warmup, timed) = split(
+        (0..total)
+            .map(|_| kv_tuple(rng.gen_range(0..n), &mut rng))
+            .collect(),
+    );
+    measure("upsert", &warmup, &timed, |tuple| {
+        kv.upsert(tuple, &plus_one, 0).expect("upsert");
+    });
+
+    let (warmup, timed) = split(new_ids.iter().map(|&id| uint_key(id)).collect());
+    measure("delete", &warmup, &timed, |key| {
+        black_box(kv.delete(0, key).expect("delete").expect("present"));
+    });
+    assert_eq!(kv.len() as u64, n);
+
+    let (warmup, timed) = existing_keys(&mut rng);
+    measure("select_ge_limit10", &warmup, &timed, |key| {
+        let iter = kv.select(0, 5, key).expect("select");
+        for entry in iter.take(10) {
+            black_box(entry);
+        }
+    });
+
+    // customers: a 5-part non-unique secondary, searched by a 4-part prefix.
+    let tuples: Vec<Vec<u8>> = (0..n).map(|id| customer_tuple(id, &mut rng)).collect();
+    let mut customers = customers_space();
+    customers
+        .bulk_load(tuples.iter().map(Vec::as_slice))
+        .expect("customers load");
+    drop(tuples);
+    let (warmup, timed) = split(
+        (0..total)
+            .map(|_| {
+                let [region, city, segment, tier] = customer_prefix(&mut rng);
+                array(&[
+                    &|o| msgpack::write_uint(o, region),
+                    &|o| msgpack::write_uint(o, city),
+                    &|o| msgpack::write_uint(o, segment),
+                    &|o| msgpack::write_uint(o, tier),
+                ])
+            })
+            .collect(),
+    );
+    let mut found = 0usize;
+    measure("select_eq4_limit10", &warmup, &timed, |key| {
+        let iter = customers.select(1, 0, key).expect("select");
+        for entry in iter.take(10) {
+            black_box(entry);
+            found += 1;
+        }
+    });
+    let tuple_count = total as f64;
+    println!(
+        "# select_eq4_limit10 returned {:.1} tuples per call on average",
+        found as f64 / tuple_count
+    );
+
+    let live_per_tuple = (live_after - live_before) as f64 / n as f64;
+    println!(
+        "memory per tuple: {:.1} bytes (tuple + all index entries), kv space, {} tuples, bulk_load {:.2} s",
+        live_per_tuple,
+        n,
+        load_elapsed.as_secs_f64()
+    );
+    let memory = kv.memory();
+    let index_bytes: usize = memory.index_bytes.iter().map(|(_, bytes)| bytes).sum();
+    println!(
+        "space.memory() per tuple: {:.1} bytes ({:.1} tuple + {:.1} index), after the ops above",
+        (memory.tuple_bytes + index_bytes) as f64 / kv.len() as f64,
+        memory.tuple_bytes as f64 / kv.len() as f64,
+        index_bytes as f64 / kv.len() as f64,
+    );
+}
