@@ -276,10 +276,9 @@ pub fn write_int(out: &mut Vec<u8>, value: i64) {
     }
 }
 
-/// Writes a string header and its bytes in the shortest form.
+/// Writes a string header for `len` bytes in the shortest form; the bytes follow it.
 #[inline]
-pub fn write_str(out: &mut Vec<u8>, bytes: &[u8]) {
-    let len = bytes.len();
+pub fn write_str_header(out: &mut Vec<u8>, len: usize) {
     if len < 32 {
         out.push(0xa0 | len as u8);
     } else if len <= u8::MAX as usize {
@@ -291,6 +290,12 @@ pub fn write_str(out: &mut Vec<u8>, bytes: &[u8]) {
         out.push(0xdb);
         out.extend_from_slice(&(len as u32).to_be_bytes());
     }
+}
+
+/// Writes a string header and its bytes in the shortest form.
+#[inline]
+pub fn write_str(out: &mut Vec<u8>, bytes: &[u8]) {
+    write_str_header(out, bytes.len());
     out.extend_from_slice(bytes);
 }
 

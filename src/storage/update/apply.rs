@@ -9,7 +9,8 @@
 use super::{BitKind, Number, OpKind, ScalarOp, Target, UpdateOp};
 use crate::storage::error::StorageError;
 use crate::storage::msgpack::{
-    read_value, take_value, write_array_len, write_f32, write_f64, write_int, write_uint, Value,
+    read_value, take_value, write_array_len, write_f32, write_f64, write_int, write_str_header,
+    write_uint, Value,
 };
 use smallvec::SmallVec;
 
@@ -129,21 +130,6 @@ fn write_content(out: &mut Vec<u8>, content: &Content<'_>) {
             out.extend_from_slice(paste);
             out.extend_from_slice(tail);
         }
-    }
-}
-
-/// Shortest string header for `len` bytes; the pieces of a splice follow it.
-fn write_str_header(out: &mut Vec<u8>, len: usize) {
-    if len < 32 {
-        out.push(0xa0 | len as u8);
-    } else if len <= u8::MAX as usize {
-        out.extend_from_slice(&[0xd9, len as u8]);
-    } else if len <= u16::MAX as usize {
-        out.push(0xda);
-        out.extend_from_slice(&(len as u16).to_be_bytes());
-    } else {
-        out.push(0xdb);
-        out.extend_from_slice(&(len as u32).to_be_bytes());
     }
 }
 
