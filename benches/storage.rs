@@ -23,8 +23,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 use tarn::storage::msgpack;
 use tarn::storage::{
-    FieldDef, FieldType, IndexDef, IndexKind, KeyDef, KeyPart, MemoryQuota, Space, SpaceDef,
-    SpaceFormat,
+    FieldDef, FieldType, IndexDef, KeyPart, MemoryQuota, Space, SpaceDef, SpaceFormat,
 };
 
 struct CountingAllocator;
@@ -143,16 +142,6 @@ fn uint_key(id: u64) -> Vec<u8> {
     array(&[&|o| msgpack::write_uint(o, id)])
 }
 
-fn tree(id: u32, name: &str, unique: bool, parts: Vec<KeyPart>) -> IndexDef {
-    IndexDef {
-        id,
-        name: name.into(),
-        kind: IndexKind::Tree,
-        unique,
-        key_def: KeyDef::new(parts),
-    }
-}
-
 fn kv_space() -> Space {
     let def = SpaceDef {
         id: 512,
@@ -162,7 +151,7 @@ fn kv_space() -> Space {
             FieldDef::new("bucket_id", FieldType::Unsigned),
             FieldDef::new("value", FieldType::String),
         ]),
-        indexes: vec![tree(
+        indexes: vec![IndexDef::tree(
             0,
             "primary",
             true,
@@ -195,13 +184,13 @@ fn customers_space() -> Space {
             FieldDef::new("name", FieldType::String),
         ]),
         indexes: vec![
-            tree(
+            IndexDef::tree(
                 0,
                 "primary",
                 true,
                 vec![KeyPart::new(0, FieldType::Unsigned)],
             ),
-            tree(
+            IndexDef::tree(
                 1,
                 "region_city_segment_tier_name",
                 false,

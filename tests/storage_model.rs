@@ -20,8 +20,8 @@ use std::collections::BTreeMap;
 use std::rc::Rc;
 use tarn::storage::msgpack::{self, Value};
 use tarn::storage::{
-    FieldDef, FieldType, IndexDef, IndexKind, KeyDef, KeyPart, MemoryQuota, Space, SpaceDef,
-    SpaceFormat, StorageError, Tuple,
+    FieldDef, FieldType, IndexDef, IndexKind, IteratorType, KeyDef, KeyPart, MemoryQuota, Space,
+    SpaceDef, SpaceFormat, StorageError, Tuple,
 };
 
 const NAMES: [&str; 5] = ["", "a", "ab", "b", "zz"];
@@ -140,16 +140,6 @@ fn row_of(tuple: &Tuple) -> Row {
 // ---------------------------------------------------------------------------------------
 // The space under test
 
-fn tree(id: u32, name: &str, unique: bool, parts: Vec<KeyPart>) -> IndexDef {
-    IndexDef {
-        id,
-        name: name.into(),
-        kind: IndexKind::Tree,
-        unique,
-        key_def: KeyDef::new(parts),
-    }
-}
-
 fn new_space() -> (Space, Rc<MemoryQuota>) {
     let def = SpaceDef {
         id: 600,
@@ -161,14 +151,14 @@ fn new_space() -> (Space, Rc<MemoryQuota>) {
             FieldDef::new("c", FieldType::Unsigned).nullable(),
         ]),
         indexes: vec![
-            tree(
+            IndexDef::tree(
                 0,
                 "primary",
                 true,
                 vec![KeyPart::new(0, FieldType::Unsigned)],
             ),
-            tree(1, "b", true, vec![KeyPart::new(2, FieldType::String)]),
-            tree(
+            IndexDef::tree(1, "b", true, vec![KeyPart::new(2, FieldType::String)]),
+            IndexDef::tree(
                 2,
                 "a_c",
                 false,
@@ -538,22 +528,11 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-#[derive(Debug, Clone, Copy)]
-enum Iter {
-    Eq = 0,
-    Req = 1,
-    All = 2,
-    Lt = 3,
-    Le = 4,
-    Ge = 5,
-    Gt = 6,
-}
-
 #[derive(Debug, Clone)]
 struct Select {
     /// 0 (`primary`) or 2 (`a_c`).
     index_id: u32,
-    iterator: Iter,
+    iterator: IteratorType,
     /// Search key parts; `None` is nil (only `c` may be nil).
     key: Vec<Option<u64>>,
     offset: usize,
@@ -562,13 +541,13 @@ struct Select {
 
 fn select() -> impl Strategy<Value = Select> {
     let iterator = prop::sample::select(vec![
-        Iter::Eq,
-        Iter::Req,
-        Iter::All,
-        Iter::Lt,
-        Iter::Le,
-        Iter::Ge,
-        Iter::Gt,
+        IteratorType::Eq,
+        IteratorType::Req,
+        IteratorType::All,
+        IteratorType::Lt,
+        IteratorType::Le,
+        IteratorType::Ge,
+        IteratorType::Gt,
     ]);
     let primary_key = prop::collection::vec((0..ID_MAX + 1).prop_map(Some), 0..=1);
     let a_c_key = (0..A_MAX + 1, prop::option::of(0..3u64), 0..=2usize).prop_map(|(a, c, n)| {
@@ -615,11 +594,12 @@ fn model_select(model: &Model, select: &Select) -> Vec<Row> {
         }
         let order = entry_key[..n].cmp(&select.key[..]);
         match select.iterator {
-            Iter::Eq | Iter::Req => order.is_eq(),
-            Iter::All | Iter::Ge => order.is_ge(),
-            Iter::Gt => order.is_gt(),
-            Iter::Lt => order.is_lt(),
-            Iter::Le => order.is_le(),
+            IteratorType::Eq | IteratorType::Req => order.is_eq(),
+            IteratorType::All | IteratorType::Ge => order.is_ge(),
+            IteratorType::Gt => order.is_gt(),
+            IteratorType::Lt => order.is_lt(),
+            IteratorType::Le => order.is_le(),
+            other => unreachable!("the model never draws {other:?}"),
         }
     };
     let mut rows: Vec<Row> = entries
@@ -627,7 +607,7 @@ fn model_select(model: &Model, select: &Select) -> Vec<Row> {
         .filter(|(key, _)| keep(key))
         .map(|(_, row)| (*row).clone())
         .collect();
-    if matches!(select.iterator, Iter::Req | Iter::Lt | Iter::Le) {
+    if select.iterator.is_descending() {
         rows.reverse();
     }
     rows.into_iter()

@@ -7,7 +7,7 @@
 //! Knows nothing of formats or quotas; the space decides what goes in.
 
 use crate::storage::error::{Result, StorageError};
-use crate::storage::key::{KeyBuf, KeyDef};
+use crate::storage::key::{KeyBuf, KeyDef, KeyPart};
 use crate::storage::msgpack::{self, Value};
 use crate::storage::range::{IteratorType, KeyRange};
 use crate::storage::tuple::{FieldMap, SpaceFormat, Tuple};
@@ -35,6 +35,24 @@ pub struct IndexDef {
     pub kind: IndexKind,
     pub unique: bool,
     pub key_def: KeyDef,
+}
+
+impl IndexDef {
+    /// A TREE index over `parts`.
+    pub fn tree(
+        id: u32,
+        name: &str,
+        unique: bool,
+        parts: impl IntoIterator<Item = KeyPart>,
+    ) -> IndexDef {
+        IndexDef {
+            id,
+            name: name.into(),
+            kind: IndexKind::Tree,
+            unique,
+            key_def: KeyDef::new(parts),
+        }
+    }
 }
 
 /// An index entry as stored: the encoded key and the shared tuple.

@@ -44,16 +44,6 @@ fn text(tuple: &Tuple) -> String {
     msgpack_to_text(tuple.data())
 }
 
-fn tree(id: u32, name: &str, unique: bool, parts: Vec<KeyPart>) -> IndexDef {
-    IndexDef {
-        id,
-        name: name.into(),
-        kind: IndexKind::Tree,
-        unique,
-        key_def: KeyDef::new(parts),
-    }
-}
-
 /// The spec's iterator table: a 2-part (unsigned, string) primary key.
 fn two_part_space() -> Space {
     let def = SpaceDef {
@@ -63,7 +53,7 @@ fn two_part_space() -> Space {
             FieldDef::new("a", FieldType::Unsigned),
             FieldDef::new("b", FieldType::String),
         ]),
-        indexes: vec![tree(
+        indexes: vec![IndexDef::tree(
             0,
             "primary",
             true,
@@ -204,7 +194,7 @@ fn people() -> Space {
             FieldDef::new("age", FieldType::Unsigned).nullable(),
         ]),
         indexes: vec![
-            tree(
+            IndexDef::tree(
                 0,
                 "primary",
                 true,
@@ -217,7 +207,7 @@ fn people() -> Space {
                 unique: true,
                 key_def: KeyDef::new([KeyPart::new(1, FieldType::String)]),
             },
-            tree(
+            IndexDef::tree(
                 2,
                 "age",
                 false,
@@ -349,7 +339,7 @@ fn quota_refuses_writes_that_do_not_fit_and_changes_nothing() {
         id: 600,
         name: "small".into(),
         format: SpaceFormat::default(),
-        indexes: vec![tree(
+        indexes: vec![IndexDef::tree(
             0,
             "primary",
             true,
@@ -410,7 +400,7 @@ fn bulk_load_builds_every_index_and_refuses_duplicates() {
 fn add_index_builds_over_existing_tuples() {
     let mut space = two_part_space();
     space
-        .add_index(tree(
+        .add_index(IndexDef::tree(
             1,
             "by_b",
             false,
@@ -429,7 +419,7 @@ fn add_index_builds_over_existing_tuples() {
         ]
     );
     let err = space
-        .add_index(tree(
+        .add_index(IndexDef::tree(
             2,
             "unique_b",
             true,
@@ -450,7 +440,7 @@ fn scalar_and_number_indexes_treat_equal_numbers_as_one_key() {
         id: 700,
         name: "nums".into(),
         format: SpaceFormat::default(),
-        indexes: vec![tree(
+        indexes: vec![IndexDef::tree(
             0,
             "primary",
             true,
