@@ -435,8 +435,11 @@ fn assert_space_matches(space: &Space, quota: &MemoryQuota, model: &Model, step:
     );
     let entry_bytes: usize = indexes
         .iter()
-        .flat_map(|index| index.entries())
-        .map(|(key, _)| tarn::storage::index::Index::entry_bytes(key))
+        .flat_map(|index| {
+            index
+                .entries()
+                .map(move |(key, _)| index.entry_bytes(key.as_bytes()))
+        })
         .sum();
     assert_eq!(
         quota.used_bytes(),

@@ -107,6 +107,7 @@ impl Shard {
             .select(select.index_id, select.iterator, select.key)?
             .take(limit)
         {
+            let key = key.as_bytes();
             out.extend_from_slice(&(key.len() as u32).to_le_bytes());
             out.extend_from_slice(key);
             out.extend_from_slice(tuple.data());

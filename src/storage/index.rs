@@ -7,11 +7,13 @@
 //! Knows nothing of formats or quotas; the space decides what goes in.
 
 use crate::storage::error::{Result, StorageError};
+use crate::storage::field_type::FieldType;
 use crate::storage::key::{KeyBuf, KeyDef, KeyPart};
 use crate::storage::msgpack::{self, Value};
 use crate::storage::range::{IteratorType, KeyRange};
 use crate::storage::tuple::{FieldMap, SpaceFormat, Tuple};
 use std::collections::{btree_map, hash_map, BTreeMap, HashMap};
+use std::ops::Bound;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IndexKind {
@@ -55,12 +57,41 @@ impl IndexDef {
     }
 }
 
-/// An index entry as stored: the encoded key and the shared tuple.
+/// An index entry as built: the encoded key and the shared tuple.
 pub type Entry = (KeyBuf, Tuple);
+/// An entry of an index keyed by one unsigned part.
+pub type UnsignedEntry = (u64, Tuple);
 
+/// The key of an entry as a walk yields it: borrowed bytes, or the 8 big-endian bytes of
+/// an unsigned key (the same bytes `KeyPart::encode` writes for it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexKey<'a> {
+    Bytes(&'a [u8]),
+    Unsigned([u8; 8]),
+}
+
+impl IndexKey<'_> {
+    #[inline]
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            IndexKey::Bytes(bytes) => bytes,
+            IndexKey::Unsigned(bytes) => bytes,
+        }
+    }
+}
+
+/// Keys longer than this leave the entry for the heap (`KeyBuf`'s inline capacity).
+const INLINE_KEY_BYTES: usize = 16;
+
+/// Unique indexes on one non-nullable unsigned part — most primary keys — keep the key as
+/// a `u64`: its order is the order of its encoding, a comparison is one instruction
+/// instead of a `memcmp` call, and an entry is 24 bytes instead of 40, so more of the
+/// tree fits in cache. Every other key definition uses the encoded bytes.
 enum IndexData {
     Tree(BTreeMap<KeyBuf, Tuple>),
+    TreeUnsigned(BTreeMap<u64, Tuple>),
     Hash(HashMap<KeyBuf, Tuple, ahash::RandomState>),
+    HashUnsigned(HashMap<u64, Tuple, ahash::RandomState>),
 }
 
 pub struct Index {
@@ -73,6 +104,55 @@ pub struct Index {
     spilled_key_bytes: usize,
 }
 
+/// The `u64` of an unsigned key's 8-byte encoding; `None` for any other length.
+#[inline]
+fn unsigned_key(key: &[u8]) -> Option<u64> {
+    let bytes: [u8; 8] = key.try_into().ok()?;
+    Some(u64::from_be_bytes(bytes))
+}
+
+/// Translates a byte-string bound into the same set of 8-byte keys as a `u64` bound. A
+/// shorter bound `s` stands for the least 8-byte key above it (`s` padded with zeros); a
+/// longer one for its first 8 bytes, which every matching key exceeds.
+fn unsigned_bound(bound: Bound<&[u8]>, is_start: bool) -> Bound<u64> {
+    let (bytes, excluded) = match bound {
+        Bound::Unbounded => return Bound::Unbounded,
+        Bound::Included(bytes) => (bytes, false),
+        Bound::Excluded(bytes) => (bytes, true),
+    };
+    let mut padded = [0u8; 8];
+    let len = bytes.len().min(8);
+    padded[..len].copy_from_slice(&bytes[..len]);
+    let value = u64::from_be_bytes(padded);
+    match (bytes.len().cmp(&8), is_start) {
+        (std::cmp::Ordering::Equal, _) if excluded => Bound::Excluded(value),
+        (std::cmp::Ordering::Equal, _) => Bound::Included(value),
+        (std::cmp::Ordering::Less, true) => Bound::Included(value),
+        (std::cmp::Ordering::Less, false) => Bound::Excluded(value),
+        (std::cmp::Ordering::Greater, true) => Bound::Excluded(value),
+        (std::cmp::Ordering::Greater, false) => Bound::Included(value),
+    }
+}
+
+/// Whether `BTreeMap::range` accepts these bounds (it panics on inverted ones).
+fn is_valid_range<T: Ord>(start: &Bound<T>, end: &Bound<T>) -> bool {
+    match (start, end) {
+        (Bound::Excluded(s), Bound::Excluded(e)) => s < e,
+        (Bound::Included(s) | Bound::Excluded(s), Bound::Included(e) | Bound::Excluded(e)) => {
+            s <= e
+        }
+        _ => true,
+    }
+}
+
+fn spilled_len(key: &[u8]) -> usize {
+    if key.len() > INLINE_KEY_BYTES {
+        key.len()
+    } else {
+        0
+    }
+}
+
 impl Index {
     pub fn new(def: IndexDef, primary_key_def: &KeyDef) -> Index {
         let mut entry_key_def = def.key_def.clone();
@@ -81,9 +161,15 @@ impl Index {
                 .parts
                 .extend(primary_key_def.parts.iter().copied());
         }
-        let data = match def.kind {
-            IndexKind::Tree => IndexData::Tree(BTreeMap::new()),
-            IndexKind::Hash => IndexData::Hash(HashMap::default()),
+        let unsigned = matches!(
+            entry_key_def.parts.as_slice(),
+            [part] if part.field_type == FieldType::Unsigned && !part.is_nullable
+        );
+        let data = match (def.kind, unsigned) {
+            (IndexKind::Tree, false) => IndexData::Tree(BTreeMap::new()),
+            (IndexKind::Tree, true) => IndexData::TreeUnsigned(BTreeMap::new()),
+            (IndexKind::Hash, false) => IndexData::Hash(HashMap::default()),
+            (IndexKind::Hash, true) => IndexData::HashUnsigned(HashMap::default()),
         };
         Index {
             def,
@@ -96,7 +182,9 @@ impl Index {
     pub fn len(&self) -> usize {
         match &self.data {
             IndexData::Tree(map) => map.len(),
+            IndexData::TreeUnsigned(map) => map.len(),
             IndexData::Hash(map) => map.len(),
+            IndexData::HashUnsigned(map) => map.len(),
         }
     }
 
@@ -116,10 +204,13 @@ impl Index {
         encode_tuple_key(&self.entry_key_def, tuple, field_map, format, out)
     }
 
+    #[inline]
     pub fn get(&self, key: &[u8]) -> Option<&Tuple> {
         match &self.data {
             IndexData::Tree(map) => map.get(key),
+            IndexData::TreeUnsigned(map) => map.get(&unsigned_key(key)?),
             IndexData::Hash(map) => map.get(key),
+            IndexData::HashUnsigned(map) => map.get(&unsigned_key(key)?),
         }
     }
 
@@ -129,6 +220,8 @@ impl Index {
         let old = match &mut self.data {
             IndexData::Tree(map) => map.insert(key, tuple),
             IndexData::Hash(map) => map.insert(key, tuple),
+            IndexData::TreeUnsigned(map) => map.insert(expect_unsigned(&key), tuple),
+            IndexData::HashUnsigned(map) => map.insert(expect_unsigned(&key), tuple),
         };
         if old.is_none() {
             self.spilled_key_bytes += spilled;
@@ -138,19 +231,23 @@ impl Index {
 
     pub fn remove(&mut self, key: &[u8]) -> Option<Tuple> {
         let removed = match &mut self.data {
-            IndexData::Tree(map) => map.remove_entry(key),
-            IndexData::Hash(map) => map.remove_entry(key),
+            IndexData::Tree(map) => map.remove(key),
+            IndexData::Hash(map) => map.remove(key),
+            IndexData::TreeUnsigned(map) => map.remove(&unsigned_key(key)?),
+            IndexData::HashUnsigned(map) => map.remove(&unsigned_key(key)?),
         };
-        removed.map(|(key, tuple)| {
-            self.spilled_key_bytes -= spilled_len(&key);
-            tuple
-        })
+        if removed.is_some() {
+            self.spilled_key_bytes -= spilled_len(key);
+        }
+        removed
     }
 
     pub fn clear(&mut self) {
         match &mut self.data {
             IndexData::Tree(map) => map.clear(),
+            IndexData::TreeUnsigned(map) => map.clear(),
             IndexData::Hash(map) => map.clear(),
+            IndexData::HashUnsigned(map) => map.clear(),
         }
         self.spilled_key_bytes = 0;
     }
@@ -168,10 +265,17 @@ impl Index {
             });
         }
         self.spilled_key_bytes = entries.iter().map(|(key, _)| spilled_len(key)).sum();
-        self.data = match self.def.kind {
-            // Sorted input makes the tree's own sort a single linear pass.
-            IndexKind::Tree => IndexData::Tree(entries.into_iter().collect()),
-            IndexKind::Hash => IndexData::Hash(entries.into_iter().collect()),
+        let unsigned = || {
+            entries
+                .iter()
+                .map(|(key, tuple)| (expect_unsigned(key), tuple.clone()))
+        };
+        // Sorted input makes the tree's own sort a single linear pass.
+        self.data = match &self.data {
+            IndexData::Tree(_) => IndexData::Tree(entries.into_iter().collect()),
+            IndexData::TreeUnsigned(_) => IndexData::TreeUnsigned(unsigned().collect()),
+            IndexData::Hash(_) => IndexData::Hash(entries.into_iter().collect()),
+            IndexData::HashUnsigned(_) => IndexData::HashUnsigned(unsigned().collect()),
         };
         Ok(())
     }
@@ -179,7 +283,7 @@ impl Index {
     /// Approximate bytes held by the index itself (entries and spilled keys; tuples are
     /// counted by the space). B-tree node slack is estimated at one third of the entries.
     pub fn allocated_bytes(&self) -> usize {
-        let entry_bytes = self.len() * std::mem::size_of::<Entry>();
+        let entry_bytes = self.len() * self.entry_size_bytes();
         let overhead = match self.def.kind {
             IndexKind::Tree => entry_bytes / 3,
             IndexKind::Hash => self.len() * 2,
@@ -187,9 +291,18 @@ impl Index {
         entry_bytes + overhead + self.spilled_key_bytes
     }
 
-    /// Bytes one more entry with this key would add, for the quota check.
-    pub fn entry_bytes(key: &KeyBuf) -> usize {
-        std::mem::size_of::<Entry>() + spilled_len(key)
+    fn entry_size_bytes(&self) -> usize {
+        match self.data {
+            IndexData::TreeUnsigned(_) | IndexData::HashUnsigned(_) => {
+                std::mem::size_of::<UnsignedEntry>()
+            }
+            IndexData::Tree(_) | IndexData::Hash(_) => std::mem::size_of::<Entry>(),
+        }
+    }
+
+    /// Bytes one entry with this key costs, for the quota.
+    pub fn entry_bytes(&self, key: &[u8]) -> usize {
+        self.entry_size_bytes() + spilled_len(key)
     }
 
     /// Validates an iterator and key against this index's type, the checks Tarantool makes
@@ -241,32 +354,60 @@ impl Index {
         hash_iterator: IteratorType,
         key: &[u8],
     ) -> IndexIter<'a> {
+        let descending = range.is_descending();
         match &self.data {
             IndexData::Tree(map) => match range.std_bounds() {
                 None => IndexIter::Empty,
-                Some(bounds) => {
-                    let entries = map.range::<[u8], _>(bounds);
-                    if range.is_descending() {
-                        IndexIter::TreeDescending(entries)
-                    } else {
-                        IndexIter::TreeAscending(entries)
-                    }
-                }
+                Some(bounds) => IndexIter::Tree {
+                    entries: map.range::<[u8], _>(bounds),
+                    descending,
+                },
             },
+            IndexData::TreeUnsigned(map) => {
+                let Some((start, end)) = range.std_bounds() else {
+                    return IndexIter::Empty;
+                };
+                let (start, end) = (unsigned_bound(start, true), unsigned_bound(end, false));
+                if !is_valid_range(&start, &end) {
+                    return IndexIter::Empty;
+                }
+                IndexIter::TreeUnsigned {
+                    entries: map.range((start, end)),
+                    descending,
+                }
+            }
             IndexData::Hash(map) => match hash_iterator {
-                IteratorType::Eq => IndexIter::HashOne(map.get_key_value(key)),
+                IteratorType::Eq => {
+                    IndexIter::HashOne(map.get_key_value(key).map(|(k, t)| (IndexKey::Bytes(k), t)))
+                }
                 IteratorType::Gt if !key.is_empty() => {
                     let mut entries = map.iter();
                     // Deprecated HASH GT: the entries after the key's place in hash order.
-                    let found = entries.by_ref().any(|(k, _)| k.as_slice() == key);
-                    if found {
-                        IndexIter::HashAll(entries)
-                    } else {
-                        IndexIter::Empty
+                    match entries.by_ref().any(|(k, _)| k.as_slice() == key) {
+                        true => IndexIter::Hash(entries),
+                        false => IndexIter::Empty,
                     }
                 }
-                _ => IndexIter::HashAll(map.iter()),
+                _ => IndexIter::Hash(map.iter()),
             },
+            IndexData::HashUnsigned(map) => {
+                let wanted = unsigned_key(key);
+                match hash_iterator {
+                    IteratorType::Eq => IndexIter::HashOne(
+                        wanted
+                            .and_then(|k| map.get_key_value(&k))
+                            .map(|(k, t)| (IndexKey::Unsigned(k.to_be_bytes()), t)),
+                    ),
+                    IteratorType::Gt if !key.is_empty() => {
+                        let mut entries = map.iter();
+                        match entries.by_ref().any(|(k, _)| Some(*k) == wanted) {
+                            true => IndexIter::HashUnsigned(entries),
+                            false => IndexIter::Empty,
+                        }
+                    }
+                    _ => IndexIter::HashUnsigned(map.iter()),
+                }
+            }
         }
     }
 
@@ -276,12 +417,10 @@ impl Index {
     }
 }
 
-fn spilled_len(key: &KeyBuf) -> usize {
-    if key.spilled() {
-        key.capacity()
-    } else {
-        0
-    }
+/// The `u64` of a key this index encoded itself; anything else is a bug in the caller.
+fn expect_unsigned(key: &[u8]) -> u64 {
+    debug_assert_eq!(key.len(), 8, "an unsigned key encodes to 8 bytes");
+    unsigned_key(key).unwrap_or(0)
 }
 
 /// Encodes the key of `key_def` taken from `tuple`'s fields.
@@ -316,23 +455,53 @@ pub fn encode_tuple_key(
 /// A lazy walk over an index: each step is O(1) amortised after an O(log n) seek.
 pub enum IndexIter<'a> {
     Empty,
-    TreeAscending(btree_map::Range<'a, KeyBuf, Tuple>),
-    TreeDescending(btree_map::Range<'a, KeyBuf, Tuple>),
-    HashOne(Option<(&'a KeyBuf, &'a Tuple)>),
-    HashAll(hash_map::Iter<'a, KeyBuf, Tuple>),
+    Tree {
+        entries: btree_map::Range<'a, KeyBuf, Tuple>,
+        descending: bool,
+    },
+    TreeUnsigned {
+        entries: btree_map::Range<'a, u64, Tuple>,
+        descending: bool,
+    },
+    HashOne(Option<(IndexKey<'a>, &'a Tuple)>),
+    Hash(hash_map::Iter<'a, KeyBuf, Tuple>),
+    HashUnsigned(hash_map::Iter<'a, u64, Tuple>),
 }
 
 impl<'a> Iterator for IndexIter<'a> {
-    type Item = (&'a KeyBuf, &'a Tuple);
+    type Item = (IndexKey<'a>, &'a Tuple);
 
     #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         match self {
             IndexIter::Empty => None,
-            IndexIter::TreeAscending(range) => range.next(),
-            IndexIter::TreeDescending(range) => range.next_back(),
+            IndexIter::Tree {
+                entries,
+                descending,
+            } => {
+                let (key, tuple) = if *descending {
+                    entries.next_back()?
+                } else {
+                    entries.next()?
+                };
+                Some((IndexKey::Bytes(key), tuple))
+            }
+            IndexIter::TreeUnsigned {
+                entries,
+                descending,
+            } => {
+                let (key, tuple) = if *descending {
+                    entries.next_back()?
+                } else {
+                    entries.next()?
+                };
+                Some((IndexKey::Unsigned(key.to_be_bytes()), tuple))
+            }
             IndexIter::HashOne(entry) => entry.take(),
-            IndexIter::HashAll(entries) => entries.next(),
+            IndexIter::Hash(entries) => entries.next().map(|(k, t)| (IndexKey::Bytes(k), t)),
+            IndexIter::HashUnsigned(entries) => entries
+                .next()
+                .map(|(k, t)| (IndexKey::Unsigned(k.to_be_bytes()), t)),
         }
     }
 }

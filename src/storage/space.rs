@@ -385,7 +385,7 @@ impl Space {
                 Ok((key, tuple.clone()))
             })
             .collect::<Result<Vec<_>>>()?;
-        let entry_bytes = entries.iter().map(|(key, _)| Index::entry_bytes(key)).sum();
+        let entry_bytes = entries.iter().map(|(key, _)| index.entry_bytes(key)).sum();
         let name = self.name.clone();
         self.indexes[position].bulk_build(entries, &name)?;
         Ok(entry_bytes)
@@ -401,6 +401,22 @@ impl Space {
                 .map(|index| (index.def.id, index.allocated_bytes()))
                 .collect(),
         }
+    }
+
+    /// Quota bytes a stored tuple costs: the tuple and one entry per index (`keys` in
+    /// index order).
+    fn footprint_bytes<'k>(
+        &self,
+        tuple: &Tuple,
+        keys: impl IntoIterator<Item = &'k KeyBuf>,
+    ) -> usize {
+        let entries: usize = self
+            .indexes
+            .iter()
+            .zip(keys)
+            .map(|(index, key)| index.entry_bytes(key))
+            .sum();
+        tuple.allocated_bytes() + entries
     }
 
     fn tuple_keys(&self, tuple: &Tuple) -> Result<TupleKeys> {
@@ -459,12 +475,25 @@ impl Space {
                 }
             }
         }
-        let old_keys = old.as_ref().map(|old| self.tuple_keys(old)).transpose()?;
-        let old_footprint = match (&old, &old_keys) {
-            (Some(old), Some(old_keys)) => footprint_bytes(old, old_keys),
-            _ => 0,
+        // The old tuple shares the new one's primary key; only its secondary keys differ.
+        let old_secondary_keys: TupleKeys = match &old {
+            Some(old) => self.indexes[1..]
+                .iter()
+                .map(|index| {
+                    let mut key = KeyBuf::new();
+                    index.encode_tuple_key(old, &self.field_map, &self.format, &mut key)?;
+                    Ok(key)
+                })
+                .collect::<Result<_>>()?,
+            None => TupleKeys::new(),
         };
-        let new_footprint = footprint_bytes(&new, &keys);
+        let old_footprint = match &old {
+            Some(old) => {
+                self.footprint_bytes(old, std::iter::once(&keys[0]).chain(&old_secondary_keys))
+            }
+            None => 0,
+        };
+        let new_footprint = self.footprint_bytes(&new, &keys);
         if new_footprint > old_footprint
             && !self
                 .quota
@@ -481,10 +510,7 @@ impl Space {
 
         let mut keys = keys.into_iter();
         let primary_key = keys.next().expect("a space has a primary index");
-        let old_secondary_keys = old_keys
-            .into_iter()
-            .flat_map(|keys| keys.into_iter().skip(1));
-        let mut old_secondary_keys = old_secondary_keys.peekable();
+        let mut old_secondary_keys = old_secondary_keys.into_iter();
         for (index, key) in self.indexes.iter_mut().skip(1).zip(keys) {
             if let Some(old_key) = old_secondary_keys.next() {
                 if old_key != key {
@@ -503,7 +529,7 @@ impl Space {
 
     fn remove_from_all_indexes(&mut self, old: &Tuple) -> Result<()> {
         let keys = self.tuple_keys(old)?;
-        let footprint = footprint_bytes(old, &keys);
+        let footprint = self.footprint_bytes(old, &keys);
         self.quota.release(footprint as u64);
         self.quota_bytes -= footprint;
         self.tuple_bytes -= old.allocated_bytes();
@@ -513,11 +539,6 @@ impl Space {
         }
         Ok(())
     }
-}
-
-/// Quota bytes a stored tuple costs: the tuple and one entry per index.
-fn footprint_bytes(tuple: &Tuple, keys: &TupleKeys) -> usize {
-    tuple.allocated_bytes() + keys.iter().map(Index::entry_bytes).sum::<usize>()
 }
 
 #[cfg(test)]

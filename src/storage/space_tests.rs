@@ -462,4 +462,49 @@ fn entry_and_tuple_handles_stay_small() {
     // Held by the million: one per tuple per index.
     assert_eq!(std::mem::size_of::<Tuple>(), 16);
     assert_eq!(std::mem::size_of::<crate::storage::index::Entry>(), 40);
+    assert_eq!(
+        std::mem::size_of::<crate::storage::index::UnsignedEntry>(),
+        24
+    );
+}
+
+#[test]
+fn unsigned_primary_keys_iterate_correctly_at_byte_edges() {
+    use IteratorType::*;
+    let def = SpaceDef {
+        id: 800,
+        name: "edges".into(),
+        format: SpaceFormat::default(),
+        indexes: vec![IndexDef::tree(
+            0,
+            "primary",
+            true,
+            [KeyPart::new(0, FieldType::Unsigned)],
+        )],
+    };
+    let mut space = Space::new(def, Rc::new(MemoryQuota::unlimited())).unwrap();
+    for id in [0, 255, 256, 65535, u64::MAX - 1, u64::MAX] {
+        space.insert(&mp(&[V::U(id)])).unwrap();
+    }
+    let ids = |iterator: IteratorType, key: &[V]| -> Vec<String> {
+        select_text(&space, 0, iterator, key)
+    };
+    assert_eq!(
+        ids(Gt, &[V::U(255)]),
+        [
+            "[256]",
+            "[65535]",
+            "[18446744073709551614]",
+            "[18446744073709551615]"
+        ]
+    );
+    assert_eq!(ids(Le, &[V::U(255)]), ["[255]", "[0]"]);
+    assert_eq!(ids(Lt, &[V::U(256)]), ["[255]", "[0]"]);
+    assert_eq!(ids(Eq, &[V::U(65535)]), ["[65535]"]);
+    assert!(ids(Gt, &[V::U(u64::MAX)]).is_empty());
+    assert_eq!(ids(Ge, &[V::U(u64::MAX)]), ["[18446744073709551615]"]);
+    assert_eq!(ids(Le, &[V::U(u64::MAX)]).len(), 6);
+    assert!(ids(Lt, &[V::U(0)]).is_empty());
+    assert_eq!(ids(Req, &[V::U(u64::MAX - 1)]), ["[18446744073709551614]"]);
+    assert!(ids(Eq, &[V::U(1)]).is_empty());
 }
