@@ -13,7 +13,7 @@ use crate::server::core::{Core, Envelope};
 use crate::server::schema::{self, SpacePlacement, SCHEMA_VERSION};
 use crate::server::session::{Access, AuthError};
 use crate::server::Shared;
-use crate::storage::key::KeyBuf;
+use crate::storage::key::SearchKeyBuf;
 use crate::storage::msgpack::{self, write_str, write_uint};
 use crate::storage::IteratorType;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
@@ -303,7 +303,7 @@ impl Connection {
         let shard = self.core.shard.borrow();
         let space = shard.engine.space(space_id).ok()?;
         let key_def = &space.indexes()[0].def.key_def;
-        let mut encoded = KeyBuf::new();
+        let mut encoded = SearchKeyBuf::new();
         match (key, tuple) {
             (Some(key), _) => {
                 let parts = key_def.encode_search_key(key, &mut encoded).ok()?;

@@ -24,10 +24,14 @@
 use crate::storage::error::{Result, StorageError};
 use crate::storage::field_type::{FieldType, EXT_DATETIME, EXT_DECIMAL, EXT_UUID};
 use crate::storage::msgpack::{self, Value};
-use smallvec::SmallVec;
+use smallvec::{Array, SmallVec};
 
-/// An encoded key. Keys of one or two numeric parts stay inline, with no heap allocation.
+/// An encoded key as an index entry holds it. Keys of one or two numeric parts stay
+/// inline; the entry stays 40 bytes.
 pub type KeyBuf = SmallVec<[u8; 16]>;
+/// An encoded key being searched for: lives on the stack for the request, so it can be
+/// wide enough for a five-part key without touching the heap.
+pub type SearchKeyBuf = SmallVec<[u8; 96]>;
 
 /// How strings of a key part compare. Only the binary orders are exact; `UnicodeCi` folds case
 /// (a stand-in for ICU's primary strength: equal ignoring case, ordered by the folded bytes).
@@ -87,7 +91,7 @@ impl KeyPart {
     }
 
     /// Appends the encoding of `value`, which the caller has checked with `accepts`.
-    pub fn encode(&self, value: &Value<'_>, out: &mut KeyBuf) {
+    pub fn encode<A: Array<Item = u8>>(&self, value: &Value<'_>, out: &mut SmallVec<A>) {
         debug_assert!(
             self.accepts(value),
             "{value:?} is not a {:?}",
@@ -145,7 +149,11 @@ impl KeyDef {
     /// Encodes a search key (a msgpack array of up to `part_count` values) and returns how
     /// many parts it gave. Errors are Tarantool's: 31 for too many parts, 18 for a part of
     /// the wrong type (part numbers 0-based).
-    pub fn encode_search_key(&self, key: &[u8], out: &mut KeyBuf) -> Result<u32> {
+    pub fn encode_search_key<A: Array<Item = u8>>(
+        &self,
+        key: &[u8],
+        out: &mut SmallVec<A>,
+    ) -> Result<u32> {
         let mut cursor = key;
         let count = match msgpack::read_value(&mut cursor)? {
             Value::Array(count) => count,
@@ -180,7 +188,11 @@ impl KeyDef {
     /// Encodes this key as taken from a tuple's msgpack bytes, parsing only up to the last
     /// key field. For placement, before a tuple is built; errors mean "not a valid tuple",
     /// which the owner of the request will report precisely.
-    pub fn encode_from_tuple_data(&self, data: &[u8], out: &mut KeyBuf) -> Result<()> {
+    pub fn encode_from_tuple_data<A: Array<Item = u8>>(
+        &self,
+        data: &[u8],
+        out: &mut SmallVec<A>,
+    ) -> Result<()> {
         let Some(last_field) = self.parts.iter().map(|part| part.field_no).max() else {
             return Ok(());
         };
@@ -210,7 +222,7 @@ impl KeyDef {
     }
 }
 
-fn encode_integer(value: &Value<'_>, out: &mut KeyBuf) {
+fn encode_integer<A: Array<Item = u8>>(value: &Value<'_>, out: &mut SmallVec<A>) {
     match *value {
         Value::Int(i) if i < 0 => {
             out.push(0);
@@ -235,7 +247,7 @@ const NUMBER_NON_NEGATIVE: u8 = 0x04;
 const NUMBER_FROM_2_64: u8 = 0x05;
 const TWO_POW_64: f64 = 18_446_744_073_709_551_616.0;
 
-fn encode_number(value: &Value<'_>, out: &mut KeyBuf) {
+fn encode_number<A: Array<Item = u8>>(value: &Value<'_>, out: &mut SmallVec<A>) {
     match *value {
         Value::Uint(u) => encode_magnitude(false, u, 0.0, out),
         Value::Int(i) => encode_magnitude(i < 0, i.unsigned_abs(), 0.0, out),
@@ -256,7 +268,7 @@ fn sortable_f64_bits(x: f64) -> [u8; 8] {
     ordered.to_be_bytes()
 }
 
-fn encode_f64(x: f64, out: &mut KeyBuf) {
+fn encode_f64<A: Array<Item = u8>>(x: f64, out: &mut SmallVec<A>) {
     if x.is_nan() {
         out.push(NUMBER_NAN);
     } else if x <= -TWO_POW_64 {
@@ -275,7 +287,12 @@ fn encode_f64(x: f64, out: &mut KeyBuf) {
 }
 
 /// Encodes a finite number given as sign, integer magnitude and fraction in [0, 1).
-fn encode_magnitude(negative: bool, integral: u64, fraction: f64, out: &mut KeyBuf) {
+fn encode_magnitude<A: Array<Item = u8>>(
+    negative: bool,
+    integral: u64,
+    fraction: f64,
+    out: &mut SmallVec<A>,
+) {
     debug_assert!((0.0..1.0).contains(&fraction));
     let negative = negative && (integral != 0 || fraction != 0.0);
     out.push(if negative {
@@ -303,7 +320,7 @@ fn encode_magnitude(negative: bool, integral: u64, fraction: f64, out: &mut KeyB
 /// Decimal (ext 1): scale as a msgpack int, then packed BCD with the sign in the last nibble.
 /// Exact for up to 38 digits with an integer part below 2^64; beyond that the value is
 /// ordered by its nearest double.
-fn encode_decimal(payload: &[u8], out: &mut KeyBuf) {
+fn encode_decimal<A: Array<Item = u8>>(payload: &[u8], out: &mut SmallVec<A>) {
     let Some((negative, digits, scale)) = decode_decimal(payload) else {
         // Not a decimal Tarantool would produce; order it as zero rather than fail an index.
         encode_magnitude(false, 0, 0.0, out);
@@ -358,7 +375,7 @@ fn decode_decimal(payload: &[u8]) -> Option<(bool, u128, i32)> {
     Some((negative, digits, scale))
 }
 
-fn encode_bytes(bytes: &[u8], collation: Collation, out: &mut KeyBuf) {
+fn encode_bytes<A: Array<Item = u8>>(bytes: &[u8], collation: Collation, out: &mut SmallVec<A>) {
     let folded;
     let bytes = match (collation, std::str::from_utf8(bytes)) {
         (Collation::UnicodeCi, Ok(text)) => {
@@ -376,7 +393,7 @@ fn encode_bytes(bytes: &[u8], collation: Collation, out: &mut KeyBuf) {
     out.extend_from_slice(&[0, 0]);
 }
 
-fn encode_ext(value: &Value<'_>, out: &mut KeyBuf) {
+fn encode_ext<A: Array<Item = u8>>(value: &Value<'_>, out: &mut SmallVec<A>) {
     match *value {
         Value::Ext(EXT_UUID, bytes) => out.extend_from_slice(bytes),
         Value::Ext(EXT_DATETIME, bytes) => {
@@ -401,7 +418,11 @@ const SCALAR_VARBINARY: u8 = 0x04;
 const SCALAR_UUID: u8 = 0x05;
 const SCALAR_DATETIME: u8 = 0x06;
 
-fn encode_scalar(value: &Value<'_>, collation: Collation, out: &mut KeyBuf) {
+fn encode_scalar<A: Array<Item = u8>>(
+    value: &Value<'_>,
+    collation: Collation,
+    out: &mut SmallVec<A>,
+) {
     match value {
         Value::Bool(b) => out.extend_from_slice(&[SCALAR_BOOLEAN, *b as u8]),
         Value::Uint(_) | Value::Int(_) | Value::F32(_) | Value::F64(_) => {
@@ -434,7 +455,7 @@ fn encode_scalar(value: &Value<'_>, collation: Collation, out: &mut KeyBuf) {
 
 /// The smallest byte string greater than every string that starts with `prefix`, or `None`
 /// if there is none (the prefix is all 0xFF). Turns "starts with" into an exclusive bound.
-pub fn prefix_successor(prefix: &[u8], out: &mut KeyBuf) -> bool {
+pub fn prefix_successor<A: Array<Item = u8>>(prefix: &[u8], out: &mut SmallVec<A>) -> bool {
     let Some(last_incrementable) = prefix.iter().rposition(|&byte| byte != 0xff) else {
         return false;
     };

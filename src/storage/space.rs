@@ -8,7 +8,7 @@
 
 use crate::storage::error::{Result, StorageError};
 use crate::storage::index::{Index, IndexDef, IndexIter, IndexKind};
-use crate::storage::key::{prefix_successor, KeyBuf};
+use crate::storage::key::{prefix_successor, KeyBuf, SearchKeyBuf};
 use crate::storage::memory::MemoryQuota;
 use crate::storage::range::{IteratorType, KeyRange};
 use crate::storage::text::msgpack_to_text;
@@ -153,7 +153,7 @@ impl Space {
 
     /// Encodes an exact-match key for a unique index: 41 for a non-unique index, 19 for a
     /// key of the wrong length.
-    fn encode_exact_key(&self, index: &Index, key: &[u8], out: &mut KeyBuf) -> Result<()> {
+    fn encode_exact_key(&self, index: &Index, key: &[u8], out: &mut SearchKeyBuf) -> Result<()> {
         if !index.def.unique {
             return Err(StorageError::MoreThanOneTuple);
         }
@@ -171,7 +171,7 @@ impl Space {
     /// The tuple with exactly `key` in a unique index.
     pub fn get(&self, index_id: u32, key: &[u8]) -> Result<Option<&Tuple>> {
         let index = self.index(index_id)?;
-        let mut encoded = KeyBuf::new();
+        let mut encoded = SearchKeyBuf::new();
         self.encode_exact_key(index, key, &mut encoded)?;
         Ok(index.get(&encoded))
     }
@@ -181,10 +181,10 @@ impl Space {
     pub fn select(&self, index_id: u32, iterator: u32, key: &[u8]) -> Result<IndexIter<'_>> {
         let index = self.index(index_id)?;
         let iterator = IteratorType::from_code(iterator)?;
-        let mut encoded = KeyBuf::new();
+        let mut encoded = SearchKeyBuf::new();
         let parts = index.def.key_def.encode_search_key(key, &mut encoded)?;
         index.check_iterator(iterator, parts, &self.name)?;
-        let mut successor = KeyBuf::new();
+        let mut successor = SearchKeyBuf::new();
         let has_successor = prefix_successor(&encoded, &mut successor);
         let range =
             KeyRange::for_iterator(iterator, &encoded, has_successor.then_some(&successor[..]));
@@ -204,7 +204,7 @@ impl Space {
     /// Deletes by an exact key of a unique index; returns the deleted tuple, if any.
     pub fn delete(&mut self, index_id: u32, key: &[u8]) -> Result<Option<Tuple>> {
         let position = self.index_position(index_id)?;
-        let mut encoded = KeyBuf::new();
+        let mut encoded = SearchKeyBuf::new();
         self.encode_exact_key(&self.indexes[position], key, &mut encoded)?;
         let Some(old) = self.indexes[position].get(&encoded).cloned() else {
             return Ok(None);
@@ -224,7 +224,7 @@ impl Space {
         index_base: u32,
     ) -> Result<Option<Tuple>> {
         let position = self.index_position(index_id)?;
-        let mut encoded = KeyBuf::new();
+        let mut encoded = SearchKeyBuf::new();
         self.encode_exact_key(&self.indexes[position], key, &mut encoded)?;
         let Some(old) = self.indexes[position].get(&encoded).cloned() else {
             return Ok(None);
