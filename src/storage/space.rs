@@ -248,17 +248,27 @@ impl Space {
     /// Inserts `data` if its primary key is absent, else applies `ops` to the stored tuple,
     /// skipping (and logging) operations that fail, as Tarantool does.
     pub fn upsert(&mut self, data: &[u8], ops: &[u8], index_base: u32) -> Result<()> {
-        let candidate = self.format.build_tuple(&self.field_map, data)?;
+        // Validated up front (errors are returned even when the key exists), but only
+        // built when it is inserted: an existing key makes a new tuple from the old one.
+        let offsets = self.format.check_tuple(&self.field_map, data)?;
         let format = &self.format;
         let ops = UpdateOps::decode(ops, index_base, &|name| format.field_no_by_name(name))?;
-        let mut primary_key = KeyBuf::new();
-        self.indexes[0].encode_tuple_key(
-            &candidate,
-            &self.field_map,
-            &self.format,
-            &mut primary_key,
-        )?;
+        let mut primary_key = SearchKeyBuf::new();
+        let primary = &self.indexes[0];
+        if primary
+            .def
+            .key_def
+            .encode_from_tuple_data(data, &mut primary_key)
+            .is_err()
+        {
+            // Let the tuple path name the field the way insert would (23 / 39).
+            let candidate = self.format.build_checked(data, &offsets);
+            let mut key = KeyBuf::new();
+            primary.encode_tuple_key(&candidate, &self.field_map, &self.format, &mut key)?;
+            primary_key = SearchKeyBuf::from_slice(&key);
+        }
         let Some(old) = self.indexes[0].get(&primary_key).cloned() else {
+            let candidate = self.format.build_checked(data, &offsets);
             self.put(candidate, WriteMode::Insert)?;
             return Ok(());
         };

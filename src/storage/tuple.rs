@@ -101,6 +101,9 @@ impl std::fmt::Debug for Tuple {
     }
 }
 
+/// Offsets of a tuple's indexed fields, one per field-map slot.
+pub type FieldOffsets = SmallVec<[u32; 8]>;
+
 /// One field of a space format.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldDef {
@@ -198,7 +201,14 @@ impl SpaceFormat {
     /// Validates `data` (one msgpack array, nothing after it) against the format and builds
     /// the tuple with its field map. The one heap allocation of a write is here.
     pub fn build_tuple(&self, field_map: &FieldMap, data: &[u8]) -> Result<Tuple> {
-        let mut offsets: SmallVec<[u32; 8]> =
+        let offsets = self.check_tuple(field_map, data)?;
+        Ok(Tuple::from_parts(data, &offsets))
+    }
+
+    /// Validates `data` as `build_tuple` does, without building: returns the field map
+    /// offsets, from which `build_checked` makes the tuple if it is wanted after all.
+    pub fn check_tuple(&self, field_map: &FieldMap, data: &[u8]) -> Result<FieldOffsets> {
+        let mut offsets: FieldOffsets =
             SmallVec::from_elem(ABSENT_OFFSET, field_map.slot_count as usize);
         let mut cursor = data;
         let field_count = match msgpack::read_value(&mut cursor)? {
@@ -248,7 +258,12 @@ impl SpaceFormat {
                 self.label(field_count + missing as u32),
             ));
         }
-        Ok(Tuple::from_parts(data, &offsets))
+        Ok(offsets)
+    }
+
+    /// The tuple of `data` that `check_tuple` accepted with these `offsets`.
+    pub fn build_checked(&self, data: &[u8], offsets: &FieldOffsets) -> Tuple {
+        Tuple::from_parts(data, offsets)
     }
 }
 
