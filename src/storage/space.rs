@@ -468,6 +468,9 @@ impl Space {
     /// Stores `new`, replacing the tuple with the same primary key if `mode` allows. All
     /// checks run before the first index is touched.
     fn put(&mut self, new: Tuple, mode: WriteMode) -> Result<Tuple> {
+        if self.indexes.len() == 1 {
+            return self.put_primary_only(new, mode);
+        }
         let keys = self.tuple_keys(&new)?;
         let old = self.indexes[0].get(&keys[0]).cloned();
         if let (WriteMode::Insert, Some(old)) = (&mode, &old) {
@@ -534,6 +537,48 @@ impl Space {
             .indexes
             .iter()
             .all(|index| index.len() == self.indexes[0].len()));
+        Ok(new)
+    }
+
+    /// `put` for a space with no secondary index: one walk of the tree instead of a
+    /// lookup and then an insert. The new tuple goes in first; a duplicate or a quota
+    /// refusal puts the old one back, so a failure still changes nothing.
+    fn put_primary_only(&mut self, new: Tuple, mode: WriteMode) -> Result<Tuple> {
+        let mut key = KeyBuf::new();
+        let primary = &self.indexes[0];
+        primary.encode_tuple_key(&new, &self.field_map, &self.format, &mut key)?;
+        let entry_bytes = primary.entry_bytes(&key);
+        let restore_key = key.clone();
+        let old = self.indexes[0].insert(key, new.clone());
+        let refusal = match (&mode, &old) {
+            (WriteMode::Insert, Some(old)) => Some(self.duplicate(&self.indexes[0], old, &new)),
+            _ => None,
+        };
+        let old_footprint = old
+            .as_ref()
+            .map_or(0, |old| old.allocated_bytes() + entry_bytes);
+        let new_footprint = new.allocated_bytes() + entry_bytes;
+        let refusal = refusal.or_else(|| {
+            let grows = new_footprint > old_footprint;
+            (grows
+                && !self
+                    .quota
+                    .try_reserve((new_footprint - old_footprint) as u64))
+            .then(|| self.out_of_memory(new.allocated_bytes()))
+        });
+        if let Some(error) = refusal {
+            match old {
+                Some(old) => self.indexes[0].insert(restore_key, old),
+                None => self.indexes[0].remove(&restore_key),
+            };
+            return Err(error);
+        }
+        if new_footprint < old_footprint {
+            self.quota.release((old_footprint - new_footprint) as u64);
+        }
+        self.quota_bytes = self.quota_bytes + new_footprint - old_footprint;
+        self.tuple_bytes += new.allocated_bytes();
+        self.tuple_bytes -= old.as_ref().map_or(0, Tuple::allocated_bytes);
         Ok(new)
     }
 

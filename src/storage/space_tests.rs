@@ -508,3 +508,58 @@ fn unsigned_primary_keys_iterate_correctly_at_byte_edges() {
     assert_eq!(ids(Req, &[V::U(u64::MAX - 1)]), ["[18446744073709551614]"]);
     assert!(ids(Eq, &[V::U(1)]).is_empty());
 }
+
+#[test]
+fn primary_only_space_refuses_duplicates_and_quota_without_changes() {
+    let def = SpaceDef {
+        id: 900,
+        name: "kv".into(),
+        format: SpaceFormat::default(),
+        indexes: vec![IndexDef::tree(
+            0,
+            "primary",
+            true,
+            [KeyPart::new(0, FieldType::Unsigned)],
+        )],
+    };
+    let quota = Rc::new(MemoryQuota::new(100));
+    let mut space = Space::new(def, quota.clone()).unwrap();
+    space.insert(&mp(&[V::U(1), V::S("a")])).unwrap();
+    let used = quota.used_bytes();
+    let err = space.insert(&mp(&[V::U(1), V::S("b")])).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Duplicate key exists in unique index \"primary\" in space \"kv\" with old tuple - [1, \"a\"] and new tuple - [1, \"b\"]"
+    );
+    assert_eq!(
+        text(space.get(0, &mp(&[V::U(1)])).unwrap().unwrap()),
+        "[1, \"a\"]"
+    );
+    assert_eq!(quota.used_bytes(), used);
+    // A replace that grows past the quota leaves the old tuple in place.
+    let err = space
+        .replace(&mp(&[
+            V::U(1),
+            V::S("a value much longer than the quota has room for, even with the old tuple freed"),
+        ]))
+        .unwrap_err();
+    assert!(matches!(err, StorageError::MemoryIssue { .. }));
+    assert_eq!(
+        text(space.get(0, &mp(&[V::U(1)])).unwrap().unwrap()),
+        "[1, \"a\"]"
+    );
+    assert_eq!(quota.used_bytes(), used);
+    // An insert that does not fit leaves no trace.
+    let err = space
+        .insert(&mp(&[
+            V::U(2),
+            V::S("another value much longer than the quota has room for, whatever else happens"),
+        ]))
+        .unwrap_err();
+    assert!(matches!(err, StorageError::MemoryIssue { .. }));
+    assert_eq!(space.len(), 1);
+    assert_eq!(quota.used_bytes(), used);
+    space.replace(&mp(&[V::U(1), V::S("z")])).unwrap();
+    assert_eq!(quota.used_bytes(), used);
+    assert_eq!(space.memory().tuple_bytes as u64 + 24, used);
+}
