@@ -16,9 +16,11 @@ pub mod dir;
 pub mod error;
 pub mod format;
 pub mod reader;
+pub mod snapshot;
 pub mod writer;
 
 pub use error::{Result, WalError};
 pub use format::{Row, RowKind};
 pub use reader::{ReadMode, WalFile};
+pub use snapshot::{SnapshotMeta, SnapshotReader, SnapshotWritten};
 pub use writer::{Commit, GlommioSink, Sink, WalWriter, WriterConfig, WriterStats};

@@ -280,10 +280,7 @@ struct Flush {
 /// Waits for rows, takes them all, writes them; stops after closing or a failure.
 async fn run_flusher<S: Sink>(shared: Rc<Shared>, mut sink: S, config: WriterConfig) {
     let mut file = FileProgress::default();
-    loop {
-        let Some(flush) = poll_fn(|cx| take_flush(&shared, cx)).await else {
-            break;
-        };
+    while let Some(flush) = poll_fn(|cx| take_flush(&shared, cx)).await {
         let Flush {
             generation,
             lsn_first,
