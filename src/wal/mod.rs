@@ -16,11 +16,13 @@ pub mod dir;
 pub mod error;
 pub mod format;
 pub mod reader;
+pub mod recovery;
 pub mod snapshot;
 pub mod writer;
 
 pub use error::{Result, WalError};
 pub use format::{Row, RowKind};
 pub use reader::{ReadMode, WalFile};
+pub use recovery::{collect_garbage, recover, Recovered, RecoveryConfig, RecoveryTarget};
 pub use snapshot::{SnapshotMeta, SnapshotReader, SnapshotWritten};
 pub use writer::{Commit, GlommioSink, Sink, WalWriter, WriterConfig, WriterStats};
