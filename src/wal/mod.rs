@@ -26,3 +26,6 @@ pub use reader::{ReadMode, WalFile};
 pub use recovery::{collect_garbage, recover, Recovered, RecoveryConfig, RecoveryTarget};
 pub use snapshot::{SnapshotMeta, SnapshotReader, SnapshotWritten};
 pub use writer::{Commit, GlommioSink, Sink, WalWriter, WriterConfig, WriterStats};
+
+#[cfg(test)]
+mod tests;
