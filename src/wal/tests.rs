@@ -678,3 +678,73 @@ fn a_failed_flush_poisons_the_writer_and_fails_every_pending_append() {
     assert_eq!(lsns, vec![1]);
     assert!(errors.is_empty(), "{errors:?}");
 }
+
+#[test]
+fn recovery_into_a_real_engine_bulk_loads_and_replays() {
+    use crate::storage::{Engine, FieldType, IndexDef, KeyPart, SpaceDef, SpaceFormat};
+    let mut engine = Engine::new(1 << 20);
+    engine
+        .create_space(SpaceDef {
+            id: 512,
+            name: "kv".into(),
+            format: SpaceFormat::default(),
+            indexes: vec![IndexDef::tree(
+                0,
+                "primary",
+                true,
+                vec![KeyPart::new(0, FieldType::Unsigned)],
+            )],
+        })
+        .expect("space");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let meta = SnapshotMeta {
+        shard_id: 0,
+        lsn: 3,
+        schema_fingerprint: FINGERPRINT,
+    };
+    write_snapshot_blocking(dir.path(), &meta, (1..=3u8).map(|k| (512, tuple(k, 0))))
+        .expect("snapshot");
+    let mut wal = wal_header(4);
+    let rows = [
+        Row {
+            lsn: 4,
+            kind: RowKind::Delete,
+            space_id: 512,
+            body: &key(2),
+        },
+        Row {
+            lsn: 5,
+            kind: RowKind::Replace,
+            space_id: 512,
+            body: &tuple(3, 5),
+        },
+        Row {
+            lsn: 6,
+            kind: RowKind::Delete,
+            space_id: 512,
+            body: &key(40),
+        },
+    ];
+    encode_batch(rows, &mut wal);
+    write_file(dir.path(), wal_file_name(4), &wal);
+
+    let recovered = recover(&config(dir.path()), &mut engine).expect("recovers");
+    assert_eq!(
+        (
+            recovered.lsn_next(),
+            recovered.tuples_loaded,
+            recovered.rows_replayed
+        ),
+        (7, 3, 3)
+    );
+    let space = engine.space(512).expect("space");
+    assert_eq!(space.len(), 2);
+    assert_eq!(
+        space
+            .get(0, &key(3))
+            .expect("get")
+            .map(|t| t.data().to_vec()),
+        Some(tuple(3, 5))
+    );
+    assert!(space.get(0, &key(2)).expect("get").is_none());
+}
