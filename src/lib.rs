@@ -5,6 +5,7 @@
 //! the ones above it:
 //!
 //! * [`storage`]: tuples, formats, keys, indexes, spaces, update/upsert — one shard's data.
+//! * [`wal`]: WAL and snapshot files, the group-commit writer, recovery, checkpoint GC.
 //!
 //! See `docs/` for the byte-level formats.
 
@@ -13,3 +14,4 @@ pub mod protocol;
 pub mod server;
 pub mod shard;
 pub mod storage;
+pub mod wal;

@@ -1,0 +1,113 @@
+//! The errors of the WAL layer: I/O, damaged files, gaps in the log, a poisoned writer.
+//!
+//! Owns the wording operators see when a shard refuses to start or to write. Knows nothing
+//! of how the server turns an error into a reply.
+
+use std::path::PathBuf;
+
+pub type Result<T, E = WalError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum WalError {
+    #[error("{context}: {path}: {source}")]
+    Io {
+        context: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// Bytes that cannot be what the writer wrote, found where a torn write cannot explain
+    /// them. `offset` is where the bad batch, block or header starts.
+    #[error("corrupt file {file} at offset {offset}: {reason}")]
+    Corrupt {
+        file: PathBuf,
+        offset: u64,
+        reason: String,
+    },
+
+    /// The last batch of a file stops short or is half written: a crash during a write. In
+    /// the newest WAL file recovery cuts the file here; anywhere else it is corruption.
+    #[error("torn write at the end of {file} from offset {offset}")]
+    Torn { file: PathBuf, offset: u64 },
+
+    /// Rows the snapshot does not hold are in no WAL file.
+    #[error(
+        "WAL rows {lsn_first_missing}..{lsn_next_found} are missing: expected file {expected_file} \
+         after {after}"
+    )]
+    MissingRows {
+        expected_file: PathBuf,
+        after: String,
+        lsn_first_missing: u64,
+        lsn_next_found: u64,
+    },
+
+    #[error(
+        "{file} was written for schema fingerprint {found:#018x}, but the configured schema is \
+         {expected:#018x}: the spaces or indexes changed since it was written"
+    )]
+    SchemaMismatch {
+        file: PathBuf,
+        expected: u64,
+        found: u64,
+    },
+
+    #[error("{file} belongs to shard {found}, not shard {expected}")]
+    WrongShard {
+        file: PathBuf,
+        expected: u32,
+        found: u32,
+    },
+
+    /// Applying a recovered row or snapshot tuple to the spaces failed.
+    #[error("recovery of {file}: LSN {lsn}: {reason}")]
+    Replay {
+        file: PathBuf,
+        lsn: u64,
+        reason: String,
+    },
+
+    /// A write or fsync of the log failed earlier. Nothing after the last durable batch was
+    /// acknowledged, and since the kernel may have dropped the dirty pages, retrying could
+    /// report success for data that is gone: the writer refuses all writes until restart.
+    #[error(
+        "the WAL writer is stopped after an I/O error and accepts no writes until restart \
+         (rows after LSN {lsn_durable_last} were not made durable): {cause}"
+    )]
+    Poisoned {
+        lsn_durable_last: u64,
+        cause: String,
+    },
+
+    /// The writer was closed.
+    #[error("the WAL writer is closed")]
+    Closed,
+}
+
+impl WalError {
+    pub(crate) fn io(
+        context: &'static str,
+        path: impl Into<PathBuf>,
+        source: std::io::Error,
+    ) -> WalError {
+        WalError::Io {
+            context,
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn corrupt(
+        file: impl Into<PathBuf>,
+        offset: u64,
+        reason: impl Into<String>,
+    ) -> WalError {
+        WalError::Corrupt {
+            file: file.into(),
+            offset,
+            reason: reason.into(),
+        }
+    }
+}

@@ -1,0 +1,589 @@
+//! The bytes of WAL and snapshot files: headers, batches, rows, blocks and the trailer, as
+//! specified in `docs/format.md`.
+//!
+//! Pure functions over byte slices: no I/O, no storage types, no executor. The body of a row
+//! or a snapshot tuple is opaque msgpack here. Decoders never panic on any input; they say
+//! what is wrong with a [`DecodeError`], and the reader decides whether that is a torn tail or
+//! corruption, since only it knows where the bytes sit in the file.
+
+use std::fmt;
+
+/// `TWAL`: the first bytes of a WAL file.
+pub const WAL_MAGIC: [u8; 4] = *b"TWAL";
+/// `TSNP`: the first bytes of a snapshot file.
+pub const SNAPSHOT_MAGIC: [u8; 4] = *b"TSNP";
+/// `TBAT`: the first bytes of a batch.
+pub const BATCH_MAGIC: [u8; 4] = *b"TBAT";
+/// `TBLK`: the first bytes of a snapshot block.
+pub const BLOCK_MAGIC: [u8; 4] = *b"TBLK";
+/// `TEND`: the first bytes of a snapshot trailer.
+pub const TRAILER_MAGIC: [u8; 4] = *b"TEND";
+pub const FORMAT_VERSION: u16 = 1;
+
+pub const FILE_HEADER_SIZE_BYTES: usize = 32;
+pub const BATCH_HEADER_SIZE_BYTES: usize = 20;
+pub const BATCH_TRAILER_SIZE_BYTES: usize = 4;
+pub const ROW_HEADER_SIZE_BYTES: usize = 17;
+pub const BLOCK_HEADER_SIZE_BYTES: usize = 16;
+pub const BLOCK_TRAILER_SIZE_BYTES: usize = 4;
+pub const SNAPSHOT_TRAILER_SIZE_BYTES: usize = 20;
+
+/// The writer closes a batch before its payload passes this, so a batch stays far below the
+/// reader's limit and one batch never holds a whole flush of a very busy shard.
+pub const BATCH_PAYLOAD_BYTES_MAX: usize = 16 << 20;
+/// A reader refuses a larger payload length as corrupt instead of trusting it with memory.
+pub const BATCH_PAYLOAD_BYTES_LIMIT: usize = 1 << 30;
+/// The snapshot writer closes a block once its payload passes this.
+pub const BLOCK_PAYLOAD_BYTES_TARGET: usize = 1 << 20;
+/// A reader refuses a larger block payload length as corrupt.
+pub const BLOCK_PAYLOAD_BYTES_LIMIT: usize = 1 << 30;
+
+/// What a row does on replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum RowKind {
+    /// The body is the whole new tuple.
+    Replace = 1,
+    /// The body is the primary key of the deleted tuple.
+    Delete = 2,
+}
+
+impl RowKind {
+    pub fn from_byte(byte: u8) -> Option<RowKind> {
+        match byte {
+            1 => Some(RowKind::Replace),
+            2 => Some(RowKind::Delete),
+            _ => None,
+        }
+    }
+}
+
+/// One decoded row, borrowing its body from the batch bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Row<'a> {
+    pub lsn: u64,
+    pub kind: RowKind,
+    pub space_id: u32,
+    pub body: &'a [u8],
+}
+
+/// Which kind of file a header belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FileKind {
+    Wal,
+    Snapshot,
+}
+
+impl FileKind {
+    fn magic(self) -> [u8; 4] {
+        match self {
+            FileKind::Wal => WAL_MAGIC,
+            FileKind::Snapshot => SNAPSHOT_MAGIC,
+        }
+    }
+}
+
+/// The header shared by WAL and snapshot files. `lsn` is the first LSN of a WAL file, or the
+/// LSN a snapshot is complete up to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileHeader {
+    pub kind: FileKind,
+    pub shard_id: u32,
+    pub lsn: u64,
+    pub schema_fingerprint: u64,
+}
+
+/// Why bytes do not decode. Offsets are relative to the slice given to the decoder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecodeError {
+    /// The bytes end before the structure does: `needed_bytes` in all.
+    Incomplete { needed_bytes: usize },
+    /// The structure is complete but wrong.
+    Invalid { reason: String },
+}
+
+impl DecodeError {
+    fn invalid(reason: impl Into<String>) -> DecodeError {
+        DecodeError::Invalid {
+            reason: reason.into(),
+        }
+    }
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodeError::Incomplete { needed_bytes } => {
+                write!(formatter, "incomplete: {needed_bytes} bytes needed")
+            }
+            DecodeError::Invalid { reason } => formatter.write_str(reason),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Little-endian field access. Readers are only called after a length check.
+
+fn u16_at(bytes: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([bytes[at], bytes[at + 1]])
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    let mut word = [0u8; 4];
+    word.copy_from_slice(&bytes[at..at + 4]);
+    u32::from_le_bytes(word)
+}
+
+fn u64_at(bytes: &[u8], at: usize) -> u64 {
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(word)
+}
+
+fn need(bytes: &[u8], needed_bytes: usize) -> Result<(), DecodeError> {
+    if bytes.len() < needed_bytes {
+        return Err(DecodeError::Incomplete { needed_bytes });
+    }
+    Ok(())
+}
+
+fn length_u32(length: usize) -> u32 {
+    // Every length written is bounded far below 4 GiB by the callers' limits.
+    u32::try_from(length).expect("length fits in u32")
+}
+
+// ---------------------------------------------------------------------------------------------
+// File header
+
+pub fn encode_file_header(header: &FileHeader, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&header.kind.magic());
+    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&0u16.to_le_bytes());
+    out.extend_from_slice(&header.shard_id.to_le_bytes());
+    out.extend_from_slice(&header.lsn.to_le_bytes());
+    out.extend_from_slice(&header.schema_fingerprint.to_le_bytes());
+    let checksum = crc32c::crc32c(&out[start..]);
+    out.extend_from_slice(&checksum.to_le_bytes());
+    debug_assert_eq!(out.len() - start, FILE_HEADER_SIZE_BYTES);
+}
+
+pub fn decode_file_header(bytes: &[u8], kind: FileKind) -> Result<FileHeader, DecodeError> {
+    need(bytes, FILE_HEADER_SIZE_BYTES)?;
+    if bytes[0..4] != kind.magic() {
+        return Err(DecodeError::invalid(format!(
+            "bad file magic {:02x?}, expected {:?}",
+            &bytes[0..4],
+            kind
+        )));
+    }
+    let checksum_expected = crc32c::crc32c(&bytes[0..28]);
+    if u32_at(bytes, 28) != checksum_expected {
+        return Err(DecodeError::invalid("file header checksum mismatch"));
+    }
+    let version = u16_at(bytes, 4);
+    if version != FORMAT_VERSION {
+        return Err(DecodeError::invalid(format!(
+            "format version {version} is not supported (this build reads {FORMAT_VERSION})"
+        )));
+    }
+    Ok(FileHeader {
+        kind,
+        shard_id: u32_at(bytes, 8),
+        lsn: u64_at(bytes, 12),
+        schema_fingerprint: u64_at(bytes, 20),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Batches
+
+/// Builds batches in a buffer: open one, push rows, seal it (header fields and checksum are
+/// filled in at sealing, so rows are copied once). Several sealed batches can share the
+/// buffer: the writer sends them all with one write.
+#[derive(Debug, Default)]
+pub struct BatchBuilder {
+    bytes: Vec<u8>,
+    /// Offset of the open batch in `bytes`, if one is open.
+    open_start: Option<usize>,
+    open_row_count: u32,
+    open_lsn_first: u64,
+}
+
+impl BatchBuilder {
+    pub fn with_capacity(capacity_bytes: usize) -> BatchBuilder {
+        BatchBuilder {
+            bytes: Vec::with_capacity(capacity_bytes),
+            ..BatchBuilder::default()
+        }
+    }
+
+    /// Appends a row with `lsn`, opening a batch if none is open and closing the open one
+    /// first if it would pass [`BATCH_PAYLOAD_BYTES_MAX`]. LSNs must be consecutive.
+    pub fn push_row(&mut self, lsn: u64, kind: RowKind, space_id: u32, body: &[u8]) {
+        assert!(lsn > 0, "LSN 0 means nothing and is never written");
+        if let Some(start) = self.open_start {
+            assert_eq!(lsn, self.open_lsn_first + u64::from(self.open_row_count));
+            let payload_bytes = self.bytes.len() - start - BATCH_HEADER_SIZE_BYTES;
+            if payload_bytes + ROW_HEADER_SIZE_BYTES + body.len() > BATCH_PAYLOAD_BYTES_MAX {
+                self.seal();
+            }
+        }
+        if self.open_start.is_none() {
+            self.open_start = Some(self.bytes.len());
+            self.open_row_count = 0;
+            self.open_lsn_first = lsn;
+            // Placeholder, filled in by `seal`.
+            self.bytes
+                .resize(self.bytes.len() + BATCH_HEADER_SIZE_BYTES, 0);
+        }
+        encode_row(lsn, kind, space_id, body, &mut self.bytes);
+        self.open_row_count += 1;
+    }
+
+    /// Closes the open batch, if any: header and checksum.
+    pub fn seal(&mut self) {
+        let Some(start) = self.open_start.take() else {
+            return;
+        };
+        assert!(self.open_row_count >= 1);
+        let payload_bytes = self.bytes.len() - start - BATCH_HEADER_SIZE_BYTES;
+        let header = &mut self.bytes[start..start + BATCH_HEADER_SIZE_BYTES];
+        header[0..4].copy_from_slice(&BATCH_MAGIC);
+        header[4..8].copy_from_slice(&self.open_row_count.to_le_bytes());
+        header[8..12].copy_from_slice(&length_u32(payload_bytes).to_le_bytes());
+        header[12..20].copy_from_slice(&self.open_lsn_first.to_le_bytes());
+        let checksum = crc32c::crc32c(&self.bytes[start..]);
+        self.bytes.extend_from_slice(&checksum.to_le_bytes());
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    pub fn len_bytes(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Seals the open batch and hands over every byte, leaving an empty buffer of the same
+    /// capacity behind, so the steady state reuses capacity rather than growing from zero.
+    pub fn take(&mut self) -> Vec<u8> {
+        self.seal();
+        let capacity_bytes = self.bytes.capacity();
+        std::mem::replace(&mut self.bytes, Vec::with_capacity(capacity_bytes))
+    }
+}
+
+fn encode_row(lsn: u64, kind: RowKind, space_id: u32, body: &[u8], out: &mut Vec<u8>) {
+    out.extend_from_slice(&lsn.to_le_bytes());
+    out.push(kind as u8);
+    out.extend_from_slice(&space_id.to_le_bytes());
+    out.extend_from_slice(&length_u32(body.len()).to_le_bytes());
+    out.extend_from_slice(body);
+}
+
+/// Encodes one sealed batch of `rows` (LSNs consecutive) into `out`. Tests and tools use it;
+/// the writer uses [`BatchBuilder`].
+pub fn encode_batch<'a>(rows: impl IntoIterator<Item = Row<'a>>, out: &mut Vec<u8>) {
+    let mut builder = BatchBuilder::default();
+    for row in rows {
+        builder.push_row(row.lsn, row.kind, row.space_id, row.body);
+    }
+    out.extend_from_slice(&builder.take());
+}
+
+/// A checked batch: its rows are known to parse and to be consecutive.
+#[derive(Debug, Clone, Copy)]
+pub struct Batch<'a> {
+    pub lsn_first: u64,
+    pub row_count: u32,
+    /// Bytes the batch takes, header and checksum included.
+    pub size_bytes: usize,
+    payload: &'a [u8],
+}
+
+impl<'a> Batch<'a> {
+    pub fn lsn_last(&self) -> u64 {
+        self.lsn_first + u64::from(self.row_count) - 1
+    }
+
+    pub fn rows(&self) -> RowIter<'a> {
+        RowIter {
+            payload: self.payload,
+            at: 0,
+        }
+    }
+}
+
+/// The rows of a checked batch.
+pub struct RowIter<'a> {
+    payload: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Iterator for RowIter<'a> {
+    type Item = Row<'a>;
+
+    fn next(&mut self) -> Option<Row<'a>> {
+        if self.at >= self.payload.len() {
+            return None;
+        }
+        // The batch was checked by `decode_batch`, so a row that does not parse is a bug.
+        let (row, size_bytes) =
+            decode_row(&self.payload[self.at..]).expect("rows of a checked batch parse");
+        self.at += size_bytes;
+        Some(row)
+    }
+}
+
+fn decode_row(bytes: &[u8]) -> Result<(Row<'_>, usize), DecodeError> {
+    if bytes.len() < ROW_HEADER_SIZE_BYTES {
+        return Err(DecodeError::invalid("row header runs past the payload"));
+    }
+    let kind_byte = bytes[8];
+    let kind = RowKind::from_byte(kind_byte)
+        .ok_or_else(|| DecodeError::invalid(format!("unknown row kind {kind_byte}")))?;
+    let body_bytes = u32_at(bytes, 13) as usize;
+    let size_bytes = ROW_HEADER_SIZE_BYTES + body_bytes;
+    if bytes.len() < size_bytes {
+        return Err(DecodeError::invalid("row body runs past the payload"));
+    }
+    let row = Row {
+        lsn: u64_at(bytes, 0),
+        kind,
+        space_id: u32_at(bytes, 9),
+        body: &bytes[ROW_HEADER_SIZE_BYTES..size_bytes],
+    };
+    Ok((row, size_bytes))
+}
+
+/// The size a batch starting at `bytes` claims, from its header alone, if the header is there
+/// and plausible. The reader uses it to tell a torn tail from damage in the middle.
+pub fn batch_size_claimed(bytes: &[u8]) -> Option<usize> {
+    if bytes.len() < BATCH_HEADER_SIZE_BYTES || bytes[0..4] != BATCH_MAGIC {
+        return None;
+    }
+    let payload_bytes = u32_at(bytes, 8) as usize;
+    if payload_bytes > BATCH_PAYLOAD_BYTES_LIMIT {
+        return None;
+    }
+    Some(BATCH_HEADER_SIZE_BYTES + payload_bytes + BATCH_TRAILER_SIZE_BYTES)
+}
+
+/// Decodes and checks the batch at the start of `bytes` (which may hold more after it).
+pub fn decode_batch(bytes: &[u8]) -> Result<Batch<'_>, DecodeError> {
+    need(bytes, BATCH_HEADER_SIZE_BYTES)?;
+    if bytes[0..4] != BATCH_MAGIC {
+        return Err(DecodeError::invalid(format!(
+            "bad batch magic {:02x?}",
+            &bytes[0..4]
+        )));
+    }
+    let row_count = u32_at(bytes, 4);
+    let payload_bytes = u32_at(bytes, 8) as usize;
+    let lsn_first = u64_at(bytes, 12);
+    if payload_bytes > BATCH_PAYLOAD_BYTES_LIMIT {
+        return Err(DecodeError::invalid(format!(
+            "batch payload length {payload_bytes} is above the limit"
+        )));
+    }
+    let payload_end = BATCH_HEADER_SIZE_BYTES + payload_bytes;
+    let size_bytes = payload_end + BATCH_TRAILER_SIZE_BYTES;
+    need(bytes, size_bytes)?;
+    let checksum_expected = crc32c::crc32c(&bytes[..payload_end]);
+    if u32_at(bytes, payload_end) != checksum_expected {
+        return Err(DecodeError::invalid("batch checksum mismatch"));
+    }
+    if row_count == 0 || lsn_first == 0 {
+        return Err(DecodeError::invalid("batch with no rows or LSN 0"));
+    }
+    let payload = &bytes[BATCH_HEADER_SIZE_BYTES..payload_end];
+    check_rows(payload, row_count, lsn_first)?;
+    Ok(Batch {
+        lsn_first,
+        row_count,
+        size_bytes,
+        payload,
+    })
+}
+
+fn check_rows(payload: &[u8], row_count: u32, lsn_first: u64) -> Result<(), DecodeError> {
+    let mut at = 0;
+    let mut rows_seen: u32 = 0;
+    while at < payload.len() {
+        let (row, size_bytes) = decode_row(&payload[at..])?;
+        let lsn_expected = lsn_first.checked_add(u64::from(rows_seen));
+        if Some(row.lsn) != lsn_expected {
+            return Err(DecodeError::invalid(format!(
+                "row {rows_seen} has LSN {}, expected {lsn_expected:?}",
+                row.lsn
+            )));
+        }
+        rows_seen += 1;
+        at += size_bytes;
+    }
+    if rows_seen != row_count {
+        return Err(DecodeError::invalid(format!(
+            "batch claims {row_count} rows, payload holds {rows_seen}"
+        )));
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Snapshot blocks and trailer
+
+/// Builds snapshot blocks: tuples of one space until the payload passes the target size.
+#[derive(Debug, Default)]
+pub struct BlockBuilder {
+    bytes: Vec<u8>,
+    space_id: u32,
+    tuple_count: u32,
+}
+
+impl BlockBuilder {
+    pub fn is_empty(&self) -> bool {
+        self.tuple_count == 0
+    }
+
+    pub fn space_id(&self) -> u32 {
+        self.space_id
+    }
+
+    pub fn payload_bytes(&self) -> usize {
+        self.bytes.len().saturating_sub(BLOCK_HEADER_SIZE_BYTES)
+    }
+
+    /// Adds a tuple; the caller finishes the block first when the space changes.
+    pub fn push_tuple(&mut self, space_id: u32, tuple: &[u8]) {
+        if self.tuple_count == 0 {
+            self.bytes.clear();
+            self.bytes.resize(BLOCK_HEADER_SIZE_BYTES, 0);
+            self.space_id = space_id;
+        }
+        assert_eq!(space_id, self.space_id, "one space per block");
+        self.bytes
+            .extend_from_slice(&length_u32(tuple.len()).to_le_bytes());
+        self.bytes.extend_from_slice(tuple);
+        self.tuple_count += 1;
+    }
+
+    /// Finishes the block into `out` and empties the builder; returns its tuple count.
+    pub fn finish(&mut self, out: &mut Vec<u8>) -> u32 {
+        let tuple_count = self.tuple_count;
+        if tuple_count == 0 {
+            return 0;
+        }
+        let payload_bytes = self.payload_bytes();
+        self.bytes[0..4].copy_from_slice(&BLOCK_MAGIC);
+        self.bytes[4..8].copy_from_slice(&self.space_id.to_le_bytes());
+        self.bytes[8..12].copy_from_slice(&tuple_count.to_le_bytes());
+        self.bytes[12..16].copy_from_slice(&length_u32(payload_bytes).to_le_bytes());
+        let checksum = crc32c::crc32c(&self.bytes);
+        out.extend_from_slice(&self.bytes);
+        out.extend_from_slice(&checksum.to_le_bytes());
+        self.tuple_count = 0;
+        self.bytes.clear();
+        tuple_count
+    }
+}
+
+/// A block's fixed header fields, read before its payload.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockHeader {
+    pub space_id: u32,
+    pub tuple_count: u32,
+    pub payload_bytes: usize,
+}
+
+/// What follows the blocks: either another block's header or the trailer. Both start with
+/// a 4-byte magic; the caller reads [`BLOCK_HEADER_SIZE_BYTES`] or the trailer accordingly.
+pub fn is_trailer_magic(bytes: &[u8]) -> bool {
+    bytes.len() >= 4 && bytes[0..4] == TRAILER_MAGIC
+}
+
+pub fn decode_block_header(bytes: &[u8]) -> Result<BlockHeader, DecodeError> {
+    need(bytes, BLOCK_HEADER_SIZE_BYTES)?;
+    if bytes[0..4] != BLOCK_MAGIC {
+        return Err(DecodeError::invalid(format!(
+            "bad block magic {:02x?}",
+            &bytes[0..4]
+        )));
+    }
+    let header = BlockHeader {
+        space_id: u32_at(bytes, 4),
+        tuple_count: u32_at(bytes, 8),
+        payload_bytes: u32_at(bytes, 12) as usize,
+    };
+    if header.payload_bytes > BLOCK_PAYLOAD_BYTES_LIMIT || header.tuple_count == 0 {
+        return Err(DecodeError::invalid(format!(
+            "implausible block header: {header:?}"
+        )));
+    }
+    Ok(header)
+}
+
+/// Checks a whole block (header, payload, checksum) and returns its tuples.
+pub fn decode_block(bytes: &[u8]) -> Result<(BlockHeader, Vec<&[u8]>), DecodeError> {
+    let header = decode_block_header(bytes)?;
+    let payload_end = BLOCK_HEADER_SIZE_BYTES + header.payload_bytes;
+    need(bytes, payload_end + BLOCK_TRAILER_SIZE_BYTES)?;
+    if u32_at(bytes, payload_end) != crc32c::crc32c(&bytes[..payload_end]) {
+        return Err(DecodeError::invalid("block checksum mismatch"));
+    }
+    let mut tuples = Vec::with_capacity(header.tuple_count as usize);
+    let mut at = BLOCK_HEADER_SIZE_BYTES;
+    while at < payload_end {
+        if payload_end - at < 4 {
+            return Err(DecodeError::invalid("tuple length runs past the block"));
+        }
+        let tuple_bytes = u32_at(bytes, at) as usize;
+        at += 4;
+        if payload_end - at < tuple_bytes {
+            return Err(DecodeError::invalid("tuple runs past the block"));
+        }
+        tuples.push(&bytes[at..at + tuple_bytes]);
+        at += tuple_bytes;
+    }
+    if tuples.len() != header.tuple_count as usize {
+        return Err(DecodeError::invalid(format!(
+            "block claims {} tuples, payload holds {}",
+            header.tuple_count,
+            tuples.len()
+        )));
+    }
+    Ok((header, tuples))
+}
+
+/// The snapshot trailer's counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Trailer {
+    pub block_count: u32,
+    pub tuple_count: u64,
+}
+
+/// Encodes the trailer; `file_checksum` is the running crc32c of every byte before it.
+pub fn encode_trailer(trailer: &Trailer, file_checksum: u32, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&TRAILER_MAGIC);
+    out.extend_from_slice(&trailer.block_count.to_le_bytes());
+    out.extend_from_slice(&trailer.tuple_count.to_le_bytes());
+    let checksum = crc32c::crc32c_append(file_checksum, &out[start..]);
+    out.extend_from_slice(&checksum.to_le_bytes());
+}
+
+/// Decodes the trailer and checks it against the running checksum of the bytes before it.
+pub fn decode_trailer(bytes: &[u8], file_checksum: u32) -> Result<Trailer, DecodeError> {
+    need(bytes, SNAPSHOT_TRAILER_SIZE_BYTES)?;
+    if !is_trailer_magic(bytes) {
+        return Err(DecodeError::invalid("bad trailer magic"));
+    }
+    let checksum_expected = crc32c::crc32c_append(file_checksum, &bytes[0..16]);
+    if u32_at(bytes, 16) != checksum_expected {
+        return Err(DecodeError::invalid("snapshot file checksum mismatch"));
+    }
+    Ok(Trailer {
+        block_count: u32_at(bytes, 4),
+        tuple_count: u64_at(bytes, 8),
+    })
+}

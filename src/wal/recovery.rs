@@ -1,0 +1,479 @@
+//! Recovery of one shard at start-up, and checkpoint garbage collection.
+//!
+//! Recovery loads the newest snapshot space by space (one bulk load each, so indexes are built
+//! by sorting), then replays the WAL rows after the snapshot's LSN as replaces and deletes.
+//! It checks that the LSNs run without a gap from the snapshot to the last row, cuts a torn
+//! tail off the newest WAL file with a warning, and stops on corruption unless `force` is set.
+//! The rules are those of `docs/format.md`.
+//!
+//! Blocking `std::fs`: it runs before the shard serves, one thread per shard, so shards
+//! recover in parallel. What receives the data is a [`RecoveryTarget`]; `storage::Engine` is
+//! one, which is the only place this layer touches storage. Knows nothing of the network.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use crate::storage::Engine;
+use crate::wal::dir::{self, wal_file_name};
+use crate::wal::error::{Result, WalError};
+use crate::wal::format::{FileHeader, Row, RowKind};
+use crate::wal::reader::{ReadMode, WalFile};
+use crate::wal::snapshot::{SnapshotBlock, SnapshotReader};
+
+/// Where recovered data goes. Errors are strings because the layer that reports them (this
+/// one) only needs their text; the target's own error types stay its own.
+pub trait RecoveryTarget {
+    /// Replaces the contents of a space with `tuples` (its snapshot tuples, all at once).
+    fn load_space(
+        &mut self,
+        space_id: u32,
+        tuples: &mut dyn Iterator<Item = &[u8]>,
+    ) -> Result<(), String>;
+    fn replace(&mut self, space_id: u32, tuple: &[u8]) -> Result<(), String>;
+    /// Deletes by primary key; a key that is not there is not an error (replay is idempotent).
+    fn delete(&mut self, space_id: u32, key: &[u8]) -> Result<(), String>;
+}
+
+impl RecoveryTarget for Engine {
+    fn load_space(
+        &mut self,
+        space_id: u32,
+        tuples: &mut dyn Iterator<Item = &[u8]>,
+    ) -> Result<(), String> {
+        let space = self.space_mut(space_id).map_err(|e| e.to_string())?;
+        space.bulk_load(tuples).map_err(|e| e.to_string())
+    }
+
+    fn replace(&mut self, space_id: u32, tuple: &[u8]) -> Result<(), String> {
+        let space = self.space_mut(space_id).map_err(|e| e.to_string())?;
+        space.replace(tuple).map(drop).map_err(|e| e.to_string())
+    }
+
+    fn delete(&mut self, space_id: u32, key: &[u8]) -> Result<(), String> {
+        let space = self.space_mut(space_id).map_err(|e| e.to_string())?;
+        space.delete(0, key).map(drop).map_err(|e| e.to_string())
+    }
+}
+
+/// What recovery needs to know.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecoveryConfig {
+    /// The shard's directory, `data_dir/shard-<k>` (see [`dir::shard_dir`]).
+    pub dir: PathBuf,
+    pub shard_id: u32,
+    pub schema_fingerprint: u64,
+    /// `force_recovery`: skip damaged batches, rows that fail to apply, and LSN gaps.
+    pub force: bool,
+}
+
+/// What recovery did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// LSN of the snapshot loaded; 0 if none.
+    pub snapshot_lsn: u64,
+    /// The last LSN recovered (snapshot or WAL).
+    pub lsn_last: u64,
+    pub tuples_loaded: u64,
+    pub rows_replayed: u64,
+    /// Force mode only: damaged batches skipped, rows that failed to apply.
+    pub batches_skipped: u64,
+    pub rows_skipped: u64,
+    /// The newest WAL file was cut at this offset (a torn write).
+    pub torn_cut: Option<(PathBuf, u64)>,
+}
+
+impl Recovered {
+    /// The LSN the writer starts at.
+    pub fn lsn_next(&self) -> u64 {
+        self.lsn_last + 1
+    }
+}
+
+/// Recovers the shard in `config.dir` into `target`. A missing directory is an empty shard.
+pub fn recover(config: &RecoveryConfig, target: &mut impl RecoveryTarget) -> Result<Recovered> {
+    let listing = dir::list(&config.dir)?;
+    let mut progress = Progress::new(config.shard_id);
+    let mut recovered = Recovered::default();
+    if let Some((lsn, path)) = listing.snapshots.last() {
+        load_snapshot(config, *lsn, path, target, &mut recovered, &mut progress)?;
+    }
+    replay_wal(
+        config,
+        &listing.wal_files,
+        target,
+        &mut recovered,
+        &mut progress,
+    )?;
+    progress.finish(&recovered);
+    Ok(recovered)
+}
+
+fn check_header(
+    config: &RecoveryConfig,
+    path: &Path,
+    header: &FileHeader,
+    lsn_from_name: u64,
+) -> Result<()> {
+    if header.shard_id != config.shard_id {
+        return Err(WalError::WrongShard {
+            file: path.to_path_buf(),
+            expected: config.shard_id,
+            found: header.shard_id,
+        });
+    }
+    if header.schema_fingerprint != config.schema_fingerprint {
+        return Err(WalError::SchemaMismatch {
+            file: path.to_path_buf(),
+            expected: config.schema_fingerprint,
+            found: header.schema_fingerprint,
+        });
+    }
+    if header.lsn != lsn_from_name {
+        return Err(WalError::corrupt(
+            path,
+            0,
+            format!("header LSN {} differs from the file name", header.lsn),
+        ));
+    }
+    Ok(())
+}
+
+fn load_snapshot(
+    config: &RecoveryConfig,
+    lsn: u64,
+    path: &Path,
+    target: &mut impl RecoveryTarget,
+    recovered: &mut Recovered,
+    progress: &mut Progress,
+) -> Result<()> {
+    let mut reader = SnapshotReader::open(path)?;
+    check_header(config, path, &reader.header, lsn)?;
+    tracing::info!(shard = config.shard_id, snapshot = %path.display(), "loading snapshot");
+    // One space's blocks are held until the space ends, then bulk-loaded in one go.
+    let mut blocks: Vec<SnapshotBlock> = Vec::new();
+    while let Some(block) = reader.next_block()? {
+        if blocks
+            .first()
+            .is_some_and(|first| first.space_id != block.space_id)
+        {
+            load_blocks(path, lsn, &mut blocks, target, recovered)?;
+        }
+        progress.tick("snapshot", block.tuple_count() as u64);
+        blocks.push(block);
+    }
+    load_blocks(path, lsn, &mut blocks, target, recovered)?;
+    recovered.snapshot_lsn = lsn;
+    recovered.lsn_last = lsn;
+    Ok(())
+}
+
+fn load_blocks(
+    path: &Path,
+    lsn: u64,
+    blocks: &mut Vec<SnapshotBlock>,
+    target: &mut impl RecoveryTarget,
+    recovered: &mut Recovered,
+) -> Result<()> {
+    let Some(space_id) = blocks.first().map(|block| block.space_id) else {
+        return Ok(());
+    };
+    let loaded = target.load_space(space_id, &mut blocks.iter().flat_map(SnapshotBlock::tuples));
+    loaded.map_err(|reason| WalError::Replay {
+        file: path.to_path_buf(),
+        lsn,
+        reason: format!("space {space_id}: {reason}"),
+    })?;
+    recovered.tuples_loaded += blocks.iter().map(|b| b.tuple_count() as u64).sum::<u64>();
+    blocks.clear();
+    Ok(())
+}
+
+/// The index of the first WAL file to read after snapshot LSN `lsn_snapshot`.
+fn first_needed_file(
+    config: &RecoveryConfig,
+    wal_files: &[(u64, PathBuf)],
+    lsn_snapshot: u64,
+) -> Result<Option<usize>> {
+    let Some(&(lsn_first, _)) = wal_files.first() else {
+        return Ok(None);
+    };
+    let count_before = wal_files.partition_point(|(lsn, _)| *lsn <= lsn_snapshot + 1);
+    if count_before == 0 {
+        let error = WalError::MissingRows {
+            expected_file: config.dir.join(wal_file_name(lsn_snapshot + 1)),
+            after: format!("snapshot {lsn_snapshot}"),
+            lsn_first_missing: lsn_snapshot + 1,
+            lsn_next_found: lsn_first,
+        };
+        if !config.force {
+            return Err(error);
+        }
+        tracing::warn!(shard = config.shard_id, %error, "force recovery: going on");
+        return Ok(Some(0));
+    }
+    Ok(Some(count_before - 1))
+}
+
+fn replay_wal(
+    config: &RecoveryConfig,
+    wal_files: &[(u64, PathBuf)],
+    target: &mut impl RecoveryTarget,
+    recovered: &mut Recovered,
+    progress: &mut Progress,
+) -> Result<()> {
+    let lsn_snapshot = recovered.snapshot_lsn;
+    let Some(start) = first_needed_file(config, wal_files, lsn_snapshot)? else {
+        return Ok(());
+    };
+    let mode = if config.force {
+        ReadMode::Force
+    } else {
+        ReadMode::Strict
+    };
+    // The last LSN read from the WAL, to check that the next file follows it.
+    let mut lsn_last_read: Option<u64> = None;
+    for (position, (lsn_name, path)) in wal_files.iter().enumerate().skip(start) {
+        let newest = position + 1 == wal_files.len();
+        let file = match WalFile::open(path) {
+            Ok(file) => file,
+            Err(WalError::Torn { offset, .. }) if newest => {
+                cut_torn_tail(config, path, offset, recovered)?;
+                break;
+            }
+            Err(error) => {
+                skip_or_fail(config, torn_is_corrupt(error), recovered)?;
+                continue;
+            }
+        };
+        check_header(config, path, &file.header, *lsn_name)?;
+        if let Some(lsn_last) = lsn_last_read {
+            check_follows(config, wal_files, position, lsn_last)?;
+        }
+        lsn_last_read = Some(file.header.lsn.saturating_sub(1));
+        for batch in file.batches(mode) {
+            let batch = match batch {
+                Ok(batch) => batch,
+                Err(WalError::Torn { offset, .. }) if newest => {
+                    cut_torn_tail(config, path, offset, recovered)?;
+                    break;
+                }
+                Err(error) => {
+                    skip_or_fail(config, torn_is_corrupt(error), recovered)?;
+                    continue;
+                }
+            };
+            for row in batch.rows().filter(|row| row.lsn > lsn_snapshot) {
+                apply_row(config, path, &row, target, recovered)?;
+            }
+            progress.tick("wal", u64::from(batch.row_count));
+            lsn_last_read = Some(batch.lsn_last());
+            recovered.lsn_last = recovered.lsn_last.max(batch.lsn_last());
+        }
+    }
+    Ok(())
+}
+
+/// In force mode counts and logs `error`; otherwise returns it.
+fn skip_or_fail(config: &RecoveryConfig, error: WalError, recovered: &mut Recovered) -> Result<()> {
+    if !config.force {
+        return Err(error);
+    }
+    tracing::warn!(shard = config.shard_id, %error, "force recovery: skipping damaged data");
+    recovered.batches_skipped += 1;
+    Ok(())
+}
+
+/// A torn write anywhere but at the end of the newest file cannot be a crash mid-write: the
+/// writer went on to write more after it.
+fn torn_is_corrupt(error: WalError) -> WalError {
+    match error {
+        WalError::Torn { file, offset } => WalError::Corrupt {
+            file,
+            offset,
+            reason: "torn write in a WAL file that is not the newest".into(),
+        },
+        other => other,
+    }
+}
+
+fn check_follows(
+    config: &RecoveryConfig,
+    wal_files: &[(u64, PathBuf)],
+    position: usize,
+    lsn_last: u64,
+) -> Result<()> {
+    let lsn_first = wal_files[position].0;
+    if lsn_first == lsn_last + 1 {
+        return Ok(());
+    }
+    let error = WalError::MissingRows {
+        expected_file: config.dir.join(wal_file_name(lsn_last + 1)),
+        after: wal_files[position - 1].1.display().to_string(),
+        lsn_first_missing: lsn_last + 1,
+        lsn_next_found: lsn_first,
+    };
+    if !config.force {
+        return Err(error);
+    }
+    tracing::warn!(shard = config.shard_id, %error, "force recovery: going on");
+    Ok(())
+}
+
+fn apply_row(
+    config: &RecoveryConfig,
+    path: &Path,
+    row: &Row<'_>,
+    target: &mut impl RecoveryTarget,
+    recovered: &mut Recovered,
+) -> Result<()> {
+    let result = match row.kind {
+        RowKind::Replace => target.replace(row.space_id, row.body),
+        RowKind::Delete => target.delete(row.space_id, row.body),
+    };
+    match result {
+        Ok(()) => recovered.rows_replayed += 1,
+        Err(reason) => {
+            let error = WalError::Replay {
+                file: path.to_path_buf(),
+                lsn: row.lsn,
+                reason: format!("space {}: {reason}", row.space_id),
+            };
+            if !config.force {
+                return Err(error);
+            }
+            tracing::warn!(shard = config.shard_id, %error, "force recovery: skipping row");
+            recovered.rows_skipped += 1;
+        }
+    }
+    Ok(())
+}
+
+/// Cuts the newest WAL file at a torn batch: those rows were never acknowledged. A file too
+/// short for its header is removed.
+fn cut_torn_tail(
+    config: &RecoveryConfig,
+    path: &Path,
+    offset: u64,
+    recovered: &mut Recovered,
+) -> Result<()> {
+    tracing::warn!(
+        shard = config.shard_id,
+        file = %path.display(),
+        offset,
+        "cutting a torn write off the end of the newest WAL file"
+    );
+    if offset == 0 {
+        std::fs::remove_file(path).map_err(|e| WalError::io("removing torn WAL file", path, e))?;
+    } else {
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .map_err(|e| WalError::io("opening torn WAL file", path, e))?;
+        file.set_len(offset)
+            .and_then(|()| file.sync_all())
+            .map_err(|e| WalError::io("cutting torn WAL file", path, e))?;
+    }
+    recovered.torn_cut = Some((path.to_path_buf(), offset));
+    Ok(())
+}
+
+/// Logs recovery progress at least every 10 s or every million rows, and a final line.
+struct Progress {
+    shard_id: u32,
+    started: Instant,
+    logged: Instant,
+    rows_read: u64,
+    rows_read_at_log: u64,
+}
+
+const PROGRESS_INTERVAL: Duration = Duration::from_secs(10);
+const PROGRESS_ROWS: u64 = 1_000_000;
+
+impl Progress {
+    fn new(shard_id: u32) -> Progress {
+        let now = Instant::now();
+        Progress {
+            shard_id,
+            started: now,
+            logged: now,
+            rows_read: 0,
+            rows_read_at_log: 0,
+        }
+    }
+
+    fn tick(&mut self, phase: &'static str, rows: u64) {
+        self.rows_read += rows;
+        let rows_since = self.rows_read - self.rows_read_at_log;
+        if rows_since < PROGRESS_ROWS && self.logged.elapsed() < PROGRESS_INTERVAL {
+            return;
+        }
+        let seconds = self.logged.elapsed().as_secs_f64().max(1e-9);
+        tracing::info!(
+            shard = self.shard_id,
+            phase,
+            rows_read = self.rows_read,
+            rows_per_second = (rows_since as f64 / seconds) as u64,
+            "recovering"
+        );
+        self.logged = Instant::now();
+        self.rows_read_at_log = self.rows_read;
+    }
+
+    fn finish(&self, recovered: &Recovered) {
+        tracing::info!(
+            shard = self.shard_id,
+            seconds = self.started.elapsed().as_secs_f64(),
+            snapshot_lsn = recovered.snapshot_lsn,
+            lsn_last = recovered.lsn_last,
+            tuples_loaded = recovered.tuples_loaded,
+            rows_replayed = recovered.rows_replayed,
+            batches_skipped = recovered.batches_skipped,
+            rows_skipped = recovered.rows_skipped,
+            "recovery done"
+        );
+    }
+}
+
+/// What [`collect_garbage`] removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GarbageCollected {
+    pub snapshots_removed: Vec<PathBuf>,
+    pub wal_files_removed: Vec<PathBuf>,
+    pub in_progress_removed: Vec<PathBuf>,
+}
+
+/// Keeps the newest `checkpoint_count` snapshots and the WAL files needed after the oldest of
+/// them; removes the rest and any `.snap.inprogress`. Call it after a snapshot is written, never
+/// while one is being written in the same directory. With no snapshot, nothing is removed.
+pub fn collect_garbage(dir: &Path, checkpoint_count: u32) -> Result<GarbageCollected> {
+    assert!(checkpoint_count >= 1);
+    let listing = dir::list(dir)?;
+    let mut removed = GarbageCollected::default();
+    for path in &listing.in_progress {
+        remove(path)?;
+        removed.in_progress_removed.push(path.clone());
+    }
+    let keep_from = listing
+        .snapshots
+        .len()
+        .saturating_sub(checkpoint_count as usize);
+    let Some(&(lsn_oldest_kept, _)) = listing.snapshots.get(keep_from) else {
+        return Ok(removed);
+    };
+    for (_, path) in &listing.snapshots[..keep_from] {
+        remove(path)?;
+        removed.snapshots_removed.push(path.clone());
+    }
+    // A file is unneeded when the next one starts at or before the first LSN to replay.
+    for pair in listing.wal_files.windows(2) {
+        if pair[1].0 <= lsn_oldest_kept + 1 {
+            remove(&pair[0].1)?;
+            removed.wal_files_removed.push(pair[0].1.clone());
+        }
+    }
+    Ok(removed)
+}
+
+fn remove(path: &Path) -> Result<()> {
+    std::fs::remove_file(path).map_err(|e| WalError::io("removing old checkpoint file", path, e))
+}

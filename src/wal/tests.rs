@@ -1,0 +1,750 @@
+//! Tests of the WAL layer: format round trips, torn tails and corruption, recovery rules,
+//! snapshots, group commit and poisoning. A model [`RecoveryTarget`] stands in for storage.
+
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::io;
+use std::path::Path;
+use std::rc::Rc;
+
+use proptest::prelude::*;
+
+use crate::wal::dir::{snapshot_file_name, wal_file_name};
+use crate::wal::format::*;
+use crate::wal::reader::{ReadMode, WalFile};
+use crate::wal::recovery::{collect_garbage, recover, RecoveryConfig, RecoveryTarget};
+use crate::wal::snapshot::{
+    read_snapshot_all, write_snapshot, write_snapshot_blocking, SnapshotMeta,
+};
+use crate::wal::writer::{GlommioSink, Sink, WalWriter, WriterConfig};
+use crate::wal::WalError;
+
+const FINGERPRINT: u64 = 0x5eed;
+
+/// Test tuples are `[key, value]` msgpack arrays of two positive fixints; keys `[key]`.
+fn tuple(key: u8, value: u8) -> Vec<u8> {
+    vec![0x92, key & 0x7f, value & 0x7f]
+}
+
+fn key(key: u8) -> Vec<u8> {
+    vec![0x91, key & 0x7f]
+}
+
+/// A plain map keyed by (space, key byte): what storage should hold after recovery.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Model(BTreeMap<(u32, u8), Vec<u8>>);
+
+impl RecoveryTarget for Model {
+    fn load_space(
+        &mut self,
+        space_id: u32,
+        tuples: &mut dyn Iterator<Item = &[u8]>,
+    ) -> Result<(), String> {
+        self.0.retain(|(space, _), _| *space != space_id);
+        for tuple in tuples {
+            self.replace(space_id, tuple)?;
+        }
+        Ok(())
+    }
+
+    fn replace(&mut self, space_id: u32, tuple: &[u8]) -> Result<(), String> {
+        let key = *tuple.get(1).ok_or("short tuple")?;
+        self.0.insert((space_id, key), tuple.to_vec());
+        Ok(())
+    }
+
+    fn delete(&mut self, space_id: u32, key: &[u8]) -> Result<(), String> {
+        let key = *key.get(1).ok_or("short key")?;
+        self.0.remove(&(space_id, key));
+        Ok(())
+    }
+}
+
+fn wal_header(lsn_first: u64) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    let header = FileHeader {
+        kind: FileKind::Wal,
+        shard_id: 0,
+        lsn: lsn_first,
+        schema_fingerprint: FINGERPRINT,
+    };
+    encode_file_header(&header, &mut bytes);
+    bytes
+}
+
+/// Appends a batch of `count` replace rows from `lsn_first`; returns its start offset.
+fn push_batch(bytes: &mut Vec<u8>, lsn_first: u64, count: u64) -> usize {
+    let start = bytes.len();
+    let bodies: Vec<Vec<u8>> = (0..count)
+        .map(|i| tuple((lsn_first + i) as u8, 1))
+        .collect();
+    let rows = bodies.iter().enumerate().map(|(i, body)| Row {
+        lsn: lsn_first + i as u64,
+        kind: RowKind::Replace,
+        space_id: 512,
+        body,
+    });
+    encode_batch(rows, bytes);
+    start
+}
+
+/// A WAL file with three batches of 3 rows (LSNs from `lsn_first`) and their offsets.
+fn three_batch_file(lsn_first: u64) -> (Vec<u8>, [usize; 3]) {
+    let mut bytes = wal_header(lsn_first);
+    let a = push_batch(&mut bytes, lsn_first, 3);
+    let b = push_batch(&mut bytes, lsn_first + 3, 3);
+    let c = push_batch(&mut bytes, lsn_first + 6, 3);
+    (bytes, [a, b, c])
+}
+
+fn lsns_read(file: &WalFile, mode: ReadMode) -> (Vec<u64>, Vec<WalError>) {
+    let mut lsns = Vec::new();
+    let mut errors = Vec::new();
+    for batch in file.batches(mode) {
+        match batch {
+            Ok(batch) => lsns.extend(batch.rows().map(|row| row.lsn)),
+            Err(error) => errors.push(error),
+        }
+    }
+    (lsns, errors)
+}
+
+fn config(dir: &Path) -> RecoveryConfig {
+    RecoveryConfig {
+        dir: dir.to_path_buf(),
+        shard_id: 0,
+        schema_fingerprint: FINGERPRINT,
+        force: false,
+    }
+}
+
+fn run_glommio<T>(future: impl std::future::Future<Output = T>) -> T {
+    glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+        .io_memory(1 << 20)
+        .make()
+        .expect("executor")
+        .run(future)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Format
+
+fn arbitrary_rows() -> impl Strategy<Value = Vec<(bool, u32, Vec<u8>)>> {
+    proptest::collection::vec(
+        (
+            any::<bool>(),
+            any::<u32>(),
+            proptest::collection::vec(any::<u8>(), 0..64),
+        ),
+        1..20,
+    )
+}
+
+proptest! {
+    #[test]
+    fn batches_round_trip(rows in arbitrary_rows(), lsn_first in 1u64..u64::MAX / 2) {
+        let rows: Vec<Row<'_>> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, (delete, space_id, body))| Row {
+                lsn: lsn_first + i as u64,
+                kind: if *delete { RowKind::Delete } else { RowKind::Replace },
+                space_id: *space_id,
+                body,
+            })
+            .collect();
+        let mut bytes = Vec::new();
+        encode_batch(rows.iter().copied(), &mut bytes);
+        bytes.extend_from_slice(b"trailing");
+        let batch = decode_batch(&bytes).expect("decodes");
+        prop_assert_eq!(batch.size_bytes, bytes.len() - 8);
+        prop_assert_eq!(batch.lsn_first, lsn_first);
+        prop_assert_eq!(batch.rows().collect::<Vec<_>>(), rows);
+    }
+
+    #[test]
+    fn decoding_garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+        let _ = decode_batch(&bytes);
+        let _ = decode_block(&bytes);
+        let _ = decode_file_header(&bytes, FileKind::Wal);
+        let _ = decode_trailer(&bytes, 0);
+    }
+
+    #[test]
+    fn file_headers_round_trip(shard_id: u32, lsn: u64, schema_fingerprint: u64) {
+        let header = FileHeader { kind: FileKind::Snapshot, shard_id, lsn, schema_fingerprint };
+        let mut bytes = Vec::new();
+        encode_file_header(&header, &mut bytes);
+        prop_assert_eq!(decode_file_header(&bytes, FileKind::Snapshot), Ok(header));
+        prop_assert!(decode_file_header(&bytes, FileKind::Wal).is_err());
+    }
+}
+
+#[test]
+fn builder_splits_batches_above_the_payload_limit() {
+    let body = vec![0u8; BATCH_PAYLOAD_BYTES_MAX / 3];
+    let mut builder = BatchBuilder::default();
+    for lsn in 1..=4 {
+        builder.push_row(lsn, RowKind::Replace, 1, &body);
+    }
+    let bytes = builder.take();
+    let first = decode_batch(&bytes).expect("first batch");
+    let second = decode_batch(&bytes[first.size_bytes..]).expect("second batch");
+    assert_eq!((first.lsn_first, first.row_count), (1, 2));
+    assert_eq!((second.lsn_first, second.row_count), (3, 2));
+    assert_eq!(first.size_bytes + second.size_bytes, bytes.len());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reader
+
+#[test]
+fn every_cut_inside_the_last_batch_is_a_torn_tail() {
+    let (bytes, [_, _, last]) = three_batch_file(1);
+    for cut in last + 1..bytes.len() {
+        let file = WalFile::from_bytes("t.wal".into(), bytes[..cut].to_vec()).expect("header");
+        let (lsns, errors) = lsns_read(&file, ReadMode::Strict);
+        assert_eq!(lsns, (1..=6).collect::<Vec<_>>(), "cut at {cut}");
+        assert!(
+            matches!(errors.as_slice(), [WalError::Torn { offset, .. }] if *offset == last as u64),
+            "cut at {cut}: {errors:?}"
+        );
+    }
+    // A cut on a batch boundary is a clean end.
+    let file = WalFile::from_bytes("t.wal".into(), bytes[..last].to_vec()).expect("header");
+    assert_eq!(lsns_read(&file, ReadMode::Strict).1.len(), 0);
+    // Too short for a header: torn at 0.
+    let short = WalFile::from_bytes("t.wal".into(), bytes[..10].to_vec());
+    assert!(matches!(short, Err(WalError::Torn { offset: 0, .. })));
+}
+
+#[test]
+fn a_zeroed_or_garbled_last_batch_is_torn() {
+    let (mut bytes, [_, _, last]) = three_batch_file(1);
+    let end = bytes.len();
+    bytes[end - 1] ^= 0xff; // the checksum of a batch that ends at the end of the file
+    let file = WalFile::from_bytes("t.wal".into(), bytes.clone()).expect("header");
+    assert!(matches!(
+        lsns_read(&file, ReadMode::Strict).1.as_slice(),
+        [WalError::Torn { offset, .. }] if *offset == last as u64
+    ));
+    bytes[last..].fill(0);
+    let file = WalFile::from_bytes("t.wal".into(), bytes).expect("header");
+    assert!(matches!(
+        lsns_read(&file, ReadMode::Strict).1.as_slice(),
+        [WalError::Torn { offset, .. }] if *offset == last as u64
+    ));
+}
+
+#[test]
+fn a_corrupt_middle_batch_is_corrupt_and_force_skips_exactly_it() {
+    let (mut bytes, [_, middle, last]) = three_batch_file(1);
+    bytes[(middle + last) / 2] ^= 0x01;
+    let file = WalFile::from_bytes("c.wal".into(), bytes).expect("header");
+
+    let (lsns, errors) = lsns_read(&file, ReadMode::Strict);
+    assert_eq!(lsns, vec![1, 2, 3]);
+    match errors.as_slice() {
+        [WalError::Corrupt { file, offset, .. }] => {
+            assert_eq!(file, Path::new("c.wal"));
+            assert_eq!(*offset, middle as u64);
+        }
+        other => panic!("expected one Corrupt, got {other:?}"),
+    }
+
+    let (lsns, errors) = lsns_read(&file, ReadMode::Force);
+    assert_eq!(lsns, vec![1, 2, 3, 7, 8, 9]);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(matches!(errors[0], WalError::Corrupt { offset, .. } if offset == middle as u64));
+}
+
+#[test]
+fn a_damaged_length_in_the_middle_is_corrupt_not_torn() {
+    // A huge payload length would read as "the file ends early"; the valid batch after it
+    // shows the damage is in the middle, so nothing is cut.
+    let (mut bytes, [_, middle, _]) = three_batch_file(1);
+    bytes[middle + 10] = 0x30;
+    let file = WalFile::from_bytes("c.wal".into(), bytes).expect("header");
+    let (_, errors) = lsns_read(&file, ReadMode::Strict);
+    assert!(
+        matches!(errors.as_slice(), [WalError::Corrupt { offset, .. }] if *offset == middle as u64)
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Recovery
+
+fn write_file(dir: &Path, name: String, bytes: &[u8]) {
+    std::fs::write(dir.join(name), bytes).expect("write test file");
+}
+
+#[test]
+fn recovery_replays_wal_after_the_snapshot() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let meta = SnapshotMeta {
+        shard_id: 0,
+        lsn: 4,
+        schema_fingerprint: FINGERPRINT,
+    };
+    let snapshot = [(512, tuple(1, 9)), (512, tuple(50, 9)), (513, tuple(2, 9))];
+    write_snapshot_blocking(dir.path(), &meta, snapshot.iter().map(|(s, t)| (*s, t)))
+        .expect("snapshot");
+    let (file_one, _) = three_batch_file(1); // LSNs 1..=9, keys 1..=9, value 1
+    write_file(dir.path(), wal_file_name(1), &file_one);
+    let mut second = wal_header(10);
+    let rows = [
+        Row {
+            lsn: 10,
+            kind: RowKind::Delete,
+            space_id: 512,
+            body: &key(50),
+        },
+        Row {
+            lsn: 11,
+            kind: RowKind::Replace,
+            space_id: 513,
+            body: &tuple(3, 3),
+        },
+    ];
+    encode_batch(rows, &mut second);
+    write_file(dir.path(), wal_file_name(10), &second);
+
+    let mut model = Model::default();
+    let recovered = recover(&config(dir.path()), &mut model).expect("recovers");
+    assert_eq!(recovered.snapshot_lsn, 4);
+    assert_eq!(recovered.lsn_last, 11);
+    assert_eq!(recovered.tuples_loaded, 3);
+    assert_eq!(recovered.rows_replayed, 5 + 2); // LSNs 5..=9, then 10 and 11
+    let mut expected = Model::default();
+    expected.0.insert((512, 1), tuple(1, 9)); // LSN 1 is in the snapshot: not replayed
+    for k in 5..=9 {
+        expected.0.insert((512, k), tuple(k, 1));
+    }
+    expected.0.insert((513, 2), tuple(2, 9));
+    expected.0.insert((513, 3), tuple(3, 3));
+    assert_eq!(model, expected);
+}
+
+#[test]
+fn a_missing_wal_file_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (one, _) = three_batch_file(1);
+    let (three, _) = three_batch_file(19);
+    write_file(dir.path(), wal_file_name(1), &one);
+    write_file(dir.path(), wal_file_name(19), &three);
+    match recover(&config(dir.path()), &mut Model::default()) {
+        Err(WalError::MissingRows {
+            expected_file,
+            lsn_first_missing,
+            lsn_next_found,
+            ..
+        }) => {
+            assert_eq!(expected_file, dir.path().join(wal_file_name(10)));
+            assert_eq!((lsn_first_missing, lsn_next_found), (10, 19));
+        }
+        other => panic!("expected MissingRows, got {other:?}"),
+    }
+    // Rows between a snapshot and the first WAL file are missing too.
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_file(dir.path(), wal_file_name(19), &three);
+    let result = recover(&config(dir.path()), &mut Model::default());
+    assert!(
+        matches!(
+            result,
+            Err(WalError::MissingRows {
+                lsn_first_missing: 1,
+                ..
+            })
+        ),
+        "{result:?}"
+    );
+}
+
+#[test]
+fn recovery_cuts_a_torn_tail_of_the_newest_file_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (one, _) = three_batch_file(1);
+    let (two, [_, _, last]) = three_batch_file(10);
+    write_file(dir.path(), wal_file_name(1), &one);
+    write_file(dir.path(), wal_file_name(10), &two[..two.len() - 5]);
+    let recovered = recover(&config(dir.path()), &mut Model::default()).expect("recovers");
+    assert_eq!(recovered.lsn_last, 15);
+    assert_eq!(
+        recovered.torn_cut,
+        Some((dir.path().join(wal_file_name(10)), last as u64))
+    );
+    let size = std::fs::metadata(dir.path().join(wal_file_name(10)))
+        .expect("stat")
+        .len();
+    assert_eq!(size, last as u64);
+    // Recovering again finds a clean log.
+    let again = recover(&config(dir.path()), &mut Model::default()).expect("recovers");
+    assert_eq!((again.lsn_last, again.torn_cut), (15, None));
+
+    // The same tear in an older file is corruption.
+    write_file(dir.path(), wal_file_name(1), &one[..one.len() - 5]);
+    let result = recover(&config(dir.path()), &mut Model::default());
+    assert!(
+        matches!(result, Err(WalError::Corrupt { .. })),
+        "{result:?}"
+    );
+}
+
+#[test]
+fn force_recovery_skips_a_corrupt_batch_and_counts_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut one, [_, middle, last]) = three_batch_file(1);
+    one[(middle + last) / 2] ^= 0x40;
+    write_file(dir.path(), wal_file_name(1), &one);
+    let strict = recover(&config(dir.path()), &mut Model::default());
+    assert!(matches!(strict, Err(WalError::Corrupt { offset, .. }) if offset == middle as u64));
+    let mut forced = config(dir.path());
+    forced.force = true;
+    let recovered = recover(&forced, &mut Model::default()).expect("force recovers");
+    assert_eq!((recovered.batches_skipped, recovered.rows_replayed), (1, 6));
+    assert_eq!(recovered.lsn_last, 9);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Snapshots and garbage collection
+
+fn snapshot_tuples() -> Vec<(u32, Vec<u8>)> {
+    // Big enough tuples that space 512 spans several blocks.
+    let mut tuples: Vec<(u32, Vec<u8>)> =
+        (0..40u32).map(|i| (512, vec![i as u8; 100_000])).collect();
+    tuples.extend((0..10u8).map(|k| (513, tuple(k, k))));
+    tuples
+}
+
+#[test]
+fn snapshot_round_trips_blocking_and_on_glommio() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let meta = SnapshotMeta {
+        shard_id: 3,
+        lsn: 77,
+        schema_fingerprint: FINGERPRINT,
+    };
+    let tuples = snapshot_tuples();
+    let written = write_snapshot_blocking(dir.path(), &meta, tuples.iter().map(|(s, t)| (*s, t)))
+        .expect("write");
+    assert_eq!(written.path, dir.path().join(snapshot_file_name(77)));
+    assert_eq!(written.tuple_count, tuples.len() as u64);
+    let (header, read) = read_snapshot_all(&written.path).expect("read");
+    assert_eq!(
+        (header.shard_id, header.lsn, header.schema_fingerprint),
+        (3, 77, FINGERPRINT)
+    );
+    assert_eq!(read, tuples);
+    let blocking_bytes = std::fs::read(&written.path).expect("read bytes");
+
+    let dir_async = tempfile::tempdir().expect("tempdir");
+    let path = dir_async.path().to_path_buf();
+    let tuples_async = tuples.clone();
+    let written = run_glommio(async move {
+        write_snapshot(&path, &meta, tuples_async.iter().map(|(s, t)| (*s, t))).await
+    })
+    .expect("write on glommio");
+    assert_eq!(
+        std::fs::read(&written.path).expect("read bytes"),
+        blocking_bytes
+    );
+    assert!(!dir_async
+        .path()
+        .join("00000000000000000077.snap.inprogress")
+        .exists());
+}
+
+#[test]
+fn a_damaged_snapshot_is_corrupt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let meta = SnapshotMeta {
+        shard_id: 0,
+        lsn: 5,
+        schema_fingerprint: FINGERPRINT,
+    };
+    let written = write_snapshot_blocking(dir.path(), &meta, snapshot_tuples()).expect("write");
+    let mut bytes = std::fs::read(&written.path).expect("read");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 1;
+    std::fs::write(&written.path, &bytes).expect("write");
+    assert!(matches!(
+        read_snapshot_all(&written.path),
+        Err(WalError::Corrupt { .. })
+    ));
+    bytes[middle] ^= 1;
+    std::fs::write(&written.path, &bytes[..bytes.len() - 1]).expect("write");
+    assert!(matches!(
+        read_snapshot_all(&written.path),
+        Err(WalError::Corrupt { .. })
+    ));
+}
+
+#[test]
+fn a_snapshot_of_another_schema_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let meta = SnapshotMeta {
+        shard_id: 0,
+        lsn: 5,
+        schema_fingerprint: FINGERPRINT + 1,
+    };
+    write_snapshot_blocking(dir.path(), &meta, [(512, tuple(1, 1))]).expect("write");
+    let result = recover(&config(dir.path()), &mut Model::default());
+    assert!(
+        matches!(result, Err(WalError::SchemaMismatch { found, expected, .. })
+            if found == FINGERPRINT + 1 && expected == FINGERPRINT),
+        "{result:?}"
+    );
+}
+
+#[test]
+fn garbage_collection_keeps_snapshots_and_the_wal_they_need() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for lsn in [1, 5, 9] {
+        write_file(dir.path(), snapshot_file_name(lsn), b"");
+    }
+    for lsn in [1, 4, 6, 8, 12] {
+        write_file(dir.path(), wal_file_name(lsn), b"");
+    }
+    write_file(
+        dir.path(),
+        "00000000000000000013.snap.inprogress".into(),
+        b"",
+    );
+    let removed = collect_garbage(dir.path(), 2).expect("gc");
+    // Oldest kept snapshot is 5: replay starts at LSN 6, in the file that starts at 6.
+    assert_eq!(
+        removed.snapshots_removed,
+        vec![dir.path().join(snapshot_file_name(1))]
+    );
+    assert_eq!(
+        removed.wal_files_removed,
+        vec![
+            dir.path().join(wal_file_name(1)),
+            dir.path().join(wal_file_name(4))
+        ]
+    );
+    assert_eq!(removed.in_progress_removed.len(), 1);
+    assert!(dir.path().join(wal_file_name(6)).exists());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writer
+
+fn writer_config(fsync: bool) -> WriterConfig {
+    WriterConfig {
+        shard_id: 0,
+        schema_fingerprint: FINGERPRINT,
+        fsync,
+        max_file_size_bytes: 4096,
+        lsn_next: 1,
+    }
+}
+
+#[test]
+fn concurrent_appends_share_flushes_and_are_all_durable() {
+    // Each writer appends, awaits durability, appends again: the shape of a connection
+    // pipeline. Rows of one round share a flush.
+    const WRITERS: u64 = 100;
+    const ROUNDS: u64 = 10;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_path_buf();
+    let (results, stats) = run_glommio(async move {
+        let writer = WalWriter::start(GlommioSink::new(&path), writer_config(true));
+        let tasks: Vec<_> = (0..WRITERS)
+            .map(|i| {
+                let writer = writer.clone();
+                glommio::spawn_local(async move {
+                    let mut lsns = Vec::new();
+                    for round in 0..ROUNDS {
+                        let body = tuple(i as u8, round as u8);
+                        lsns.push(writer.append(RowKind::Replace, 512, &body)?.await?);
+                    }
+                    Ok::<_, WalError>(lsns)
+                })
+            })
+            .collect();
+        let mut results = Vec::new();
+        for task in tasks {
+            results.push(task.await);
+        }
+        writer.close().await.expect("close");
+        (results, writer.stats())
+    });
+    let mut lsns: Vec<u64> = results
+        .into_iter()
+        .flat_map(|r| r.expect("durable"))
+        .collect();
+    lsns.sort_unstable();
+    let appends = WRITERS * ROUNDS;
+    assert_eq!(lsns, (1..=appends).collect::<Vec<_>>());
+    assert_eq!(stats.rows_appended, appends);
+    assert!(stats.flushes < appends / 10, "{stats:?}");
+    assert_eq!(stats.syncs, stats.flushes);
+    assert!(stats.files_started > 1, "4 KiB files rotate: {stats:?}");
+
+    let mut model = Model::default();
+    let recovered = recover(&config(dir.path()), &mut model).expect("recovers");
+    assert_eq!(recovered.lsn_last, appends);
+    assert_eq!(recovered.rows_replayed, appends);
+    // The last round of every writer is what replay leaves.
+    assert_eq!(model.0.len(), WRITERS as usize);
+    assert!(model.0.values().all(|t| t[2] == ROUNDS as u8 - 1));
+    assert_eq!(recovered.torn_cut, None);
+}
+
+/// An in-memory sink whose calls fail from the `fail_at`-th on (counting from 1).
+struct FaultySink {
+    calls: Rc<Cell<u32>>,
+    fail_at: u32,
+    written: Rc<RefCell<Vec<u8>>>,
+}
+
+impl FaultySink {
+    fn call(&self) -> io::Result<()> {
+        self.calls.set(self.calls.get() + 1);
+        if self.calls.get() >= self.fail_at {
+            return Err(io::Error::other("injected EIO"));
+        }
+        Ok(())
+    }
+}
+
+impl Sink for FaultySink {
+    async fn start_file(&mut self, _lsn_first: u64) -> io::Result<()> {
+        self.call()
+    }
+
+    async fn append(&mut self, bytes: Vec<u8>) -> io::Result<()> {
+        self.call()?;
+        self.written.borrow_mut().extend_from_slice(&bytes);
+        Ok(())
+    }
+
+    async fn sync_data(&mut self) -> io::Result<()> {
+        self.call()
+    }
+
+    async fn close(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_failed_flush_poisons_the_writer_and_fails_every_pending_append() {
+    let written = Rc::new(RefCell::new(Vec::new()));
+    let sink = FaultySink {
+        calls: Rc::new(Cell::new(0)),
+        // start_file, append and sync of the first flush succeed; the second flush fails.
+        fail_at: 4,
+        written: written.clone(),
+    };
+    let results = run_glommio(async move {
+        let writer = WalWriter::start(sink, writer_config(true));
+        let first = writer
+            .append(RowKind::Replace, 512, &tuple(0, 0))
+            .expect("append");
+        let first = first.await;
+        let pending: Vec<_> = (1..50u8)
+            .map(|i| {
+                let writer = writer.clone();
+                glommio::spawn_local(async move {
+                    writer.append(RowKind::Replace, 512, &tuple(i, 0))?.await
+                })
+            })
+            .collect();
+        let mut results = vec![first];
+        for task in pending {
+            results.push(task.await);
+        }
+        let later = writer
+            .append(RowKind::Replace, 512, &tuple(99, 0))
+            .map(|c| c.lsn());
+        assert!(writer.poisoned().is_some());
+        assert!(writer.close().await.is_err());
+        (results, later)
+    });
+    let (results, later) = results;
+    assert_eq!(results[0].as_ref().ok(), Some(&1));
+    for result in &results[1..] {
+        assert!(
+            matches!(result, Err(WalError::Poisoned { lsn_durable_last: 1, cause }) if cause.contains("injected")),
+            "{result:?}"
+        );
+    }
+    assert!(matches!(later, Err(WalError::Poisoned { .. })));
+    // Only the acknowledged row reached the sink.
+    let file = WalFile::from_bytes("mem.wal".into(), written.borrow().clone()).expect("header");
+    let (lsns, errors) = lsns_read(&file, ReadMode::Strict);
+    assert_eq!(lsns, vec![1]);
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
+#[test]
+fn recovery_into_a_real_engine_bulk_loads_and_replays() {
+    use crate::storage::{Engine, FieldType, IndexDef, KeyPart, SpaceDef, SpaceFormat};
+    let mut engine = Engine::new(1 << 20);
+    engine
+        .create_space(SpaceDef {
+            id: 512,
+            name: "kv".into(),
+            format: SpaceFormat::default(),
+            indexes: vec![IndexDef::tree(
+                0,
+                "primary",
+                true,
+                vec![KeyPart::new(0, FieldType::Unsigned)],
+            )],
+        })
+        .expect("space");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let meta = SnapshotMeta {
+        shard_id: 0,
+        lsn: 3,
+        schema_fingerprint: FINGERPRINT,
+    };
+    write_snapshot_blocking(dir.path(), &meta, (1..=3u8).map(|k| (512, tuple(k, 0))))
+        .expect("snapshot");
+    let mut wal = wal_header(4);
+    let rows = [
+        Row {
+            lsn: 4,
+            kind: RowKind::Delete,
+            space_id: 512,
+            body: &key(2),
+        },
+        Row {
+            lsn: 5,
+            kind: RowKind::Replace,
+            space_id: 512,
+            body: &tuple(3, 5),
+        },
+        Row {
+            lsn: 6,
+            kind: RowKind::Delete,
+            space_id: 512,
+            body: &key(40),
+        },
+    ];
+    encode_batch(rows, &mut wal);
+    write_file(dir.path(), wal_file_name(4), &wal);
+
+    let recovered = recover(&config(dir.path()), &mut engine).expect("recovers");
+    assert_eq!(
+        (
+            recovered.lsn_next(),
+            recovered.tuples_loaded,
+            recovered.rows_replayed
+        ),
+        (7, 3, 3)
+    );
+    let space = engine.space(512).expect("space");
+    assert_eq!(space.len(), 2);
+    assert_eq!(
+        space
+            .get(0, &key(3))
+            .expect("get")
+            .map(|t| t.data().to_vec()),
+        Some(tuple(3, 5))
+    );
+    assert!(space.get(0, &key(2)).expect("get").is_none());
+}
