@@ -1,6 +1,9 @@
 //! Per-thread counters from `perf_event_open(2)`: user-space instructions and cycles
 //! (hardware) and task-clock (software, nanoseconds on the CPU).
 //!
+//! task-clock is time on the CPU in user and kernel mode alike (the exclude bits do not
+//! narrow a software clock): for a network client most of it is the kernel's TCP path.
+//!
 //! The syscall is declared here and reached through the C library that std already links,
 //! so no crate is needed. A counter the kernel refuses (no PMU in a VM, a paranoid
 //! `perf_event_paranoid`, seccomp) is `None`, never zero: the report prints `n/a` for it.
