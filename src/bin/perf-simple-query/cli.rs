@@ -15,7 +15,8 @@ use clap::{Parser, ValueEnum};
 #[derive(Debug, Clone, Parser)]
 #[command(name = "perf-simple-query", version)]
 pub struct Args {
-    /// Shards (in-process) or client executor threads (--connect). Default: all cores.
+    /// Shards (in-process) or client executor threads (--connect). Default: all cores
+    /// (with --connect: no more than --conns).
     #[arg(long)]
     pub smp: Option<usize>,
 
@@ -190,7 +191,12 @@ impl Args {
     /// Resolves defaults and refuses contradictions; the error is the text to print.
     pub fn resolve(self) -> Result<Config, String> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let smp = self.smp.unwrap_or(cores);
+        // With --connect and no --smp, never more client threads than connections.
+        let smp = match (self.smp, &self.connect) {
+            (Some(smp), _) => smp,
+            (None, Some(_)) => cores.min(self.conns.max(1)),
+            (None, None) => cores,
+        };
         if smp == 0 {
             return Err("--smp must be at least 1".into());
         }
@@ -298,6 +304,12 @@ mod tests {
     fn shard_aware_takes_a_value() {
         let config = parse(&["--shard-aware", "false"]).unwrap();
         assert_eq!(config.args.shard_aware, Some(false));
+    }
+
+    #[test]
+    fn connect_defaults_to_no_more_threads_than_connections() {
+        let config = parse(&["--connect", "127.0.0.1:1"]).unwrap();
+        assert_eq!(config.smp, 1);
     }
 
     #[test]
