@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# Compare tarn with Tarantool 2.6 under the same `perf-simple-query --connect` loads, on
+# loopback, and print one table.
+#
+# Usage: scripts/compare-tarantool.sh
+# Env:
+#   DURATION     seconds per load (default 10)
+#   PARTITIONS   keys populated in each server before measuring (default 1000000)
+#   CLIENT_SMP   client executor threads (default 1, the same for every load and server)
+#   SHARDS       tarn --shards (default 0 = one per core)
+#   TARANTOOL_PORT  port of the reference Tarantool (default 3311)
+#   KEEP_DIR     keep the work dir (logs, JSON results) instead of deleting it
+#
+# Loads: get and replace, each as 1 connection x 1 in flight and 16 connections x 128 in
+# flight. The tps in the table is the median of the per-second samples; p99 is the
+# client-observed latency. Both servers run with no WAL (tarn's default `wal_mode = none`,
+# the reference instance's default TARANTOOL_WAL_MODE=none). Client and servers share this
+# machine's cores: read the numbers as a comparison, not as either server's ceiling.
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/.." && pwd)
+duration=${DURATION:-10}
+partitions=${PARTITIONS:-1000000}
+client_smp=${CLIENT_SMP:-1}
+shards=${SHARDS:-0}
+tarantool_port=${TARANTOOL_PORT:-3311}
+
+if ! command -v tarantool >/dev/null; then
+    echo "tarantool is not on PATH; install it with: apt-get install -y tarantool" >&2
+    exit 1
+fi
+command -v python3 >/dev/null || { echo "python3 is needed to read the JSON results" >&2; exit 1; }
+
+echo "building tarn and perf-simple-query (release)..." >&2
+(cd "$root" && cargo build --release --quiet --bin tarn --bin perf-simple-query)
+tarn_bin=$root/target/release/tarn
+perf_bin=$root/target/release/perf-simple-query
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/compare-tarantool.XXXXXX")
+tarantool_dir=""
+tarn_pid=""
+cleanup() {
+    if [[ -n $tarn_pid ]] && kill -0 "$tarn_pid" 2>/dev/null; then
+        kill -TERM "$tarn_pid" 2>/dev/null || true
+        wait "$tarn_pid" 2>/dev/null || true
+    fi
+    if [[ -n $tarantool_dir ]]; then
+        "$here/tarantool/stop.sh" "$tarantool_dir" >/dev/null 2>&1 || true
+    fi
+    if [[ -n ${KEEP_DIR:-} ]]; then
+        echo "kept $work" >&2
+    else
+        rm -rf "$work"
+    fi
+}
+trap cleanup EXIT
+
+echo "starting Tarantool on 127.0.0.1:$tarantool_port..." >&2
+tarantool_dir=$("$here/tarantool/start.sh" "$tarantool_port" "$work/tarantool")
+tarantool_addr=127.0.0.1:$tarantool_port
+
+echo "starting tarn (--shards $shards)..." >&2
+NO_COLOR=1 RUST_LOG=info "$tarn_bin" --config "$root/conf/tarn.toml" --listen 127.0.0.1:0 \
+    --shards "$shards" --data-dir "$work/tarn-data" >"$work/tarn.out" 2>"$work/tarn.log" &
+tarn_pid=$!
+tarn_addr=""
+for _ in $(seq 1 300); do
+    tarn_addr=$(grep -o 'listening on [0-9.:]*' "$work/tarn.log" | head -n 1 | cut -d' ' -f3 || true)
+    [[ -n $tarn_addr ]] && break
+    kill -0 "$tarn_pid" 2>/dev/null || { echo "tarn exited early:" >&2; tail -n 20 "$work/tarn.log" >&2; exit 1; }
+    sleep 0.1
+done
+[[ -n $tarn_addr ]] || { echo "tarn did not report its address" >&2; exit 1; }
+
+# Populate once per server: 16 connections, 128 replaces in flight each.
+for server in tarn tarantool; do
+    addr_var=${server}_addr
+    echo "populating $partitions keys in $server (${!addr_var})..." >&2
+    "$perf_bin" --connect "${!addr_var}" --smp 1 --conns 16 --pipeline 1 \
+        --partitions "$partitions" --operations-per-shard 1 >"$work/populate-$server.log"
+done
+
+loads=("get:" "replace:--write")
+shapes=("1x1" "16x128")
+for load in "${loads[@]}"; do
+    name=${load%%:*}
+    flag=${load#*:}
+    for shape in "${shapes[@]}"; do
+        conns=${shape%x*}
+        pipeline=${shape#*x}
+        for server in tarn tarantool; do
+            addr_var=${server}_addr
+            echo "$name $shape on $server for ${duration}s..." >&2
+            # shellcheck disable=SC2086 # $flag is one optional word
+            "$perf_bin" --connect "${!addr_var}" --smp "$client_smp" --conns "$conns" \
+                --pipeline "$pipeline" --partitions "$partitions" --no-populate \
+                --duration "$duration" --random-seed 42 $flag \
+                --json-result "$work/$name-$shape-$server.json" >"$work/$name-$shape-$server.log"
+        done
+    done
+done
+
+echo
+echo "tarn ($tarn_addr, --shards $shards) vs Tarantool $(tarantool --version | head -n 1 | cut -d' ' -f2) ($tarantool_addr);" \
+    "$partitions keys, ${duration}s per load, client --smp $client_smp, $(nproc) cores shared"
+python3 - "$work" <<'PY'
+import json, sys, os
+work = sys.argv[1]
+rows = []
+for name in ("get", "replace"):
+    for shape in ("1x1", "16x128"):
+        r = {}
+        for server in ("tarn", "tarantool"):
+            with open(os.path.join(work, f"{name}-{shape}-{server}.json")) as f:
+                doc = json.load(f)
+            tps = (doc["summary"]["tps"] or {}).get("median")
+            p99 = (doc["latency_ns"] or {}).get("p99")
+            r[server] = (tps, p99, doc["errors"])
+        rows.append((name, shape, r))
+def fmt_tps(x):
+    return "n/a" if x is None else f"{x:,.0f}"
+def fmt_us(ns):
+    return "n/a" if ns is None else f"{ns / 1000:,.1f}"
+header = ("operation", "conns x in flight", "tarn tps", "Tarantool tps", "ratio", "tarn p99 us", "Tarantool p99 us", "errors")
+table = [header]
+for name, shape, r in rows:
+    (t_tps, t_p99, t_err), (r_tps, r_p99, r_err) = r["tarn"], r["tarantool"]
+    ratio = "n/a" if not t_tps or not r_tps else f"{t_tps / r_tps:.2f}x"
+    table.append((name, shape.replace("x", " x "), fmt_tps(t_tps), fmt_tps(r_tps), ratio,
+                  fmt_us(t_p99), fmt_us(r_p99), f"{t_err}/{r_err}"))
+widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+for i, row in enumerate(table):
+    print("| " + " | ".join(cell.ljust(w) if j < 2 else cell.rjust(w) for j, (cell, w) in enumerate(zip(row, widths))) + " |")
+    if i == 0:
+        print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+print()
+print("tps: median of the per-second samples; ratio: tarn / Tarantool; errors: tarn/Tarantool error replies")
+PY

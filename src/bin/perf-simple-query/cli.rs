@@ -1,0 +1,327 @@
+//! The command line: every option of the issue, parsed by clap and checked once, so the
+//! drivers never see a contradictory combination.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+/// A load generator for tarn modelled on ScyllaDB's perf-simple-query.
+///
+/// Prints one line per second (tps, allocs/op, tasks/op, insns/op, cycles/op, cpu-ns/op,
+/// errors) and summary statistics at the end. Without `--connect` it is meant to drive tarn's
+/// storage and shards in-process (not built yet); with `--connect HOST:PORT` it drives any
+/// IPROTO server over TCP (tarn or Tarantool) using space 512 `kv`.
+#[derive(Debug, Clone, Parser)]
+#[command(name = "perf-simple-query", version)]
+pub struct Args {
+    /// Shards (in-process) or client executor threads (--connect). Default: all cores
+    /// (with --connect: no more than --conns).
+    #[arg(long)]
+    pub smp: Option<usize>,
+
+    /// Seconds to measure (ignored with --operations-per-shard).
+    #[arg(long, default_value_t = 5)]
+    pub duration: u64,
+
+    /// Run a fixed number of operations per shard (per client thread with --connect)
+    /// instead of a fixed duration.
+    #[arg(long)]
+    pub operations_per_shard: Option<u64>,
+
+    /// Operations in flight per shard (in-process mode; --connect uses --conns x --pipeline).
+    #[arg(long, default_value_t = 100)]
+    pub concurrency: usize,
+
+    /// REPLACE whole tuples instead of reading.
+    #[arg(long, group = "operation")]
+    pub write: bool,
+
+    /// UPDATE with `+ 1` on bucket_id instead of reading.
+    #[arg(long, group = "operation")]
+    pub update: bool,
+
+    /// DELETE by primary key instead of reading.
+    #[arg(long, group = "operation")]
+    pub delete: bool,
+
+    /// SELECT GE on the primary key with this limit instead of a point read.
+    #[arg(long, group = "operation", value_name = "LIMIT")]
+    pub select_range: Option<u32>,
+
+    /// Every operation uses the same key (0) instead of a uniformly drawn one.
+    #[arg(long)]
+    pub query_single_key: bool,
+
+    /// Seed of the key generator; drawn from the clock when absent (and printed).
+    #[arg(long)]
+    pub random_seed: Option<u64>,
+
+    /// Keys 0..N are populated before the measurement and drawn from during it.
+    #[arg(long, default_value_t = 10_000)]
+    pub partitions: u64,
+
+    /// Durability of the in-process server's writes (in-process mode only).
+    #[arg(long, value_enum)]
+    pub wal: Option<WalMode>,
+
+    /// Write parameters, per-second samples, summaries and error count as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json_result: Option<std::path::PathBuf>,
+
+    /// Stop the run at the first error reply.
+    #[arg(long)]
+    pub stop_on_error: bool,
+
+    /// In-process mode: each shard draws only keys it owns (true) or any key (false).
+    #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
+    pub shard_aware: Option<bool>,
+
+    /// Drive a running IPROTO server at HOST:PORT over TCP instead of running in-process.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub connect: Option<String>,
+
+    /// TCP connections (--connect), split evenly over the --smp client threads.
+    #[arg(long, default_value_t = 1)]
+    pub conns: usize,
+
+    /// Requests in flight per connection (--connect).
+    #[arg(long, default_value_t = 1)]
+    pub pipeline: usize,
+
+    /// Skip populating keys 0..partitions before measuring (--connect).
+    #[arg(long)]
+    pub no_populate: bool,
+
+    /// Authenticate as this user (chap-sha1) instead of guest (--connect).
+    #[arg(long)]
+    pub user: Option<String>,
+
+    /// Password for --user.
+    #[arg(long, default_value = "")]
+    pub password: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum WalMode {
+    None,
+    Write,
+    Fsync,
+}
+
+impl WalMode {
+    pub fn name(self) -> &'static str {
+        match self {
+            WalMode::None => "none",
+            WalMode::Write => "write",
+            WalMode::Fsync => "fsync",
+        }
+    }
+}
+
+/// What each operation does; exactly one per run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// SELECT EQ on index 0, limit 1.
+    Get,
+    /// REPLACE `[key, bucket_id, value]`.
+    Replace,
+    /// UPDATE `[["+", 1, 1]]` (bucket_id, 0-based field number).
+    Update,
+    /// DELETE by primary key.
+    Delete,
+    /// SELECT GE on index 0 with a limit.
+    SelectRange { limit: u32 },
+}
+
+impl Operation {
+    pub fn name(self) -> &'static str {
+        match self {
+            Operation::Get => "get",
+            Operation::Replace => "replace",
+            Operation::Update => "update",
+            Operation::Delete => "delete",
+            Operation::SelectRange { .. } => "select-range",
+        }
+    }
+}
+
+/// How long a run lasts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Budget {
+    Duration(Duration),
+    OperationsPerShard(u64),
+}
+
+/// Which driver runs the operations.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    InProcess,
+    Connect { addr: SocketAddr },
+}
+
+/// Arguments checked and resolved (defaults that depend on the machine filled in).
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub args: Args,
+    pub smp: usize,
+    pub operation: Operation,
+    pub budget: Budget,
+    pub seed: u64,
+    pub mode: Mode,
+    /// Notes printed before the run: options that have no effect in the chosen mode.
+    pub notes: Vec<String>,
+}
+
+impl Args {
+    pub fn operation(&self) -> Operation {
+        if self.write {
+            Operation::Replace
+        } else if self.update {
+            Operation::Update
+        } else if self.delete {
+            Operation::Delete
+        } else if let Some(limit) = self.select_range {
+            Operation::SelectRange { limit }
+        } else {
+            Operation::Get
+        }
+    }
+
+    /// Resolves defaults and refuses contradictions; the error is the text to print.
+    pub fn resolve(self) -> Result<Config, String> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // With --connect and no --smp, never more client threads than connections.
+        let smp = match (self.smp, &self.connect) {
+            (Some(smp), _) => smp,
+            (None, Some(_)) => cores.min(self.conns.max(1)),
+            (None, None) => cores,
+        };
+        if smp == 0 {
+            return Err("--smp must be at least 1".into());
+        }
+        if self.partitions == 0 {
+            return Err("--partitions must be at least 1".into());
+        }
+        if self.select_range == Some(0) {
+            return Err("--select-range must be at least 1".into());
+        }
+        let budget = match self.operations_per_shard {
+            Some(0) => return Err("--operations-per-shard must be at least 1".into()),
+            Some(n) => Budget::OperationsPerShard(n),
+            None if self.duration == 0 => return Err("--duration must be at least 1".into()),
+            None => Budget::Duration(Duration::from_secs(self.duration)),
+        };
+        let seed = self.random_seed.unwrap_or_else(clock_seed);
+        let mut notes = Vec::new();
+        let mode = match &self.connect {
+            None => Mode::InProcess,
+            Some(text) => {
+                let addr = resolve_addr(text)?;
+                if self.conns == 0 || self.pipeline == 0 {
+                    return Err("--conns and --pipeline must be at least 1".into());
+                }
+                if self.conns < smp {
+                    return Err(format!(
+                        "--conns {} is fewer than the {smp} client threads (--smp); \
+                         give --smp {} or more connections",
+                        self.conns, self.conns
+                    ));
+                }
+                if self.wal.is_some() {
+                    notes.push(
+                        "--wal has no effect with --connect: the server's own WAL mode applies"
+                            .into(),
+                    );
+                }
+                if self.shard_aware.is_some() {
+                    notes.push("--shard-aware has no effect with --connect: the server routes keys to shards".into());
+                }
+                Mode::Connect { addr }
+            }
+        };
+        Ok(Config {
+            operation: self.operation(),
+            args: self,
+            smp,
+            budget,
+            seed,
+            mode,
+            notes,
+        })
+    }
+}
+
+fn resolve_addr(text: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    text.to_socket_addrs()
+        .map_err(|e| format!("--connect {text}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("--connect {text}: no address"))
+}
+
+fn clock_seed() -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    now.as_nanos() as u64 ^ u64::from(std::process::id()).rotate_left(32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Config, String> {
+        let mut all = vec!["perf-simple-query"];
+        all.extend_from_slice(args);
+        Args::try_parse_from(all)
+            .map_err(|e| e.to_string())?
+            .resolve()
+    }
+
+    #[test]
+    fn defaults_are_the_issue_defaults() {
+        let config = parse(&["--smp", "2"]).unwrap();
+        assert_eq!(config.operation, Operation::Get);
+        assert_eq!(config.budget, Budget::Duration(Duration::from_secs(5)));
+        assert_eq!(config.args.partitions, 10_000);
+        assert_eq!(config.args.concurrency, 100);
+        assert_eq!(config.mode, Mode::InProcess);
+        assert_eq!(config.smp, 2);
+    }
+
+    #[test]
+    fn operations_are_exclusive() {
+        assert!(parse(&["--write", "--update"]).is_err());
+        assert_eq!(
+            parse(&["--select-range", "10"]).unwrap().operation,
+            Operation::SelectRange { limit: 10 }
+        );
+        assert_eq!(parse(&["--delete"]).unwrap().operation, Operation::Delete);
+    }
+
+    #[test]
+    fn shard_aware_takes_a_value() {
+        let config = parse(&["--shard-aware", "false"]).unwrap();
+        assert_eq!(config.args.shard_aware, Some(false));
+    }
+
+    #[test]
+    fn connect_defaults_to_no_more_threads_than_connections() {
+        let config = parse(&["--connect", "127.0.0.1:1"]).unwrap();
+        assert_eq!(config.smp, 1);
+    }
+
+    #[test]
+    fn connect_needs_a_connection_per_thread() {
+        assert!(parse(&["--connect", "127.0.0.1:1", "--smp", "2", "--conns", "1"]).is_err());
+        let config = parse(&["--connect", "127.0.0.1:1", "--smp", "2", "--conns", "4"]).unwrap();
+        assert!(matches!(config.mode, Mode::Connect { .. }));
+    }
+
+    #[test]
+    fn fixed_operation_count_replaces_duration() {
+        let config = parse(&["--operations-per-shard", "1000"]).unwrap();
+        assert_eq!(config.budget, Budget::OperationsPerShard(1000));
+    }
+}

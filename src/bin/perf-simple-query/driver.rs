@@ -1,0 +1,188 @@
+//! The seam between the measuring machinery and what generates the operations.
+//!
+//! A [`Driver`] runs on its own thread and blocks until done. It reports through the shared
+//! [`Progress`]: per-shard completed operations and errors (atomics the sampler reads every
+//! second), the perf counters of each worker thread, and a readiness count. The protocol:
+//!
+//! 1. Each worker sets itself up (connects, populates), registers its counters, then calls
+//!    [`Progress::worker_ready`] and waits for [`Progress::is_measuring`].
+//! 2. The sampler starts measuring once every worker is ready.
+//! 3. Workers count operations until [`Progress::should_stop`] or their own budget ends, then
+//!    [`Progress::worker_done`].
+//!
+//! Two drivers: `--connect` (a network client, `connect.rs`) and in-process (not built yet).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::cli::{Config, Mode};
+use crate::histogram::Histogram;
+use crate::perf_counters::{Availability, Readings, ThreadCounters};
+
+/// What the sampler knows about where the counters are and what allocs/op counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Counters and allocations belong to the load generator only (server elsewhere).
+    Client,
+    /// Counters and allocations include the server's work (in-process).
+    #[expect(dead_code, reason = "the in-process driver uses it; it is next")]
+    Process,
+}
+
+impl Scope {
+    pub fn name(self) -> &'static str {
+        match self {
+            Scope::Client => "client",
+            Scope::Process => "process",
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    #[error("in-process mode not built yet; use --connect HOST:PORT to drive a running server")]
+    InProcessNotBuilt,
+    #[error("{0}")]
+    Setup(String),
+    #[error("{0}")]
+    Connection(String),
+}
+
+/// What a driver hands back at the end.
+#[derive(Default)]
+pub struct Outcome {
+    /// Request latency over the measured part of the run, if the driver measures it.
+    pub latency_ns: Option<Histogram>,
+    /// Operations completed before measuring started (population), for the report.
+    pub populated_keys: u64,
+}
+
+pub trait Driver: Send {
+    /// How many workers (shards or client threads) will report.
+    fn workers(&self) -> usize;
+    fn scope(&self) -> Scope;
+    /// Runs to completion; called on a thread of its own.
+    fn run(self: Box<Self>, progress: Arc<Progress>) -> Result<Outcome, DriverError>;
+}
+
+/// The driver for the chosen mode. The in-process driver (tarn's shards and storage in this
+/// process, `--smp` shards, `--concurrency` operations in flight each, `--wal`,
+/// `--shard-aware`) plugs in here next; until then asking for it is an error.
+pub fn driver_for(config: &Config) -> Result<Box<dyn Driver>, DriverError> {
+    match &config.mode {
+        Mode::InProcess => Err(DriverError::InProcessNotBuilt),
+        Mode::Connect { addr } => Ok(Box::new(crate::connect::Connect::new(config, *addr))),
+    }
+}
+
+/// One worker's counts, on a cache line of its own.
+#[repr(align(128))]
+#[derive(Default)]
+pub struct WorkerProgress {
+    pub operations: AtomicU64,
+    pub errors: AtomicU64,
+}
+
+#[derive(Default)]
+pub struct Progress {
+    pub workers: Vec<WorkerProgress>,
+    ready: AtomicUsize,
+    done: AtomicUsize,
+    measuring: AtomicBool,
+    stop: AtomicBool,
+    stop_on_error: bool,
+    has_error: AtomicBool,
+    counters: Mutex<Vec<ThreadCounters>>,
+    availability: Mutex<Option<Availability>>,
+    first_error: Mutex<Option<String>>,
+}
+
+impl Progress {
+    pub fn new(workers: usize, stop_on_error: bool) -> Progress {
+        Progress {
+            workers: (0..workers).map(|_| WorkerProgress::default()).collect(),
+            stop_on_error,
+            ..Progress::default()
+        }
+    }
+
+    /// Opens the calling thread's counters and hands them to the sampler.
+    pub fn register_current_thread(&self) {
+        let (counters, availability) = ThreadCounters::open_for_current_thread();
+        self.counters.lock().unwrap().push(counters);
+        self.availability
+            .lock()
+            .unwrap()
+            .get_or_insert(availability);
+    }
+
+    pub fn availability(&self) -> Option<Availability> {
+        self.availability.lock().unwrap().clone()
+    }
+
+    pub fn read_counters(&self) -> Readings {
+        let counters = self.counters.lock().unwrap();
+        let readings: Vec<Readings> = counters.iter().map(ThreadCounters::read).collect();
+        Readings::sum(&readings)
+    }
+
+    pub fn worker_ready(&self) {
+        self.ready.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub fn ready_workers(&self) -> usize {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    pub fn worker_done(&self) {
+        self.done.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub fn done_workers(&self) -> usize {
+        self.done.load(Ordering::Acquire)
+    }
+
+    pub fn start_measuring(&self) {
+        self.measuring.store(true, Ordering::Release);
+    }
+
+    pub fn is_measuring(&self) -> bool {
+        self.measuring.load(Ordering::Acquire)
+    }
+
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+    }
+
+    pub fn should_stop(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    /// Records an error reply; with `--stop-on-error` the first one stops the run.
+    pub fn record_error(&self, describe: impl FnOnce() -> String) {
+        if self.stop_on_error {
+            self.stop();
+        }
+        if self.has_error.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let mut first = self.first_error.lock().unwrap();
+        if first.is_none() {
+            *first = Some(describe());
+        }
+    }
+
+    pub fn first_error(&self) -> Option<String> {
+        self.first_error.lock().unwrap().clone()
+    }
+
+    /// Totals over all workers: (operations, errors).
+    pub fn totals(&self) -> (u64, u64) {
+        self.workers.iter().fold((0, 0), |(ops, errors), w| {
+            (
+                ops + w.operations.load(Ordering::Relaxed),
+                errors + w.errors.load(Ordering::Relaxed),
+            )
+        })
+    }
+}

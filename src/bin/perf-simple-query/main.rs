@@ -1,0 +1,153 @@
+//! perf-simple-query: tarn's load generator and micro-benchmark, modelled on ScyllaDB's tool.
+//!
+//! | module | owns |
+//! | --- | --- |
+//! | [`cli`] | options, defaults, contradictions |
+//! | [`driver`] | the seam: a [`driver::Driver`] generates operations, [`driver::Progress`] is what the sampler reads |
+//! | [`connect`] | `--connect`: IPROTO over TCP against any server |
+//! | [`workload`] | keys and request encoding, shared by every driver |
+//! | [`sampler`] | the per-second samples |
+//! | [`stats`] | mean, stddev, median, MAD, max, min |
+//! | [`histogram`] | latency histogram |
+//! | [`perf_counters`] | perf_event_open counters, `None` where refused |
+//! | [`alloc_counter`] | the counting global allocator |
+//! | [`report`] | lines, table, JSON document |
+//! | [`json`] | a tiny JSON writer |
+
+mod alloc_counter;
+mod cli;
+mod connect;
+mod driver;
+mod histogram;
+mod json;
+mod perf_counters;
+mod report;
+mod sampler;
+mod stats;
+mod workload;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::Parser;
+
+use crate::cli::{Args, Config, Mode};
+use crate::driver::{driver_for, Progress, Scope};
+use crate::report::{latency_line, result_json, summary_table, RunFacts};
+
+#[global_allocator]
+static ALLOCATOR: alloc_counter::CountingAllocator = alloc_counter::CountingAllocator;
+
+fn main() -> ExitCode {
+    let config = match Args::parse().resolve() {
+        Ok(config) => config,
+        Err(text) => {
+            eprintln!("perf-simple-query: {text}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&config) {
+        Ok(code) => code,
+        Err(text) => {
+            eprintln!("perf-simple-query: {text}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(config: &Config) -> Result<ExitCode, String> {
+    for note in &config.notes {
+        eprintln!("note: {note}");
+    }
+    let driver = driver_for(config).map_err(|e| e.to_string())?;
+    let scope = driver.scope();
+    let progress = Arc::new(Progress::new(driver.workers(), config.args.stop_on_error));
+    print_header(config);
+    let driver_thread = {
+        let progress = progress.clone();
+        std::thread::Builder::new()
+            .name("driver".into())
+            .spawn(move || driver.run(progress))
+            .map_err(|e| format!("driver thread: {e}"))?
+    };
+    let samples = match sampler::wait_until_ready(&progress, &driver_thread) {
+        true => {
+            print_counter_notes(&progress, scope);
+            sampler::measure(&progress, config.budget)
+        }
+        false => Vec::new(),
+    };
+    progress.stop();
+    let outcome = driver_thread
+        .join()
+        .map_err(|_| "the driver panicked".to_string())?
+        .map_err(|e| e.to_string())?;
+
+    println!();
+    print!("{}", summary_table(&samples));
+    if let Some(histogram) = &outcome.latency_ns {
+        println!("{}", latency_line(histogram));
+    }
+    let (operations, errors) = samples
+        .iter()
+        .fold((0, 0), |(o, e), s| (o + s.operations, e + s.errors));
+    println!("{operations} operations, {errors} errors");
+    let first_error = progress.first_error();
+    if let Some(text) = &first_error {
+        println!("first error: {text}");
+    }
+    if let Some(path) = &config.args.json_result {
+        let facts = RunFacts {
+            config,
+            scope,
+            availability: progress.availability(),
+            populated_keys: outcome.populated_keys,
+            latency_ns: outcome.latency_ns.as_ref(),
+            first_error,
+        };
+        let text = result_json(&samples, &facts).to_pretty_string();
+        std::fs::write(path, text).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    let stopped_on_error = config.args.stop_on_error && errors > 0;
+    Ok(if stopped_on_error {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn print_header(config: &Config) {
+    let target = match &config.mode {
+        Mode::InProcess => "in-process".to_string(),
+        Mode::Connect { addr } => format!(
+            "{addr}, {} connections x {} in flight",
+            config.args.conns, config.args.pipeline
+        ),
+    };
+    println!(
+        "perf-simple-query: {} on {target}, smp {}, {} partitions, seed {}",
+        config.operation.name(),
+        config.smp,
+        config.args.partitions,
+        config.seed
+    );
+}
+
+fn print_counter_notes(progress: &Progress, scope: Scope) {
+    let availability = progress.availability().unwrap_or_default();
+    if let Some(error) = &availability.hardware_error {
+        println!(
+            "hardware counters unavailable ({error}): insns/op and cycles/op are n/a; \
+             cpu-ns/op (task-clock) is printed instead"
+        );
+    }
+    if let Some(error) = &availability.task_clock_error {
+        println!("task-clock unavailable ({error}): cpu-ns/op is n/a");
+    }
+    if scope == Scope::Client {
+        println!(
+            "allocs/op, insns/op, cycles/op and cpu-ns/op count this client's threads, not the server"
+        );
+    }
+}

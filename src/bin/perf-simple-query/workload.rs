@@ -1,0 +1,224 @@
+//! What one operation is: the key it draws and the IPROTO request it sends, the same for
+//! every driver. Space 512 `kv`: `[id unsigned, bucket_id unsigned, value string]`.
+
+use tarn::protocol::client::{encode_delete, encode_replace, encode_select, encode_update};
+use tarn::protocol::request::{Select, Update};
+use tarn::storage::msgpack::{write_array_len, write_str, write_uint};
+
+use crate::cli::Operation;
+
+pub const KV_SPACE_ID: u32 = 512;
+const ITERATOR_EQ: u32 = 0;
+const ITERATOR_GE: u32 = 5;
+/// vshard's default bucket count; bucket_id is filled as `key % 3000 + 1`.
+const BUCKET_COUNT: u64 = 3000;
+/// Every value is this many bytes of text.
+pub const VALUE_SIZE_BYTES: usize = 16;
+/// `[["+", 1, 1]]`: add one to field 1 (0-based: bucket_id).
+const UPDATE_OPS: &[u8] = &[0x91, 0x93, 0xa1, b'+', 0x01, 0x01];
+
+/// SplitMix64: a fast, seedable generator; each worker gets its own stream.
+#[derive(Debug, Clone)]
+pub struct KeyGenerator {
+    state: u64,
+    partitions: u64,
+    single_key: bool,
+}
+
+impl KeyGenerator {
+    pub fn new(seed: u64, stream: u64, partitions: u64, single_key: bool) -> KeyGenerator {
+        assert!(partitions > 0);
+        KeyGenerator {
+            state: seed ^ stream.wrapping_mul(0xA076_1D64_78BD_642F),
+            partitions,
+            single_key,
+        }
+    }
+
+    fn next_u64(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A key drawn uniformly from `0..partitions` (multiply-shift; bias below 2^-40 for any
+    /// partition count that fits in 24 bits), or 0 with `--query-single-key`.
+    pub fn next_key(&mut self) -> u64 {
+        if self.single_key {
+            return 0;
+        }
+        ((u128::from(self.next_u64()) * u128::from(self.partitions)) >> 64) as u64
+    }
+}
+
+/// Encodes `[key]`.
+fn write_key(out: &mut Vec<u8>, key: u64) {
+    write_array_len(out, 1);
+    write_uint(out, key);
+}
+
+/// Encodes the tuple `[key, bucket_id, value]` with a fixed-size value.
+pub fn write_tuple(out: &mut Vec<u8>, key: u64) {
+    let mut value = [b'v'; VALUE_SIZE_BYTES];
+    let digits = format_digits(key);
+    let tail = &mut value[VALUE_SIZE_BYTES - digits.len()..];
+    tail.copy_from_slice(&digits);
+    write_array_len(out, 3);
+    write_uint(out, key);
+    write_uint(out, key % BUCKET_COUNT + 1);
+    write_str(out, &value);
+}
+
+/// Decimal digits of `key`, at most 16 of them (the low ones), without allocating.
+fn format_digits(mut key: u64) -> smallvec::SmallVec<[u8; 20]> {
+    let mut digits = smallvec::SmallVec::<[u8; 20]>::new();
+    loop {
+        digits.push(b'0' + (key % 10) as u8);
+        key /= 10;
+        if key == 0 || digits.len() == VALUE_SIZE_BYTES {
+            break;
+        }
+    }
+    digits.reverse();
+    digits
+}
+
+/// Appends the whole request packet for `operation` on `key` to `out`.
+/// `scratch` is reused for the key or tuple so that steady state does not allocate.
+pub fn encode_operation(
+    out: &mut Vec<u8>,
+    scratch: &mut Vec<u8>,
+    operation: Operation,
+    sync: u64,
+    key: u64,
+) {
+    scratch.clear();
+    match operation {
+        Operation::Get | Operation::SelectRange { .. } => {
+            write_key(scratch, key);
+            let (iterator, limit) = match operation {
+                Operation::SelectRange { limit } => (ITERATOR_GE, limit),
+                _ => (ITERATOR_EQ, 1),
+            };
+            let select = Select {
+                space_id: KV_SPACE_ID,
+                index_id: 0,
+                limit,
+                offset: 0,
+                iterator,
+                key: scratch,
+                fetch_position: false,
+                after_position: None,
+                after_tuple: None,
+            };
+            encode_select(out, sync, &select);
+        }
+        Operation::Replace => {
+            write_tuple(scratch, key);
+            encode_replace(out, sync, KV_SPACE_ID, scratch);
+        }
+        Operation::Update => {
+            write_key(scratch, key);
+            let update = Update {
+                space_id: KV_SPACE_ID,
+                index_id: 0,
+                key: scratch,
+                ops: UPDATE_OPS,
+                index_base: 0,
+            };
+            encode_update(out, sync, &update);
+        }
+        Operation::Delete => {
+            write_key(scratch, key);
+            encode_delete(out, sync, KV_SPACE_ID, 0, scratch);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tarn::protocol::{decode_packet, parse_frame_len, FrameLen, Request};
+
+    fn decode(bytes: &[u8]) -> (u64, String) {
+        let FrameLen::Complete {
+            prefix_len,
+            packet_len,
+        } = parse_frame_len(bytes)
+        else {
+            panic!("incomplete");
+        };
+        let packet = &bytes[prefix_len..prefix_len + packet_len];
+        let (header, request) = decode_packet(packet).unwrap();
+        (header.sync, format!("{request:?}"))
+    }
+
+    #[test]
+    fn every_operation_decodes_as_the_server_sees_it() {
+        let (mut out, mut scratch) = (Vec::new(), Vec::new());
+        for operation in [
+            Operation::Get,
+            Operation::Replace,
+            Operation::Update,
+            Operation::Delete,
+            Operation::SelectRange { limit: 10 },
+        ] {
+            out.clear();
+            encode_operation(&mut out, &mut scratch, operation, 77, 12345);
+            let (sync, text) = decode(&out);
+            assert_eq!(sync, 77);
+            let expected = match operation {
+                Operation::Get | Operation::SelectRange { .. } => "Select",
+                Operation::Replace => "Replace",
+                Operation::Update => "Update",
+                Operation::Delete => "Delete",
+            };
+            assert!(text.starts_with(expected), "{operation:?}: {text}");
+        }
+    }
+
+    #[test]
+    fn update_ops_add_one_to_bucket_id() {
+        let (mut out, mut scratch) = (Vec::new(), Vec::new());
+        encode_operation(&mut out, &mut scratch, Operation::Update, 1, 5);
+        let FrameLen::Complete {
+            prefix_len,
+            packet_len,
+        } = parse_frame_len(&out)
+        else {
+            panic!()
+        };
+        let (_, request) = decode_packet(&out[prefix_len..prefix_len + packet_len]).unwrap();
+        let Request::Update(update) = request else {
+            panic!()
+        };
+        assert_eq!(update.ops, UPDATE_OPS);
+        assert_eq!(update.key, &[0x91, 0x05]);
+    }
+
+    #[test]
+    fn keys_are_in_range_and_seeded() {
+        let mut a = KeyGenerator::new(42, 0, 10, false);
+        let mut b = KeyGenerator::new(42, 0, 10, false);
+        let mut seen = [0u32; 10];
+        for _ in 0..10_000 {
+            let key = a.next_key();
+            assert_eq!(key, b.next_key());
+            seen[key as usize] += 1;
+        }
+        assert!(seen.iter().all(|&n| (800..1200).contains(&n)), "{seen:?}");
+        assert_eq!(KeyGenerator::new(1, 0, 10, true).next_key(), 0);
+    }
+
+    #[test]
+    fn tuple_value_has_fixed_size() {
+        let mut out = Vec::new();
+        write_tuple(&mut out, u64::MAX);
+        // fixarray(3), uint64 (9 bytes), bucket uint16 (3 bytes), str8? no: fixstr of 16.
+        assert_eq!(out[0], 0x93);
+        assert_eq!(*out.last().unwrap(), b'5');
+        assert_eq!(out.len(), 1 + 9 + 3 + 1 + VALUE_SIZE_BYTES);
+    }
+}
