@@ -16,18 +16,28 @@ password = "secret"
 grants = ["read", "write", "execute"]
 "#;
 
+pub mod client;
+
 pub struct Server {
     child: Child,
     pub addr: SocketAddr,
-    _dir: tempfile::TempDir,
+    _dir: Option<tempfile::TempDir>,
 }
 
 impl Server {
     /// Starts tarn with the shipped config (plus `extra` TOML) and `shards` shards.
     pub fn start(shards: u32, extra: &str) -> Server {
         let dir = tempfile::tempdir().expect("temp dir");
+        let mut server = Server::start_in(dir.path(), shards, extra, &[]);
+        server._dir = Some(dir);
+        server
+    }
+
+    /// Starts tarn with its config and data under `dir`, which outlives the server, so a
+    /// restart in the same `dir` recovers what the previous one wrote.
+    pub fn start_in(dir: &std::path::Path, shards: u32, extra: &str, args: &[&str]) -> Server {
         let shipped = include_str!("../../conf/tarn.toml");
-        let config_path = dir.path().join("tarn.toml");
+        let config_path = dir.join("tarn.toml");
         std::fs::write(&config_path, format!("{shipped}\n{extra}")).expect("write config");
         let mut child = Command::new(env!("CARGO_BIN_EXE_tarn"))
             .arg("--config")
@@ -37,7 +47,8 @@ impl Server {
             .arg("--shards")
             .arg(shards.to_string())
             .arg("--data-dir")
-            .arg(dir.path().join("data"))
+            .arg(dir.join("data"))
+            .args(args)
             .env("NO_COLOR", "1")
             .env("RUST_LOG", "info")
             .stderr(Stdio::piped())
@@ -70,8 +81,14 @@ impl Server {
         Server {
             child,
             addr,
-            _dir: dir,
+            _dir: None,
         }
+    }
+
+    /// Kills the server with SIGKILL, as a crash would, and waits for it to be gone.
+    pub fn kill9(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     pub fn pid(&self) -> u32 {
