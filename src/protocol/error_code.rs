@@ -59,6 +59,7 @@ error_codes! {
     ER_NO_SUCH_FIELD_NO = 37,
     ER_EXACT_FIELD_COUNT = 38,
     ER_FIELD_MISSING = 39,
+    ER_WAL_IO = 40,
     ER_MORE_THAN_ONE_TUPLE = 41,
     ER_ACCESS_DENIED = 42,
     ER_NO_SUCH_USER = 45,

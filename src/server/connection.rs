@@ -153,7 +153,7 @@ impl Connection {
                     "User not found or supplied credentials are invalid",
                 ),
             },
-            Request::Call(call) => self.call(call.function_name, sync, out),
+            Request::Call(call) => self.call(call.function_name, sync, out).await,
             Request::Eval(_) => unsupported(out, sync, "Lua (EVAL)"),
             Request::Execute(_) | Request::Prepare(_) => unsupported(out, sync, "SQL"),
             Request::Begin(_) | Request::Commit | Request::Rollback => {
@@ -207,7 +207,7 @@ impl Connection {
         false
     }
 
-    fn call(&self, function_name: &str, sync: u64, out: &mut Vec<u8>) {
+    async fn call(&self, function_name: &str, sync: u64, out: &mut Vec<u8>) {
         let grants = &self.shared.users.get(self.user_id).grants;
         if !grants.execute {
             return access_denied(
@@ -221,6 +221,21 @@ impl Connection {
         }
         match function_name {
             "box.info" | "box.info.call" => self.box_info(sync, out),
+            "box.snapshot" => match crate::server::durability::request_snapshot(&self.shared).await
+            {
+                Ok(()) => {
+                    let mark = reply::begin_data_reply(out, sync, SCHEMA_VERSION, 1);
+                    write_str(out, b"ok");
+                    reply::finish_packet(out, mark);
+                }
+                Err(reason) => reply::encode_error(
+                    out,
+                    sync,
+                    SCHEMA_VERSION,
+                    ErrorCode::ER_WAL_IO,
+                    &format!("Failed to write to disk: snapshot: {reason}"),
+                ),
+            },
             _ => reply::encode_error(
                 out,
                 sync,
@@ -326,10 +341,7 @@ impl Connection {
         out: &mut Vec<u8>,
     ) {
         if owner == self.core.id() {
-            self.core
-                .shard
-                .borrow_mut()
-                .execute(sync, SCHEMA_VERSION, request, out);
+            self.core.execute_local(sync, request, out).await;
             return;
         }
         let packet = packet.to_vec();

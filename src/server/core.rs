@@ -129,6 +129,23 @@ impl Core {
         }
     }
 
+    /// Runs a data request on this core's shard, reply into `out`; a write's reply waits
+    /// for its WAL commit, and a failed commit turns it into an error.
+    pub async fn execute_local(&self, sync: u64, request: &Request<'_>, out: &mut Vec<u8>) {
+        let start = out.len();
+        let commit = {
+            let mut shard = self.shard.borrow_mut();
+            shard.execute(sync, SCHEMA_VERSION, request, out);
+            shard.take_commit()
+        };
+        if let Some(commit) = commit {
+            if commit.await.is_err() {
+                out.truncate(start);
+                wal_failure_reply(out, sync);
+            }
+        }
+    }
+
     /// Sends `make(ticket)` to `peer` and waits for its reply bytes.
     pub async fn ask(self: &Rc<Core>, peer: usize, make: impl FnOnce(u64) -> Envelope) -> Vec<u8> {
         let ticket = self.next_ticket.get();
@@ -138,4 +155,15 @@ impl Core {
         self.send(peer, make(ticket));
         receiver.await
     }
+}
+
+/// The reply to a write whose WAL row could not be written: never an acknowledgement.
+fn wal_failure_reply(out: &mut Vec<u8>, sync: u64) {
+    crate::protocol::reply::encode_error(
+        out,
+        sync,
+        SCHEMA_VERSION,
+        crate::protocol::ErrorCode::ER_WAL_IO,
+        "Failed to write to disk",
+    );
 }

@@ -11,6 +11,7 @@
 
 pub mod connection;
 pub mod core;
+pub mod durability;
 pub mod oneshot;
 pub mod schema;
 pub mod session;
@@ -21,7 +22,7 @@ use glommio::channels::channel_mesh::{Full, MeshBuilder};
 use glommio::net::TcpListener;
 use glommio::{LocalExecutorPoolBuilder, PoolPlacement};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -39,6 +40,11 @@ pub struct Shared {
     shutdown: Arc<AtomicBool>,
     /// The address core 0 bound (port 0 resolved), for the other cores to bind as well.
     bound: (Mutex<Option<SocketAddr>>, Condvar),
+    /// Snapshots asked for by `box.snapshot()` (a generation count), and per core the
+    /// generation it has written; a failure is kept for the caller that waits.
+    pub snapshot_requested: AtomicU64,
+    pub snapshot_done: Vec<AtomicU64>,
+    pub snapshot_failure: Mutex<Option<String>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +60,13 @@ pub enum ServerError {
     Schema(#[from] crate::storage::StorageError),
     #[error("signal handler: {0}")]
     Signal(std::io::Error),
+    #[error("data directory {path}: {reason}")]
+    DataDir {
+        path: std::path::PathBuf,
+        reason: String,
+    },
+    #[error("recovery of shard {shard_id} failed: {reason} (start with --force-recovery to skip damaged data)")]
+    Recovery { shard_id: usize, reason: String },
 }
 
 /// Placement: which shard owns an encoded primary key. CRC-32C is stable across builds
@@ -78,6 +91,7 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     }
     // Fail on a bad schema here, with a message, rather than on every core.
     schema::build_engine(&config, config.memory_bytes)?;
+    let fingerprint = durability::prepare_data_dir(&config)?;
     tracing::info!(
         shards = shard_count,
         spaces = config.spaces.len(),
@@ -92,13 +106,16 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         connections: AtomicUsize::new(0),
         shutdown,
         bound: (Mutex::new(None), Condvar::new()),
+        snapshot_requested: AtomicU64::new(0),
+        snapshot_done: (0..shard_count).map(|_| AtomicU64::new(0)).collect(),
+        snapshot_failure: Mutex::new(None),
     });
     let mesh = MeshBuilder::full(shard_count, MESH_CHANNEL_CAPACITY);
     let handles = LocalExecutorPoolBuilder::new(PoolPlacement::MaxSpread(shard_count, None))
         .on_all_shards(move || {
             let shared = shared.clone();
             let mesh = mesh.clone();
-            async move { run_core(shared, mesh, shard_count).await }
+            async move { run_core(shared, mesh, shard_count, fingerprint).await }
         })
         .map_err(|error| ServerError::Executors(error.to_string()))?;
     let mut first_error = None;
@@ -126,6 +143,7 @@ async fn run_core(
     shared: Arc<Shared>,
     mesh: MeshBuilder<core::Envelope, Full>,
     shard_count: usize,
+    fingerprint: u64,
 ) -> Result<(), ServerError> {
     let (senders, receivers) = mesh
         .join()
@@ -133,9 +151,18 @@ async fn run_core(
         .map_err(|error| ServerError::Executors(format!("channel mesh: {error}")))?;
     let id = senders.peer_id();
     let memory_bytes = shared.config.memory_bytes / shard_count as u64;
-    let engine = schema::build_engine(&shared.config, memory_bytes)?;
-    let core = core::Core::new(Shard::new(id, engine), senders);
+    let mut engine = schema::build_engine(&shared.config, memory_bytes)?;
+    let lsn_next = durability::recover_shard(&shared.config, id, fingerprint, &mut engine)?;
+    let wal = durability::start_wal(&shared.config, id, fingerprint, lsn_next)?;
+    let core = core::Core::new(Shard::new(id, engine, wal), senders);
     core.listen_to_peers(receivers);
+    glommio::spawn_local(durability::checkpoint_loop(
+        core.clone(),
+        shared.clone(),
+        fingerprint,
+        lsn_next - 1,
+    ))
+    .detach();
 
     let listener = bind(&shared, id)?;
     let mut shutdown_watch = Some(glommio::spawn_local({
@@ -186,6 +213,12 @@ async fn run_core(
     }
     if id == 0 {
         tracing::info!("shutting down on signal");
+    }
+    let wal = core.shard.borrow().wal.clone();
+    if let Some(wal) = wal {
+        if let Err(error) = wal.close().await {
+            tracing::error!(shard = id, %error, "closing the WAL failed");
+        }
     }
     Ok(())
 }

@@ -233,6 +233,24 @@ fn index_tuple(space_id: u32, index: &IndexDef) -> Vec<u8> {
     out
 }
 
+/// Each user space's definition as Tarantool would store it: its `_space` row followed by
+/// its `_index` rows. Comparing these tells whether data written under one config can be
+/// read under another.
+pub fn user_space_rows(config: &Config) -> Vec<(u32, String, Vec<u8>)> {
+    config
+        .spaces
+        .iter()
+        .map(|space| {
+            let def = space_def(space);
+            let mut rows = space_tuple(&def, "memtx");
+            for index in &def.indexes {
+                rows.extend_from_slice(&index_tuple(def.id, index));
+            }
+            (space.id, space.name.clone(), rows)
+        })
+        .collect()
+}
+
 /// Builds one shard's engine: the user spaces (empty) and the filled system spaces.
 pub fn build_engine(config: &Config, memory_limit_bytes: u64) -> crate::storage::Result<Engine> {
     let mut engine = Engine::new(memory_limit_bytes);

@@ -7,23 +7,49 @@
 
 pub mod errors;
 
-use crate::protocol::reply::DataReply;
+use crate::protocol::reply::{self, DataReply};
 use crate::protocol::request::{Request, Select};
+use crate::protocol::ErrorCode;
 use crate::storage::{Engine, Result, Tuple};
+use crate::wal::{Commit, RowKind, WalError, WalWriter};
 
 pub struct Shard {
     pub id: usize,
     pub engine: Engine,
+    /// The shard's write-ahead log; `None` with `wal_mode = "none"`.
+    pub wal: Option<WalWriter>,
+    /// The WAL commit of the last write `execute` made, for the caller to await before
+    /// the reply leaves: a write is acknowledged only once its row is written.
+    pending_commit: Option<Commit>,
+    /// Reused buffer for the primary key a delete row carries.
+    key_scratch: Vec<u8>,
+}
+
+/// What a write changed, as the WAL records it: a whole new tuple, or a deleted key.
+enum Written {
+    Stored(Tuple),
+    Deleted(Tuple),
 }
 
 impl Shard {
-    pub fn new(id: usize, engine: Engine) -> Shard {
-        Shard { id, engine }
+    pub fn new(id: usize, engine: Engine, wal: Option<WalWriter>) -> Shard {
+        Shard {
+            id,
+            engine,
+            wal,
+            pending_commit: None,
+            key_scratch: Vec::new(),
+        }
+    }
+
+    /// The commit of the last write, if it must be awaited before replying.
+    pub fn take_commit(&mut self) -> Option<Commit> {
+        self.pending_commit.take()
     }
 
     /// Executes a data request (select or write) on this shard's slice and appends the
-    /// whole reply packet, success or error, to `out`. Other request types are the
-    /// server's and are not expected here.
+    /// whole reply packet, success or error, to `out`. A write that needs the WAL leaves
+    /// its commit in [`Shard::take_commit`]. Other request types are the server's.
     pub fn execute(
         &mut self,
         sync: u64,
@@ -32,51 +58,102 @@ impl Shard {
         out: &mut Vec<u8>,
     ) {
         let start = out.len();
-        let outcome = match request {
-            Request::Select(select) => self.select(select, sync, schema_version, out),
-            Request::Insert(insert) => {
-                let result = self
-                    .engine
+        debug_assert!(self.pending_commit.is_none(), "a commit was not awaited");
+        let (space_id, written) = match request {
+            Request::Select(select) => {
+                if let Err(error) = self.select(select, sync, schema_version, out) {
+                    out.truncate(start);
+                    errors::encode_storage_error(out, sync, schema_version, &error);
+                }
+                return;
+            }
+            Request::Insert(insert) => (
+                insert.space_id,
+                self.engine
                     .space_mut(insert.space_id)
-                    .and_then(|s| s.insert(insert.tuple));
-                reply_with_one(result.map(Some), sync, schema_version, out)
-            }
-            Request::Replace(replace) => {
-                let result = self
-                    .engine
+                    .and_then(|s| s.insert(insert.tuple))
+                    .map(|t| (Some(t.clone()), Some(Written::Stored(t)))),
+            ),
+            Request::Replace(replace) => (
+                replace.space_id,
+                self.engine
                     .space_mut(replace.space_id)
-                    .and_then(|s| s.replace(replace.tuple));
-                reply_with_one(result.map(Some), sync, schema_version, out)
-            }
-            Request::Update(update) => {
-                let result = self.engine.space_mut(update.space_id).and_then(|s| {
-                    s.update(update.index_id, update.key, update.ops, update.index_base)
-                });
-                reply_with_one(result, sync, schema_version, out)
-            }
-            Request::Delete(delete) => {
-                let result = self
-                    .engine
+                    .and_then(|s| s.replace(replace.tuple))
+                    .map(|t| (Some(t.clone()), Some(Written::Stored(t)))),
+            ),
+            Request::Update(update) => (
+                update.space_id,
+                self.engine
+                    .space_mut(update.space_id)
+                    .and_then(|s| {
+                        s.update(update.index_id, update.key, update.ops, update.index_base)
+                    })
+                    .map(|t| (t.clone(), t.map(Written::Stored))),
+            ),
+            Request::Delete(delete) => (
+                delete.space_id,
+                self.engine
                     .space_mut(delete.space_id)
-                    .and_then(|s| s.delete(delete.index_id, delete.key));
-                reply_with_one(result, sync, schema_version, out)
-            }
-            Request::Upsert(upsert) => {
-                let result = self
-                    .engine
+                    .and_then(|s| s.delete(delete.index_id, delete.key))
+                    .map(|t| (t.clone(), t.map(Written::Deleted))),
+            ),
+            Request::Upsert(upsert) => (
+                upsert.space_id,
+                self.engine
                     .space_mut(upsert.space_id)
-                    .and_then(|s| s.upsert(upsert.tuple, upsert.ops, upsert.index_base));
-                reply_with_one(result.map(|()| None), sync, schema_version, out)
-            }
+                    .and_then(|s| s.upsert_stored(upsert.tuple, upsert.ops, upsert.index_base))
+                    // UPSERT always answers with no tuple.
+                    .map(|t| (None, t.map(Written::Stored))),
+            ),
             _ => {
                 debug_assert!(false, "not a data request: {request:?}");
-                Ok(())
+                return;
             }
         };
-        if let Err(error) = outcome {
-            out.truncate(start);
-            errors::encode_storage_error(out, sync, schema_version, &error);
+        let (reply_tuple, written) = match written {
+            Ok(done) => done,
+            Err(error) => {
+                errors::encode_storage_error(out, sync, schema_version, &error);
+                return;
+            }
+        };
+        if let Some(written) = written {
+            if let Err(error) = self.log(space_id, &written) {
+                tracing::error!(shard = self.id, %error, "WAL write refused; the request fails");
+                reply::encode_error(
+                    out,
+                    sync,
+                    schema_version,
+                    ErrorCode::ER_WAL_IO,
+                    "Failed to write to disk",
+                );
+                return;
+            }
         }
+        let mut data = DataReply::begin(out, sync, schema_version);
+        if let Some(tuple) = reply_tuple {
+            data.push_raw(out, tuple.data());
+        }
+        data.finish(out);
+    }
+
+    /// Appends the change to the WAL (if there is one) and keeps its commit.
+    fn log(&mut self, space_id: u32, written: &Written) -> std::result::Result<(), WalError> {
+        let Some(wal) = &self.wal else {
+            return Ok(());
+        };
+        let commit = match written {
+            Written::Stored(tuple) => wal.append(RowKind::Replace, space_id, tuple.data())?,
+            Written::Deleted(tuple) => {
+                self.key_scratch.clear();
+                if let Ok(space) = self.engine.space(space_id) {
+                    space.write_primary_key(tuple, &mut self.key_scratch);
+                }
+                wal.append(RowKind::Delete, space_id, &self.key_scratch)?
+            }
+        };
+        self.pending_commit = Some(commit);
+        Ok(())
     }
 
     fn select(
@@ -114,19 +191,4 @@ impl Shard {
         }
         Ok(())
     }
-}
-
-fn reply_with_one(
-    result: Result<Option<Tuple>>,
-    sync: u64,
-    schema_version: u64,
-    out: &mut Vec<u8>,
-) -> Result<()> {
-    let tuple = result?;
-    let mut data = DataReply::begin(out, sync, schema_version);
-    if let Some(tuple) = tuple {
-        data.push_raw(out, tuple.data());
-    }
-    data.finish(out);
-    Ok(())
 }

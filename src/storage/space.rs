@@ -248,6 +248,17 @@ impl Space {
     /// Inserts `data` if its primary key is absent, else applies `ops` to the stored tuple,
     /// skipping (and logging) operations that fail, as Tarantool does.
     pub fn upsert(&mut self, data: &[u8], ops: &[u8], index_base: u32) -> Result<()> {
+        self.upsert_stored(data, ops, index_base).map(drop)
+    }
+
+    /// `upsert`, returning the tuple it stored (`None` when it skipped the whole upsert
+    /// because the operations would have changed the primary key), for the WAL.
+    pub fn upsert_stored(
+        &mut self,
+        data: &[u8],
+        ops: &[u8],
+        index_base: u32,
+    ) -> Result<Option<Tuple>> {
         // Validated up front (errors are returned even when the key exists), but only
         // built when it is inserted: an existing key makes a new tuple from the old one.
         let offsets = self.format.check_tuple(&self.field_map, data)?;
@@ -269,8 +280,7 @@ impl Space {
         }
         let Some(old) = self.indexes[0].get(&primary_key).cloned() else {
             let candidate = self.format.build_checked(data, &offsets);
-            self.put(candidate, WriteMode::Insert)?;
-            return Ok(());
+            return self.put(candidate, WriteMode::Insert).map(Some);
         };
         let mut scratch = std::mem::take(&mut self.update_scratch);
         scratch.clear();
@@ -287,10 +297,25 @@ impl Space {
                 "UPSERT skipped: {}",
                 StorageError::CantUpdatePrimaryKey { space: self.name.clone() }
             );
-            return Ok(());
+            return Ok(None);
         }
-        self.put(new, WriteMode::Replace)?;
-        Ok(())
+        self.put(new, WriteMode::Replace).map(Some)
+    }
+
+    /// Writes the primary key of a stored tuple as a msgpack array (what a DELETE of it
+    /// would carry), e.g. for the WAL's delete rows.
+    pub fn write_primary_key(&self, tuple: &Tuple, out: &mut Vec<u8>) {
+        let parts = &self.indexes[0].def.key_def.parts;
+        crate::storage::msgpack::write_array_len(out, parts.len() as u32);
+        for part in parts {
+            let field = self
+                .field_map
+                .slot_of(part.field_no)
+                .and_then(|slot| tuple.field_in_slot(slot))
+                .and_then(|mut field| crate::storage::msgpack::take_value(&mut field).ok());
+            // A stored tuple has every primary key field; nil keeps the array well formed.
+            out.extend_from_slice(field.unwrap_or(&[0xc0]));
+        }
     }
 
     /// Removes every tuple, returning their memory to the quota.

@@ -95,6 +95,12 @@ fn allocated_bytes_for(len: usize) -> usize {
     (2 * std::mem::size_of::<usize>() + len).next_multiple_of(std::mem::align_of::<usize>())
 }
 
+impl AsRef<[u8]> for Tuple {
+    fn as_ref(&self) -> &[u8] {
+        self.data()
+    }
+}
+
 impl std::fmt::Debug for Tuple {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&crate::storage::text::msgpack_to_text(self.data()))

@@ -1,0 +1,317 @@
+//! Durability at the server level: the schema the data on disk was written with, each
+//! shard's recovery and WAL writer at start-up, and snapshots (on `box.snapshot()` and
+//! every `checkpoint_interval`).
+//!
+//! File formats are the `wal` layer's; this module decides when to call it and with what.
+
+use crate::config::{Config, WalMode};
+use crate::server::core::Core;
+use crate::server::schema;
+use crate::server::{ServerError, Shared};
+use crate::storage::text::msgpack_to_text;
+use crate::storage::{Engine, Tuple};
+use crate::wal::{self, GlommioSink, RecoveryConfig, SnapshotMeta, WalWriter, WriterConfig};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+const SCHEMA_FILE: &str = "schema.bin";
+/// How often each core looks for a snapshot request or a due checkpoint.
+const CHECKPOINT_POLL: Duration = Duration::from_millis(10);
+
+/// Checks the config against the schema recorded in `data_dir` and records the config's.
+/// Adding spaces is compatible; a recorded space that is gone or changed is refused, with
+/// what differs. Returns the data directory's fingerprint, which every WAL file and
+/// snapshot header carries so files of another data directory are never mixed in.
+pub fn prepare_data_dir(config: &Config) -> Result<u64, ServerError> {
+    let data_dir = &config.data_dir;
+    std::fs::create_dir_all(data_dir).map_err(|error| ServerError::DataDir {
+        path: data_dir.clone(),
+        reason: error.to_string(),
+    })?;
+    let path = data_dir.join(SCHEMA_FILE);
+    let rows = schema::user_space_rows(config);
+    let fingerprint = match std::fs::read(&path) {
+        Ok(bytes) => {
+            let (fingerprint, recorded) =
+                decode_schema_file(&bytes).ok_or_else(|| ServerError::DataDir {
+                    path: path.clone(),
+                    reason: "the schema record is damaged".into(),
+                })?;
+            check_compatible(&recorded, &rows).map_err(|reason| ServerError::DataDir {
+                path: path.clone(),
+                reason,
+            })?;
+            fingerprint
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => rand::random::<u64>() | 1,
+        Err(error) => {
+            return Err(ServerError::DataDir {
+                path,
+                reason: error.to_string(),
+            })
+        }
+    };
+    write_schema_file(&path, fingerprint, &rows).map_err(|error| ServerError::DataDir {
+        path,
+        reason: error.to_string(),
+    })?;
+    Ok(fingerprint)
+}
+
+/// `[fingerprint u64 LE]` then per space `[id u32 LE][row bytes length u32 LE][rows]`,
+/// written to a temporary name and renamed, so a crash leaves the old record or the new.
+fn write_schema_file(
+    path: &Path,
+    fingerprint: u64,
+    rows: &[(u32, String, Vec<u8>)],
+) -> std::io::Result<()> {
+    let mut bytes = fingerprint.to_le_bytes().to_vec();
+    for (id, _, row) in rows {
+        bytes.extend_from_slice(&id.to_le_bytes());
+        bytes.extend_from_slice(&(row.len() as u32).to_le_bytes());
+        bytes.extend_from_slice(row);
+    }
+    let temporary = path.with_extension("bin.inprogress");
+    let mut file = std::fs::File::create(&temporary)?;
+    file.write_all(&bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&temporary, path)
+}
+
+/// Per recorded space: its id and its `_space` + `_index` rows.
+type RecordedSpaces = Vec<(u32, Vec<u8>)>;
+
+fn decode_schema_file(bytes: &[u8]) -> Option<(u64, RecordedSpaces)> {
+    let fingerprint = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
+    let mut rest = &bytes[8..];
+    let mut spaces = Vec::new();
+    while !rest.is_empty() {
+        let id = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?);
+        let len = u32::from_le_bytes(rest.get(4..8)?.try_into().ok()?) as usize;
+        spaces.push((id, rest.get(8..8 + len)?.to_vec()));
+        rest = &rest[8 + len..];
+    }
+    Some((fingerprint, spaces))
+}
+
+fn check_compatible(
+    recorded: &[(u32, Vec<u8>)],
+    config: &[(u32, String, Vec<u8>)],
+) -> Result<(), String> {
+    for (id, on_disk) in recorded {
+        match config.iter().find(|(config_id, _, _)| config_id == id) {
+            None => {
+                return Err(format!(
+                    "space {id} holds data on disk but is not in the config (on disk: {})",
+                    describe_rows(on_disk)
+                ))
+            }
+            Some((_, name, rows)) if rows != on_disk => {
+                return Err(format!(
+                "space {id} '{name}' differs from the data on disk: on disk {}, in the config {}",
+                describe_rows(on_disk),
+                describe_rows(rows)
+            ))
+            }
+            Some(_) => {}
+        }
+    }
+    Ok(())
+}
+
+/// The `_space` and `_index` rows in Tarantool's text form.
+fn describe_rows(rows: &[u8]) -> String {
+    let mut rest = rows;
+    let mut parts = Vec::new();
+    while !rest.is_empty() {
+        let Ok(row) = crate::storage::msgpack::take_value(&mut rest) else {
+            break;
+        };
+        parts.push(msgpack_to_text(row));
+    }
+    parts.join(" ")
+}
+
+/// One shard's directory, recovered into `engine`; returns the LSN its writer starts at.
+pub fn recover_shard(
+    config: &Config,
+    shard_id: usize,
+    fingerprint: u64,
+    engine: &mut Engine,
+) -> Result<u64, ServerError> {
+    let dir = wal::dir::shard_dir(&config.data_dir, shard_id as u32);
+    let started = Instant::now();
+    let recovery = RecoveryConfig {
+        dir: dir.clone(),
+        shard_id: shard_id as u32,
+        schema_fingerprint: fingerprint,
+        force: config.durability.force_recovery,
+    };
+    let recovered = wal::recover(&recovery, engine).map_err(|error| ServerError::Recovery {
+        shard_id,
+        reason: error.to_string(),
+    })?;
+    if let Some((file, offset)) = &recovered.torn_cut {
+        tracing::warn!(shard = shard_id, file = %file.display(), offset, "cut a torn write at the end of the WAL");
+    }
+    if recovered.batches_skipped + recovered.rows_skipped > 0 {
+        tracing::warn!(
+            shard = shard_id,
+            batches = recovered.batches_skipped,
+            rows = recovered.rows_skipped,
+            "force_recovery skipped damaged data"
+        );
+    }
+    tracing::info!(
+        shard = shard_id,
+        tuples = recovered.tuples_loaded,
+        rows_replayed = recovered.rows_replayed,
+        lsn = recovered.lsn_last,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "shard recovered"
+    );
+    Ok(recovered.lsn_next())
+}
+
+/// Starts the shard's WAL writer, unless `wal_mode = "none"`.
+pub fn start_wal(
+    config: &Config,
+    shard_id: usize,
+    fingerprint: u64,
+    lsn_next: u64,
+) -> Result<Option<WalWriter>, ServerError> {
+    let durability = &config.durability;
+    if durability.wal_mode == WalMode::None {
+        return Ok(None);
+    }
+    let dir = wal::dir::shard_dir(&config.data_dir, shard_id as u32);
+    wal::dir::create(&dir).map_err(|error| ServerError::Recovery {
+        shard_id,
+        reason: error.to_string(),
+    })?;
+    Ok(Some(WalWriter::start(
+        GlommioSink::new(dir),
+        WriterConfig {
+            shard_id: shard_id as u32,
+            schema_fingerprint: fingerprint,
+            fsync: durability.wal_mode == WalMode::Fsync,
+            max_file_size_bytes: durability.wal_max_file_size_bytes,
+            lsn_next,
+        },
+    )))
+}
+
+/// Per core: takes a snapshot when `box.snapshot()` asks for one or when
+/// `checkpoint_interval` has passed, then removes what `checkpoint_count` no longer needs.
+pub async fn checkpoint_loop(
+    core: Rc<Core>,
+    shared: std::sync::Arc<Shared>,
+    fingerprint: u64,
+    mut lsn_last: u64,
+) {
+    let me = core.id();
+    let interval = match shared.config.durability.checkpoint_interval_seconds {
+        0 => None,
+        seconds => Some(Duration::from_secs(seconds)),
+    };
+    let mut last_checkpoint = Instant::now();
+    loop {
+        glommio::timer::sleep(CHECKPOINT_POLL).await;
+        let requested = shared.snapshot_requested.load(Ordering::Acquire);
+        let asked = requested > shared.snapshot_done[me].load(Ordering::Acquire);
+        let due = interval.is_some_and(|interval| last_checkpoint.elapsed() >= interval);
+        if !asked && !due {
+            continue;
+        }
+        if let Some(wal) = &core.shard.borrow().wal {
+            lsn_last = wal.lsn_next() - 1;
+        }
+        match take_snapshot(&core, &shared.config, fingerprint, lsn_last).await {
+            Ok(()) => {}
+            Err(reason) => {
+                tracing::error!(shard = me, %reason, "snapshot failed");
+                *shared
+                    .snapshot_failure
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(reason);
+            }
+        }
+        last_checkpoint = Instant::now();
+        shared.snapshot_done[me].store(requested, Ordering::Release);
+    }
+}
+
+async fn take_snapshot(
+    core: &Rc<Core>,
+    config: &Config,
+    fingerprint: u64,
+    lsn: u64,
+) -> Result<(), String> {
+    let me = core.id();
+    let dir: PathBuf = wal::dir::shard_dir(&config.data_dir, me as u32);
+    wal::dir::create(&dir).map_err(|error| error.to_string())?;
+    // Rows are after-images, so a point-in-time copy of the tuple handles is enough; the
+    // writing below runs while writes go on.
+    let tuples: Vec<(u32, Tuple)> = {
+        let shard = core.shard.borrow();
+        shard
+            .engine
+            .spaces()
+            .iter()
+            .filter(|space| !schema::is_system_space(space.id))
+            .flat_map(|space| {
+                space.indexes()[0]
+                    .entries()
+                    .map(move |(_, tuple)| (space.id, tuple.clone()))
+            })
+            .collect()
+    };
+    let started = Instant::now();
+    let meta = SnapshotMeta {
+        shard_id: me as u32,
+        lsn,
+        schema_fingerprint: fingerprint,
+    };
+    let written = wal::snapshot::write_snapshot(&dir, &meta, tuples)
+        .await
+        .map_err(|error| error.to_string())?;
+    let removed = wal::collect_garbage(&dir, config.durability.checkpoint_count)
+        .map_err(|error| error.to_string())?;
+    tracing::info!(
+        shard = me,
+        lsn,
+        tuples = written.tuple_count,
+        size_bytes = written.size_bytes,
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        files_removed = removed.snapshots_removed.len() + removed.wal_files_removed.len(),
+        "snapshot written"
+    );
+    Ok(())
+}
+
+/// `box.snapshot()`: asks every core for a snapshot and waits until all have one.
+pub async fn request_snapshot(shared: &Shared) -> Result<(), String> {
+    let generation = shared.snapshot_requested.fetch_add(1, Ordering::AcqRel) + 1;
+    loop {
+        let all_done = shared
+            .snapshot_done
+            .iter()
+            .all(|done| done.load(Ordering::Acquire) >= generation);
+        if all_done {
+            break;
+        }
+        glommio::timer::sleep(CHECKPOINT_POLL).await;
+    }
+    match shared
+        .snapshot_failure
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .take()
+    {
+        Some(reason) => Err(reason),
+        None => Ok(()),
+    }
+}

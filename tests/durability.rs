@@ -1,0 +1,158 @@
+//! Durability of the real binary: `kill -9` in the middle of acknowledged writes, restart,
+//! and every acknowledged write is there, whole; nothing else is half there.
+
+mod common;
+
+use common::client::Client;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tarn::protocol::client::{self, decode_reply};
+use tarn::protocol::request::Select;
+use tarn::storage::msgpack::{self, write_array_len, write_str, write_uint, Value};
+
+const WRITERS: u64 = 4;
+const ROWS_PER_WRITER: u64 = 5_000;
+const WINDOW: u64 = 32;
+
+fn kv_tuple(id: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_array_len(&mut out, 3);
+    write_uint(&mut out, id);
+    write_uint(&mut out, id % 3000);
+    write_str(&mut out, format!("value-{id}").as_bytes());
+    out
+}
+
+/// Writes rows `first..first + count` with a window of replaces in flight; returns the ids
+/// whose replies said OK before the connection died.
+fn write_rows(server: std::net::SocketAddr, first: u64, count: u64) -> Vec<u64> {
+    let mut client = Client::connect(server);
+    let mut acknowledged = Vec::new();
+    let mut next = first;
+    let end = first + count;
+    let mut in_flight = 0;
+    loop {
+        let mut batch = Vec::new();
+        while in_flight < WINDOW && next < end {
+            client::encode_replace(&mut batch, next, 512, &kv_tuple(next));
+            next += 1;
+            in_flight += 1;
+        }
+        if !batch.is_empty() && client.send(&batch).is_err() {
+            return acknowledged;
+        }
+        if in_flight == 0 {
+            return acknowledged;
+        }
+        let Some(packet) = client.read_packet() else {
+            return acknowledged;
+        };
+        in_flight -= 1;
+        let reply = decode_reply(&packet).expect("reply decodes");
+        assert!(!reply.is_error(), "{:?}", reply.error_message());
+        acknowledged.push(reply.sync());
+    }
+}
+
+fn all_rows(server: std::net::SocketAddr) -> Vec<(u64, Vec<u8>)> {
+    let mut client = Client::connect(server);
+    let mut request = Vec::new();
+    client::encode_select(
+        &mut request,
+        1,
+        &Select {
+            space_id: 512,
+            index_id: 0,
+            limit: u32::MAX,
+            offset: 0,
+            iterator: 2,
+            key: &[0x90],
+            fetch_position: false,
+            after_position: None,
+            after_tuple: None,
+        },
+    );
+    client.send(&request).expect("send");
+    let packet = client.read_packet().expect("reply");
+    let reply = decode_reply(&packet).expect("decodes");
+    let mut data = reply.data().expect("data");
+    let Ok(Value::Array(count)) = msgpack::read_value(&mut data) else {
+        panic!("rows are an array");
+    };
+    (0..count)
+        .map(|_| {
+            let tuple = msgpack::take_value(&mut data).expect("tuple").to_vec();
+            let mut fields = &tuple[1..];
+            let Ok(Value::Uint(id)) = msgpack::read_value(&mut fields) else {
+                panic!("id");
+            };
+            (id, tuple)
+        })
+        .collect()
+}
+
+fn crash_mid_stream(snapshot_mid_stream: bool) {
+    let dir = tempfile::tempdir().expect("dir");
+    let args = ["--wal-mode", "fsync"];
+    let server = common::Server::start_in(dir.path(), 2, "", &args);
+    let addr = server.addr;
+    let acknowledged = Arc::new(Mutex::new(BTreeSet::new()));
+    let writers: Vec<_> = (0..WRITERS)
+        .map(|writer| {
+            let acknowledged = acknowledged.clone();
+            std::thread::spawn(move || {
+                let ids = write_rows(addr, 1 + writer * ROWS_PER_WRITER, ROWS_PER_WRITER);
+                acknowledged.lock().unwrap().extend(ids);
+            })
+        })
+        .collect();
+    if snapshot_mid_stream {
+        std::thread::sleep(Duration::from_millis(100));
+        let mut admin = Client::connect(addr);
+        let mut call = Vec::new();
+        client::encode_call(&mut call, 77, "box.snapshot", &[0x90]);
+        admin.send(&call).expect("send");
+        let reply = admin.read_packet().expect("snapshot reply");
+        assert!(!decode_reply(&reply).unwrap().is_error());
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    server.kill9();
+    for writer in writers {
+        writer.join().expect("writer");
+    }
+    let acknowledged = acknowledged.lock().unwrap().clone();
+    assert!(
+        !acknowledged.is_empty(),
+        "some writes were acknowledged before the crash"
+    );
+    assert!(
+        acknowledged.len() < (WRITERS * ROWS_PER_WRITER) as usize,
+        "the crash came mid-stream"
+    );
+
+    let restarted = common::Server::start_in(dir.path(), 2, "", &args);
+    let rows = all_rows(restarted.addr);
+    eprintln!(
+        "acknowledged {} of {} writes before kill -9; {} rows after restart",
+        acknowledged.len(),
+        WRITERS * ROWS_PER_WRITER,
+        rows.len()
+    );
+    let present: BTreeSet<u64> = rows.iter().map(|(id, _)| *id).collect();
+    let missing: Vec<_> = acknowledged.difference(&present).take(5).collect();
+    assert!(missing.is_empty(), "acknowledged but lost: {missing:?}");
+    for (id, tuple) in &rows {
+        assert_eq!(tuple, &kv_tuple(*id), "row {id} is whole");
+    }
+}
+
+#[test]
+fn every_acknowledged_write_survives_kill_9() {
+    crash_mid_stream(false);
+}
+
+#[test]
+fn every_acknowledged_write_survives_kill_9_after_a_snapshot() {
+    crash_mid_stream(true);
+}
