@@ -154,9 +154,6 @@ pub fn recover_shard(
         shard_id,
         reason: error.to_string(),
     })?;
-    if let Some((file, offset)) = &recovered.torn_cut {
-        tracing::warn!(shard = shard_id, file = %file.display(), offset, "cut a torn write at the end of the WAL");
-    }
     if recovered.batches_skipped + recovered.rows_skipped > 0 {
         tracing::warn!(
             shard = shard_id,

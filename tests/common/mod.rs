@@ -37,8 +37,22 @@ impl Server {
     /// restart in the same `dir` recovers what the previous one wrote.
     pub fn start_in(dir: &std::path::Path, shards: u32, extra: &str, args: &[&str]) -> Server {
         let shipped = include_str!("../../conf/tarn.toml");
+        match Server::try_start_with(dir, &format!("{shipped}\n{extra}"), shards, args) {
+            Ok(server) => server,
+            Err(log) => panic!("tarn did not start:\n{log}"),
+        }
+    }
+
+    /// Starts tarn on the config text `config_toml` (written to `dir/tarn.toml`) with data in
+    /// `dir/data`; if it exits before listening, returns everything it logged.
+    pub fn try_start_with(
+        dir: &std::path::Path,
+        config_toml: &str,
+        shards: u32,
+        args: &[&str],
+    ) -> Result<Server, String> {
         let config_path = dir.join("tarn.toml");
-        std::fs::write(&config_path, format!("{shipped}\n{extra}")).expect("write config");
+        std::fs::write(&config_path, config_toml).expect("write config");
         let mut child = Command::new(env!("CARGO_BIN_EXE_tarn"))
             .arg("--config")
             .arg(&config_path)
@@ -58,30 +72,41 @@ impl Server {
         let stderr = child.stderr.take().expect("stderr");
         let (sender, receiver) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
+            let mut log = String::new();
             let mut sent = false;
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 eprintln!("[tarn] {line}");
+                log.push_str(&line);
+                log.push('\n');
                 if !sent {
                     if let Some(at) = line.find("listening on ") {
                         let addr: String = line[at + 13..]
                             .chars()
                             .take_while(|c| !c.is_whitespace())
                             .collect();
-                        let _ = sender.send(addr);
+                        let _ = sender.send(Ok(addr));
                         sent = true;
                     }
                 }
             }
+            if !sent {
+                let _ = sender.send(Err(log));
+            }
         });
-        let addr = receiver
-            .recv_timeout(Duration::from_secs(30))
-            .expect("tarn did not report its address")
-            .parse()
-            .expect("address");
-        Server {
-            child,
-            addr,
-            _dir: None,
+        match receiver.recv_timeout(Duration::from_secs(30)) {
+            Ok(Ok(addr)) => Ok(Server {
+                child,
+                addr: addr.parse().expect("address"),
+                _dir: None,
+            }),
+            Ok(Err(log)) => {
+                let _ = child.wait();
+                Err(log)
+            }
+            Err(_) => {
+                let _ = child.kill();
+                Err("tarn neither listened nor exited in 30 s".into())
+            }
         }
     }
 

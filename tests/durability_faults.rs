@@ -1,0 +1,180 @@
+//! Damaged data directories against the real binary: a torn last write is cut with a
+//! warning, a damaged middle refuses start-up (naming file and offset) unless
+//! `--force-recovery`, a missing WAL file and a changed schema refuse start-up.
+
+mod common;
+
+use common::client::Client;
+use common::Server;
+use std::path::{Path, PathBuf};
+use tarn::protocol::client::{self, decode_reply};
+use tarn::protocol::request::Select;
+use tarn::storage::msgpack::{self, write_array_len, write_str, write_uint, Value};
+
+const SHIPPED: &str = include_str!("../conf/tarn.toml");
+
+fn write_mode() -> [&'static str; 2] {
+    ["--wal-mode", "write"]
+}
+
+/// Replaces `ids` one at a time, each acknowledged before the next, so each is one batch.
+fn write_one_by_one(server: &Server, ids: std::ops::RangeInclusive<u64>) {
+    let mut client = Client::connect(server.addr);
+    for id in ids {
+        let mut tuple = Vec::new();
+        write_array_len(&mut tuple, 3);
+        write_uint(&mut tuple, id);
+        write_uint(&mut tuple, id % 3000);
+        write_str(&mut tuple, b"value");
+        let mut request = Vec::new();
+        client::encode_replace(&mut request, id, 512, &tuple);
+        client.send(&request).expect("send");
+        let reply = client.read_packet().expect("reply");
+        assert!(!decode_reply(&reply).unwrap().is_error());
+    }
+}
+
+fn ids(server: &Server) -> Vec<u64> {
+    let mut client = Client::connect(server.addr);
+    let mut request = Vec::new();
+    let select = Select {
+        space_id: 512,
+        index_id: 0,
+        limit: u32::MAX,
+        offset: 0,
+        iterator: 2,
+        key: &[0x90],
+        fetch_position: false,
+        after_position: None,
+        after_tuple: None,
+    };
+    client::encode_select(&mut request, 1, &select);
+    client.send(&request).expect("send");
+    let packet = client.read_packet().expect("reply");
+    let reply = decode_reply(&packet).unwrap();
+    let mut data = reply.data().expect("data");
+    let Ok(Value::Array(count)) = msgpack::read_value(&mut data) else {
+        panic!("array");
+    };
+    (0..count)
+        .map(|_| {
+            let tuple = msgpack::take_value(&mut data).unwrap();
+            let mut fields = &tuple[1..];
+            match msgpack::read_value(&mut fields) {
+                Ok(Value::Uint(id)) => id,
+                other => panic!("{other:?}"),
+            }
+        })
+        .collect()
+}
+
+fn wal_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("data/shard-0"))
+        .expect("shard dir")
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "wal"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// A one-shard server in `dir` that wrote ids 1..=50 and stopped cleanly.
+fn fifty_rows_written(dir: &Path) {
+    let server = Server::start_in(dir, 1, "", &write_mode());
+    write_one_by_one(&server, 1..=50);
+    assert_eq!(server.stop(), Some(0));
+}
+
+#[test]
+fn a_torn_last_write_is_cut_with_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    fifty_rows_written(dir.path());
+    let newest = wal_files(dir.path()).pop().expect("a WAL file");
+    let len = std::fs::metadata(&newest).unwrap().len();
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&newest)
+        .unwrap();
+    file.set_len(len - 3).unwrap();
+    let server = Server::start_in(dir.path(), 1, "", &write_mode());
+    assert_eq!(ids(&server), (1..=49).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_damaged_middle_refuses_start_up_unless_forced() {
+    let dir = tempfile::tempdir().unwrap();
+    fifty_rows_written(dir.path());
+    let file = wal_files(dir.path()).pop().expect("a WAL file");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x5a;
+    std::fs::write(&file, &bytes).unwrap();
+
+    let config = SHIPPED.to_string();
+    let log = match Server::try_start_with(dir.path(), &config, 1, &write_mode()) {
+        Ok(_) => panic!("start-up must be refused"),
+        Err(log) => log,
+    };
+    let name = file.file_name().unwrap().to_string_lossy().to_string();
+    assert!(log.contains(&name), "names the file: {log}");
+    assert!(log.contains("offset"), "names the offset: {log}");
+    assert!(log.contains("--force-recovery"), "says how to go on: {log}");
+
+    let mut args = write_mode().to_vec();
+    args.push("--force-recovery");
+    let server = Server::try_start_with(dir.path(), &config, 1, &args).expect("forced start");
+    let recovered = ids(&server);
+    assert_eq!(
+        recovered.len(),
+        49,
+        "exactly the damaged row is skipped: {recovered:?}"
+    );
+}
+
+#[test]
+fn a_missing_wal_file_refuses_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    fifty_rows_written(dir.path());
+    let server = Server::start_in(dir.path(), 1, "", &write_mode());
+    write_one_by_one(&server, 51..=60);
+    assert_eq!(server.stop(), Some(0));
+    let files = wal_files(dir.path());
+    assert!(
+        files.len() >= 2,
+        "a restart starts a new WAL file: {files:?}"
+    );
+    std::fs::remove_file(&files[0]).unwrap();
+    let log = match Server::try_start_with(dir.path(), SHIPPED, 1, &write_mode()) {
+        Ok(_) => panic!("start-up must be refused"),
+        Err(log) => log,
+    };
+    let missing = files[0].file_name().unwrap().to_string_lossy().to_string();
+    assert!(log.contains(&missing), "names the missing file: {log}");
+}
+
+#[test]
+fn a_changed_schema_is_refused_with_what_differs() {
+    let dir = tempfile::tempdir().unwrap();
+    fifty_rows_written(dir.path());
+    let changed = SHIPPED.replace(
+        r#"{ name = "value", type = "string" }"#,
+        r#"{ name = "value", type = "unsigned" }"#,
+    );
+    assert_ne!(changed, SHIPPED);
+    let log = match Server::try_start_with(dir.path(), &changed, 1, &write_mode()) {
+        Ok(_) => panic!("start-up must be refused"),
+        Err(log) => log,
+    };
+    assert!(
+        log.contains("space 512 'kv' differs from the data on disk"),
+        "{log}"
+    );
+    assert!(
+        log.contains(r#"{"name": "value", "type": "string"}"#),
+        "{log}"
+    );
+    assert!(
+        log.contains(r#"{"name": "value", "type": "unsigned"}"#),
+        "{log}"
+    );
+}
