@@ -11,6 +11,7 @@
 
 pub mod connection;
 pub mod core;
+pub mod crud;
 pub mod oneshot;
 pub mod schema;
 pub mod session;
