@@ -1,1 +1,658 @@
+//! crud on one engine, with exact replies. Arguments are written as JSON and turned into
+//! msgpack (integers as uint/int, numbers with a point as doubles); replies are compared
+//! in Tarantool's text form of msgpack (`storage::text`).
 
+use super::*;
+use crate::storage::text::msgpack_to_text;
+use crate::storage::{
+    FieldDef, FieldType, IndexDef, IndexKind, KeyDef, KeyPart, SpaceDef, SpaceFormat,
+};
+
+/// JSON text to msgpack, for arguments.
+fn json(text: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut rest = text.trim_start();
+    parse_json(&mut rest, &mut out);
+    assert!(rest.trim().is_empty(), "trailing JSON: {rest}");
+    out
+}
+
+fn parse_json(rest: &mut &str, out: &mut Vec<u8>) {
+    use crate::storage::msgpack::{write_array_len, write_f64, write_int, write_str};
+    *rest = rest.trim_start();
+    let first = rest.chars().next().expect("JSON value");
+    match first {
+        '[' | '{' => {
+            let close = if first == '[' { ']' } else { '}' };
+            *rest = rest[1..].trim_start();
+            let mut items = Vec::new();
+            let mut count = 0u32;
+            while !rest.starts_with(close) {
+                parse_json(rest, &mut items);
+                if first == '{' {
+                    *rest = rest.trim_start().strip_prefix(':').expect("':' in object");
+                    parse_json(rest, &mut items);
+                }
+                count += 1;
+                *rest = rest.trim_start();
+                if let Some(after) = rest.strip_prefix(',') {
+                    *rest = after.trim_start();
+                }
+            }
+            *rest = &rest[1..];
+            if first == '[' {
+                write_array_len(out, count);
+            } else {
+                mp::write_map_len(out, count);
+            }
+            out.extend_from_slice(&items);
+        }
+        '"' => {
+            let end = rest[1..].find('"').expect("closing quote") + 1;
+            write_str(out, rest[1..end].as_bytes());
+            *rest = &rest[end + 1..];
+        }
+        _ => {
+            let end = rest
+                .find(|c: char| c == ',' || c == ']' || c == '}' || c.is_whitespace())
+                .unwrap_or(rest.len());
+            let token = &rest[..end];
+            *rest = &rest[end..];
+            match token {
+                "null" => out.push(0xc0),
+                "true" => out.push(0xc3),
+                "false" => out.push(0xc2),
+                _ if token.contains('.') || token.contains('e') => {
+                    write_f64(out, token.parse().expect("number"))
+                }
+                _ => write_int(out, token.parse().expect("integer")),
+            }
+        }
+    }
+}
+
+fn config() -> CrudConfig {
+    CrudConfig {
+        bucket_count: 3000,
+        instance_uuid: "aaaaaaaa-0000-4000-8000-000000000001".into(),
+    }
+}
+
+const UUID: &str = "aaaaaaaa-0000-4000-8000-000000000001";
+
+fn tree(id: u32, name: &str, unique: bool, parts: &[(u32, FieldType)]) -> IndexDef {
+    IndexDef {
+        id,
+        name: name.into(),
+        kind: IndexKind::Tree,
+        unique,
+        key_def: KeyDef::new(parts.iter().map(|&(no, ty)| KeyPart::new(no, ty))),
+    }
+}
+
+/// `customers` as in spec §18.2 (plus an `age` index), and `pages` for pagination.
+fn engine() -> Engine {
+    let mut engine = Engine::new(1 << 30);
+    engine
+        .create_space(SpaceDef {
+            id: 512,
+            name: "customers".into(),
+            format: SpaceFormat::new(vec![
+                FieldDef::new("id", FieldType::Unsigned),
+                FieldDef::new("bucket_id", FieldType::Unsigned),
+                FieldDef::new("name", FieldType::String),
+                FieldDef::new("age", FieldType::Number).nullable(),
+            ]),
+            indexes: vec![
+                tree(0, "primary", true, &[(0, FieldType::Unsigned)]),
+                tree(1, "bucket_id", false, &[(1, FieldType::Unsigned)]),
+                IndexDef {
+                    key_def: KeyDef::new([KeyPart::new(3, FieldType::Number).nullable()]),
+                    ..tree(2, "age", false, &[])
+                },
+            ],
+        })
+        .unwrap();
+    engine
+        .create_space(SpaceDef {
+            id: 513,
+            name: "pages".into(),
+            format: SpaceFormat::new(vec![
+                FieldDef::new("id", FieldType::Unsigned),
+                FieldDef::new("bucket_id", FieldType::Unsigned),
+                FieldDef::new("group", FieldType::Unsigned),
+            ]),
+            indexes: vec![
+                tree(0, "primary", true, &[(0, FieldType::Unsigned)]),
+                tree(1, "group", false, &[(2, FieldType::Unsigned)]),
+            ],
+        })
+        .unwrap();
+    engine
+}
+
+/// Runs a call and returns its values as text, or panics on a raised error.
+fn call(engine: &mut Engine, function: &str, args: &str) -> String {
+    match execute_on_engine(engine, &config(), function, &json(args)) {
+        CrudReply::Values(values) => msgpack_to_text(&values),
+        CrudReply::Raised(raised) => panic!("raised {raised:?}"),
+    }
+}
+
+fn raised(engine: &mut Engine, function: &str, args: &str) -> Raised {
+    match execute_on_engine(engine, &config(), function, &json(args)) {
+        CrudReply::Raised(raised) => raised,
+        CrudReply::Values(values) => panic!("returned {}", msgpack_to_text(&values)),
+    }
+}
+
+const META: &str = r#"[{"name": "id", "type": "unsigned"}, {"name": "bucket_id", "type": "unsigned"}, {"name": "name", "type": "string"}, {"name": "age", "type": "number", "is_nullable": true}]"#;
+
+fn ok(rows: &str) -> String {
+    format!(r#"[{{"metadata": {META}, "rows": {rows}}}, null]"#)
+}
+
+fn err(class: &str, text: &str) -> String {
+    let text = text.replace('"', "\\\"");
+    format!(
+        r#"[null, {{"class_name": "{class}", "err": "{text}", "str": "{class}: {text}", "file": "{}", "line": 1}}]"#,
+        file_of(class)
+    )
+}
+
+fn file_of(class: &str) -> &'static str {
+    match class {
+        "InsertError" => "crud/insert.lua",
+        "ReplaceError" => "crud/replace.lua",
+        "UpdateError" => "crud/update.lua",
+        "UpsertError" => "crud/upsert.lua",
+        "DeleteError" => "crud/delete.lua",
+        "GetError" => "crud/get.lua",
+        "SelectError" => "crud/select.lua",
+        "CountError" => "crud/count.lua",
+        "LenError" => "crud/len.lua",
+        "TruncateError" => "crud/truncate.lua",
+        "BorderError" => "crud/borders.lua",
+        "FilterFieldsError" => "crud/common/schema.lua",
+        _ => "?",
+    }
+}
+
+/// Fills `customers` with the rows of spec §18.5's examples.
+fn customers(engine: &mut Engine) {
+    for (id, name, age) in [
+        (1, "Elizabeth", 12),
+        (2, "Mary", 46),
+        (3, "David", 33),
+        (4, "William", 81),
+        (5, "Jack", 35),
+        (6, "William", 25),
+        (7, "Sarah", 20),
+        (8, "Tom", 20),
+        (9, "Alice", 18),
+    ] {
+        call(
+            engine,
+            "crud.insert",
+            &format!(r#"["customers", [{id}, null, "{name}", {age}], {{}}]"#),
+        );
+    }
+}
+
+fn ids(reply: &str) -> Vec<u64> {
+    // Rows are the arrays after `"rows": `; their first field is the id.
+    let rows = &reply[reply.find("\"rows\": ").expect("rows") + 8..];
+    let mut out = Vec::new();
+    let mut depth = 0;
+    let mut at_row_start = false;
+    let mut number = String::new();
+    for c in rows.chars() {
+        match c {
+            '[' => {
+                depth += 1;
+                at_row_start = depth == 2;
+            }
+            ']' => {
+                depth -= 1;
+                if depth == 0 {
+                    break;
+                }
+            }
+            c if at_row_start && c.is_ascii_digit() => number.push(c),
+            _ if at_row_start && !number.is_empty() => {
+                out.push(number.parse().unwrap());
+                number.clear();
+                at_row_start = false;
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+#[test]
+fn bucket_id_matches_crud_vectors() {
+    assert_eq!(bucket::bucket_id_of(&[&[10]], 3000), 569);
+    assert_eq!(bucket::bucket_id_of(&[&[14]], 3000), 56);
+    assert_eq!(bucket::bucket_id_of(&[&[50]], 3000), 1965);
+    // Tarantool's digest.crc32 is the standard CRC-32C without its final XOR.
+    assert_eq!(bucket::tarantool_crc32(b"123456789"), !0xE306_9283);
+}
+
+#[test]
+fn insert_computes_bucket_id_and_returns_metadata_and_rows() {
+    let mut engine = engine();
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.insert",
+            r#"["customers", [10, null, "Elizabeth", 12], {}]"#
+        ),
+        ok(r#"[[10, 569, "Elizabeth", 12]]"#)
+    );
+    // opts may be nil or absent; opts.bucket_id is written into the tuple.
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.insert",
+            r#"["customers", [14, null, "Mary"]]"#
+        ),
+        ok(r#"[[14, 56, "Mary"]]"#)
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.insert",
+            r#"["customers", [50, null, "Tom"], {"bucket_id": 7}]"#
+        ),
+        ok(r#"[[50, 7, "Tom"]]"#)
+    );
+    assert_eq!(
+        call(&mut engine, "crud.insert", r#"["customers", [51, 3, "Tom"], {"bucket_id": 7}]"#),
+        err("InsertError", "Failed to get bucket ID: ShardingError: Tuple and opts.bucket_id contain different bucket_id values: 3 and 7")
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.insert",
+            r#"["customers", [10, 1, "Again"], {}]"#
+        ),
+        err(
+            "InsertError",
+            r#"Failed to insert: Duplicate key exists in unique index "primary" in space "customers" with old tuple - [10, 569, "Elizabeth", 12] and new tuple - [10, 1, "Again"]"#
+        )
+    );
+    assert_eq!(
+        call(&mut engine, "crud.insert", r#"["nospace", [1], {}]"#),
+        err("InsertError", "Space \"nospace\" doesn't exist")
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.insert",
+            r#"["customers", [11, null, "X"], {"noreturn": true}]"#
+        ),
+        "[null, null]"
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.insert",
+            r#"["customers", [12, null, "Y", 3], {"fields": ["name", "id"]}]"#
+        ),
+        r#"[{"metadata": [{"name": "name", "type": "string"}, {"name": "id", "type": "unsigned"}], "rows": [["Y", 12]]}, null]"#
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.insert",
+            r#"["customers", [13, null, "Z"], {"fields": ["nofield"]}]"#
+        ),
+        err(
+            "FilterFieldsError",
+            "Space format doesn't contain field named \"nofield\""
+        )
+    );
+    assert_eq!(call(&mut engine, "crud.len", r#"["customers"]"#), "[5]");
+}
+
+#[test]
+fn objects_flatten_by_the_format() {
+    let mut engine = engine();
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.insert_object",
+            r#"["customers", {"name": "Elizabeth", "age": 12, "id": 10}, {}]"#
+        ),
+        ok(r#"[[10, 569, "Elizabeth", 12]]"#)
+    );
+    assert_eq!(
+        call(&mut engine, "crud.insert_object", r#"["customers", {"id": 11, "name": "A", "zzz": 1}, {}]"#),
+        err("InsertError", "Failed to flatten object: FlattenError: Object is specified in bad format: FlattenError: Unknown field \"zzz\" is specified")
+    );
+    assert_eq!(
+        call(&mut engine, "crud.insert_object", r#"["customers", {"id": 11}, {}]"#),
+        err("InsertError", "Failed to flatten object: FlattenError: Object is specified in bad format: FlattenError: Field \"name\" isn't nullable (set skip_nullability_check_on_flatten option to true to skip check)")
+    );
+    // Skipping the check lets storage judge the tuple.
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.insert_object",
+            r#"["customers", {"id": 11}, {"skip_nullability_check_on_flatten": true}]"#
+        ),
+        err(
+            "InsertError",
+            "Failed to insert: Tuple field 3 (name) required by space format is missing"
+        )
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.replace_object",
+            r#"["customers", {"id": 10, "bucket_id": 5, "name": "Liz"}, {}]"#
+        ),
+        ok(r#"[[10, 5, "Liz"]]"#)
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.upsert_object",
+            r#"["customers", {"id": 10, "name": "X"}, [["=", "name", "Beth"]], {}]"#
+        ),
+        ok("[]")
+    );
+    assert_eq!(
+        call(&mut engine, "crud.get", r#"["customers", 10]"#),
+        ok(r#"[[10, 5, "Beth"]]"#)
+    );
+}
+
+#[test]
+fn key_operations_take_scalar_or_array_keys() {
+    let mut engine = engine();
+    call(
+        &mut engine,
+        "crud.insert",
+        r#"["customers", [10, null, "Elizabeth", 12], {}]"#,
+    );
+    let row = r#"[[10, 569, "Elizabeth", 12]]"#;
+    assert_eq!(
+        call(&mut engine, "crud.get", r#"["customers", 10, {}]"#),
+        ok(row)
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.get",
+            r#"["customers", [10], {"mode": "read"}]"#
+        ),
+        ok(row)
+    );
+    assert_eq!(
+        call(&mut engine, "crud.get", r#"["customers", 99, {}]"#),
+        ok("[]")
+    );
+    assert_eq!(
+        call(&mut engine, "crud.get", r#"["customers", "x", {}]"#),
+        err("GetError", "Failed to get: Supplied key type of part 0 does not match index part type: expected unsigned")
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.get",
+            r#"["customers", 10, {"fields": ["age"]}]"#
+        ),
+        r#"[{"metadata": [{"name": "age", "type": "number", "is_nullable": true}], "rows": [[12]]}, null]"#
+    );
+    // 1-based field numbers and field names.
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.update",
+            r#"["customers", 10, [["=", 3, "Liz"], ["+", "age", 1]], {}]"#
+        ),
+        ok(r#"[[10, 569, "Liz", 13]]"#)
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.update",
+            r#"["customers", 99, [["=", 3, "X"]], {}]"#
+        ),
+        ok("[]")
+    );
+    assert_eq!(
+        call(&mut engine, "crud.update", r#"["customers", 10, [["=", 1, 11]], {}]"#),
+        err("UpdateError", "Failed to update: Attempt to modify a tuple field which is part of primary index in space 'customers'")
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.update",
+            r#"["customers", 10, [["=", 3, "L"]], {"noreturn": true}]"#
+        ),
+        "[null, null]"
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.replace",
+            r#"["customers", [10, null, "Eliza"], {}]"#
+        ),
+        ok(r#"[[10, 569, "Eliza"]]"#)
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.upsert",
+            r#"["customers", [20, null, "New"], [["+", 4, 1]], {}]"#
+        ),
+        ok("[]")
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.upsert",
+            r#"["customers", [20, null, "New", 1], [["=", "name", "Old"]], {}]"#
+        ),
+        ok("[]")
+    );
+    assert_eq!(
+        call(&mut engine, "crud.get", r#"["customers", 20]"#),
+        ok(r#"[[20, 826, "Old"]]"#)
+    );
+    assert_eq!(
+        call(&mut engine, "crud.delete", r#"["customers", 20, {}]"#),
+        ok(r#"[[20, 826, "Old"]]"#)
+    );
+    assert_eq!(
+        call(&mut engine, "crud.delete", r#"["customers", [20], {}]"#),
+        ok("[]")
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.delete",
+            r#"["customers", 10, {"noreturn": true}]"#
+        ),
+        "[null, null]"
+    );
+    assert_eq!(
+        call(&mut engine, "crud.delete", r#"["nospace", 10]"#),
+        err("DeleteError", "Space \"nospace\" doesn't exist")
+    );
+    assert_eq!(
+        call(&mut engine, "crud.upsert", r#"["customers", [1, null, 5], [], {}]"#),
+        err("UpsertError", "Failed to upsert: Tuple field 3 (name) type does not match one required by operation: expected string, got unsigned")
+    );
+}
+
+#[test]
+fn bad_arguments_and_options_are_raised_as_lua_errors() {
+    let mut engine = engine();
+    let lua = |message: &str| Raised::lua(message);
+    assert_eq!(
+        raised(
+            &mut engine,
+            "crud.insert",
+            r#"["customers", [1, null, "a"], {"badopt": 1}]"#
+        ),
+        lua("unexpected argument opts.badopt to nil")
+    );
+    assert_eq!(
+        raised(
+            &mut engine,
+            "crud.insert",
+            r#"["customers", [1, null, "a"], {"timeout": "x"}]"#
+        ),
+        lua("bad argument opts.timeout to nil (?number expected, got string)")
+    );
+    assert_eq!(
+        raised(&mut engine, "crud.insert", r#"[1, [1, null, "a"], {}]"#),
+        lua("bad argument #1 to nil (string expected, got number)")
+    );
+    assert_eq!(
+        raised(&mut engine, "crud.insert", r#"["customers", 5]"#),
+        lua("bad argument #2 to nil (table expected, got number)")
+    );
+    assert_eq!(
+        raised(&mut engine, "crud.get", r#"["customers", 1, 5]"#),
+        lua("bad argument #3 to nil (?table expected, got number)")
+    );
+    // An option another function takes is still unknown here.
+    assert_eq!(
+        raised(&mut engine, "crud.get", r#"["customers", 1, {"first": 1}]"#),
+        lua("unexpected argument opts.first to nil")
+    );
+    assert_eq!(
+        raised(
+            &mut engine,
+            "crud.select",
+            r#"["customers", null, {"fields": 1}]"#
+        ),
+        lua("bad argument opts.fields to nil (?table expected, got number)")
+    );
+    // Options set to nil are absent.
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.select",
+            r#"["customers", null, {"first": null}]"#
+        ),
+        ok("[]")
+    );
+    assert_eq!(
+        raised(&mut engine, "crud.pairs", r#"["customers", null, {}]"#),
+        lua("unsupported Lua type 'cdata'")
+    );
+    assert_eq!(
+        raised(
+            &mut engine,
+            "crud.pairs",
+            r#"["customers", null, {"zzz": 1}]"#
+        ),
+        lua("unexpected argument opts.zzz to nil")
+    );
+    let missing = raised(&mut engine, "crud.nope", "[]");
+    assert_eq!(missing.code, ErrorCode::ER_NO_SUCH_PROC);
+    assert_eq!(missing.message, "Procedure 'crud.nope' is not defined");
+}
+
+#[test]
+fn raised_errors_are_error_32_packets() {
+    let mut out = Vec::new();
+    encode_reply(&mut out, 7, 1, &CrudReply::Raised(Raised::lua("boom")));
+    let status = out[5..].windows(3).position(|w| w == [0x00, 0xcd, 0x80]);
+    assert!(status.is_some(), "{out:x?}");
+    assert!(
+        out.windows(2).any(|w| w == [0x05, 32]),
+        "code 32 in the stack"
+    );
+    let mut out = Vec::new();
+    encode_reply(&mut out, 7, 1, &CrudReply::Values(vec![0x91, 0xc3]));
+    assert_eq!(&out[out.len() - 4..], &[0x81, 0x30, 0x91, 0xc3]);
+}
+
+#[test]
+fn len_truncate_count_storage_info_and_stats() {
+    let mut engine = engine();
+    customers(&mut engine);
+    assert_eq!(call(&mut engine, "crud.len", r#"["customers", {}]"#), "[9]");
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.count",
+            r#"["customers", [[">=", "age", 30]], {}]"#
+        ),
+        "[4, null]"
+    );
+    assert_eq!(
+        call(&mut engine, "crud.count", r#"["customers", null]"#),
+        "[9, null]"
+    );
+    assert_eq!(
+        call(&mut engine, "crud.count", r#"["nospace", null]"#),
+        err("CountError", "Space \"nospace\" doesn't exist")
+    );
+    assert_eq!(
+        call(&mut engine, "crud.len", r#"["nospace"]"#),
+        err("LenError", "Space \"nospace\" doesn't exist")
+    );
+    assert_eq!(
+        call(&mut engine, "crud.storage_info", "[{}]"),
+        format!(r#"[{{"{UUID}": {{"status": "running", "is_master": true}}}}]"#)
+    );
+    assert_eq!(call(&mut engine, "crud.stats", "[]"), "[[]]");
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.truncate",
+            r#"["customers", {"timeout": 1}]"#
+        ),
+        "[true]"
+    );
+    assert_eq!(call(&mut engine, "crud.len", r#"["customers"]"#), "[0]");
+    assert_eq!(
+        call(&mut engine, "crud.truncate", r#"["nospace"]"#),
+        err("TruncateError", "Space \"nospace\" doesn't exist")
+    );
+}
+
+#[test]
+fn min_and_max_by_index() {
+    let mut engine = engine();
+    assert_eq!(
+        call(&mut engine, "crud.min", r#"["customers", null, {}]"#),
+        ok("[]")
+    );
+    customers(&mut engine);
+    assert_eq!(
+        call(&mut engine, "crud.min", r#"["customers", null, {}]"#),
+        ok(r#"[[1, 477, "Elizabeth", 12]]"#)
+    );
+    assert_eq!(
+        call(&mut engine, "crud.max", r#"["customers", "primary", {}]"#),
+        ok(r#"[[9, 1644, "Alice", 18]]"#)
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.max",
+            r#"["customers", "age", {"fields": ["name"]}]"#
+        ),
+        r#"[{"metadata": [{"name": "name", "type": "string"}], "rows": [["William"]]}, null]"#
+    );
+    assert_eq!(
+        call(&mut engine, "crud.min", r#"["customers", 2]"#),
+        ok(r#"[[1, 477, "Elizabeth", 12]]"#)
+    );
+    assert_eq!(
+        call(&mut engine, "crud.min", r#"["customers", "noidx", {}]"#),
+        err(
+            "BorderError",
+            "Index \"noidx\" of space \"customers\" doesn't exist"
+        )
+    );
+}
