@@ -49,7 +49,7 @@ fn parse_json(rest: &mut &str, out: &mut Vec<u8>) {
         }
         '"' => {
             let end = rest[1..].find('"').expect("closing quote") + 1;
-            write_str(out, rest[1..end].as_bytes());
+            write_str(out, &rest.as_bytes()[1..end]);
             *rest = &rest[end + 1..];
         }
         _ => {
@@ -655,4 +655,372 @@ fn min_and_max_by_index() {
             "Index \"noidx\" of space \"customers\" doesn't exist"
         )
     );
+}
+
+#[test]
+fn select_scans_the_chosen_index_in_iterator_direction() {
+    let mut engine = engine();
+    customers(&mut engine);
+    // No conditions: primary index, ascending.
+    let all = call(&mut engine, "crud.select", r#"["customers", null, {}]"#);
+    assert_eq!(ids(&all), [1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    // `<` on an indexed field scans that index descending; ties by pk descending too.
+    let young = call(
+        &mut engine,
+        "crud.select",
+        r#"["customers", [["<", "age", 30]], {}]"#,
+    );
+    assert_eq!(ids(&young), [6, 8, 7, 9, 1]);
+    let plan = |conditions: &str| {
+        let engine = engine_with_rows();
+        let space = engine.space_by_name("customers").unwrap();
+        let planned = select::plan_select(space, &json(conditions), None, None, None)
+            .unwrap_or_else(|_| panic!("plan {conditions}"));
+        (
+            planned.plan.index_id,
+            planned.plan.iterator,
+            msgpack_to_text(&planned.plan.key),
+            planned.plan.filters.len(),
+        )
+    };
+    use crate::storage::IteratorType as It;
+    assert_eq!(plan("null"), (0, It::Ge, "[]".into(), 0));
+    assert_eq!(
+        plan(r#"[["==", "name", "Tom"]]"#),
+        (0, It::Ge, "[]".into(), 1)
+    );
+    // The first condition naming an index (or a first index part) wins; the rest filter.
+    assert_eq!(
+        plan(r#"[["==", "name", "Tom"], [">", "age", 20], ["<=", "id", 5]]"#),
+        (2, It::Gt, "[20]".into(), 2)
+    );
+    assert_eq!(
+        plan(r#"[["<=", "primary", [5]], [">", "age", 20]]"#),
+        (0, It::Le, "[5]".into(), 1)
+    );
+    assert_eq!(
+        plan(r#"[["=", "bucket_id", 7]]"#),
+        (1, It::Eq, "[7]".into(), 0)
+    );
+    assert_eq!(
+        plan(r#"[[">=", "primary", 3]]"#),
+        (0, It::Ge, "[3]".into(), 0)
+    );
+
+    let filtered = call(
+        &mut engine,
+        "crud.select",
+        r#"["customers", [[">", "age", 20], ["==", "name", "William"]], {}]"#,
+    );
+    assert_eq!(ids(&filtered), [6, 4]);
+    let by_pk = call(
+        &mut engine,
+        "crud.select",
+        r#"["customers", [["<=", "id", 5], [">=", "age", 33.0]], {}]"#,
+    );
+    assert_eq!(ids(&by_pk), [5, 4, 3, 2]);
+    // Filtering on a field the format does not have yields nothing.
+    let unknown = call(
+        &mut engine,
+        "crud.select",
+        r#"["customers", [["==", "nofield", 1]], {}]"#,
+    );
+    assert_eq!(unknown, ok("[]"));
+    let first = call(
+        &mut engine,
+        "crud.select",
+        r#"["customers", [[">=", "age", 20]], {"first": 3}]"#,
+    );
+    assert_eq!(ids(&first), [7, 8, 6]);
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.select",
+            r#"["customers", null, {"first": 0}]"#
+        ),
+        ok("[]")
+    );
+}
+
+fn engine_with_rows() -> Engine {
+    let mut engine = engine();
+    customers(&mut engine);
+    engine
+}
+
+#[test]
+fn select_errors_are_crud_texts() {
+    let mut engine = engine_with_rows();
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.select",
+            r#"["customers", [["~=", "id", 1]], {}]"#
+        ),
+        err(
+            "SelectError",
+            r#"Failed to parse conditions: ParseConditionError: condition[1] "~=" isn't a valid condition operator, (condition 1)"#
+        )
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.select",
+            r#"["customers", [["==", "id", "x"]], {}]"#
+        ),
+        err(
+            "SelectError",
+            "Supplied key type of part 0 does not match index part type: expected unsigned"
+        )
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.select",
+            r#"["customers", null, {"first": -2}]"#
+        ),
+        err(
+            "SelectError",
+            "Negative first should be specified only with after option"
+        )
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.select",
+            r#"["customers", null, {"fields": ["nofield"]}]"#
+        ),
+        err(
+            "FilterFieldsError",
+            r#"Space format doesn't contain field named "nofield""#
+        )
+    );
+    assert_eq!(
+        call(&mut engine, "crud.select", r#"["nospace", null, {}]"#),
+        err("SelectError", r#"Space "nospace" doesn't exist"#)
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.select",
+            r#"["customers", null, {"yield_every": 0}]"#
+        ),
+        err("SelectError", "yield_every should be > 0")
+    );
+}
+
+#[test]
+fn select_fields_append_scan_and_primary_key_fields() {
+    let mut engine = engine_with_rows();
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.select",
+            r#"["customers", [["<=", "id", 2]], {"fields": ["name"]}]"#
+        ),
+        r#"[{"metadata": [{"name": "name", "type": "string"}, {"name": "id", "type": "unsigned"}], "rows": [["Mary", 2], ["Elizabeth", 1]]}, null]"#
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.select",
+            r#"["customers", [[">", "age", 40]], {"fields": ["name"]}]"#
+        ),
+        r#"[{"metadata": [{"name": "name", "type": "string"}, {"name": "age", "type": "number", "is_nullable": true}, {"name": "id", "type": "unsigned"}], "rows": [["Mary", 46, 2], ["William", 81, 4]]}, null]"#
+    );
+    // `after` in the fields layout.
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.select",
+            r#"["customers", [[">", "age", 30]], {"fields": ["name"], "after": ["David", 33, 3], "first": 1}]"#
+        ),
+        r#"[{"metadata": [{"name": "name", "type": "string"}, {"name": "age", "type": "number", "is_nullable": true}, {"name": "id", "type": "unsigned"}], "rows": [["Jack", 35, 5]]}, null]"#
+    );
+}
+
+#[test]
+fn negative_first_returns_the_rows_before_after_in_normal_order() {
+    let mut engine = engine_with_rows();
+    // Spec §18.5: {'>', 'id', 2}, first -2, after id 6 ⇒ ids 4, 5.
+    let before = call(
+        &mut engine,
+        "crud.select",
+        r#"["customers", [[">", "id", 2]], {"first": -2, "after": [6, 1, "William", 25]}]"#,
+    );
+    assert_eq!(ids(&before), [4, 5]);
+    let after = call(
+        &mut engine,
+        "crud.select",
+        r#"["customers", [[">", "id", 2]], {"first": 2, "after": [6, 1, "William", 25]}]"#,
+    );
+    assert_eq!(ids(&after), [7, 8]);
+    // Before the start of the range: only what the condition admits.
+    let edge = call(
+        &mut engine,
+        "crud.select",
+        r#"["customers", [[">", "id", 2]], {"first": -5, "after": [4, 1, "William", 81]}]"#,
+    );
+    assert_eq!(ids(&edge), [3]);
+    // Descending scan: "before" means greater keys.
+    let desc = call(
+        &mut engine,
+        "crud.select",
+        r#"["customers", [["<", "age", 30]], {"first": -2, "after": [9, 1, "Alice", 18]}]"#,
+    );
+    assert_eq!(ids(&desc), [8, 7]);
+}
+
+/// Walks a whole scan in pages of `page` rows, forward with `first = page` and backward
+/// (from the last row) with `first = -page`; returns the ids in scan order both times.
+fn walk(engine: &mut Engine, conditions: &str, page: i64) -> (Vec<u64>, Vec<u64>) {
+    let page_of = |engine: &mut Engine, first: i64, after: Option<&str>| {
+        let after = after.map_or(String::new(), |a| format!(r#", "after": {a}"#));
+        let reply = call(
+            engine,
+            "crud.select",
+            &format!(r#"["pages", {conditions}, {{"first": {first}{after}}}]"#),
+        );
+        let rows_at = reply.find("\"rows\": ").unwrap() + 8;
+        let rows = &reply[rows_at..reply.rfind("}, null]").unwrap()];
+        (ids(&reply), rows.to_string())
+    };
+    let last_row = |rows: &str, first_row: bool| -> Option<String> {
+        let inner = &rows[1..rows.len() - 1];
+        if inner.is_empty() {
+            return None;
+        }
+        let rows: Vec<&str> = inner.split("], [").collect();
+        let row = if first_row {
+            rows[0]
+        } else {
+            rows[rows.len() - 1]
+        };
+        Some(format!("[{}]", row.trim_matches(|c| c == '[' || c == ']')))
+    };
+    let mut forward = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let (ids, rows) = page_of(engine, page, after.as_deref());
+        assert!(ids.len() as i64 <= page);
+        forward.extend(&ids);
+        match last_row(&rows, false) {
+            Some(last) if ids.len() as i64 == page => after = Some(last),
+            _ => break,
+        }
+    }
+    // Backward: start after the last row of the scan, walk back.
+    let mut backward = Vec::new();
+    let mut after = Some(format!(
+        "[{}, 1, {}]",
+        forward[forward.len() - 1],
+        forward[forward.len() - 1] % 7
+    ));
+    backward.push(forward[forward.len() - 1]);
+    loop {
+        let (ids, rows) = page_of(engine, -page, after.as_deref());
+        assert!(ids.len() as i64 <= page);
+        let mut page_ids = ids.clone();
+        page_ids.append(&mut backward);
+        backward = page_ids;
+        match last_row(&rows, true) {
+            Some(first) if ids.len() as i64 == page => after = Some(first),
+            _ => break,
+        }
+    }
+    (forward, backward)
+}
+
+fn pages(engine: &mut Engine, count: u64) {
+    for id in 1..=count {
+        call(
+            engine,
+            "crud.insert",
+            &format!(
+                r#"["pages", [{id}, null, {}], {{"noreturn": true}}]"#,
+                id % 7
+            ),
+        );
+    }
+}
+
+#[test]
+fn after_pagination_walks_1000_rows_in_pages_of_100_both_ways() {
+    let mut engine = engine();
+    pages(&mut engine, 1000);
+    let ascending: Vec<u64> = (1..=1000).collect();
+    let (forward, backward) = walk(&mut engine, "null", 100);
+    assert_eq!(forward, ascending);
+    assert_eq!(backward, ascending);
+    let descending: Vec<u64> = (1..=1000).rev().collect();
+    let (forward, backward) = walk(&mut engine, r#"[["<=", "id", 1000]]"#, 100);
+    assert_eq!(forward, descending);
+    assert_eq!(backward, descending);
+    // A non-unique secondary index: ties are ordered (and resumed) by primary key.
+    let mut by_group: Vec<u64> = (1..=1000).collect();
+    by_group.sort_by_key(|&id| (id % 7, id));
+    let (forward, backward) = walk(&mut engine, r#"[[">=", "group", 0]]"#, 100);
+    assert_eq!(forward, by_group);
+    assert_eq!(backward, by_group);
+    let reversed: Vec<u64> = by_group.iter().rev().copied().collect();
+    let (forward, backward) = walk(&mut engine, r#"[["<", "group", 7]]"#, 100);
+    assert_eq!(forward, reversed);
+    assert_eq!(backward, reversed);
+}
+
+#[test]
+fn shards_scan_their_part_and_the_merge_orders_by_scan_key() {
+    // Two engines stand for two shards; rows are placed by the server's rule.
+    let mut shards = [engine(), engine()];
+    let mut single = engine();
+    for id in 1..=300u64 {
+        let args = format!(r#"["pages", [{id}, null, {}], {{}}]"#, id % 7);
+        call(&mut single, "crud.insert", &args);
+        let mut key = crate::storage::key::SearchKeyBuf::new();
+        key.extend_from_slice(&id.to_be_bytes());
+        let owner = crate::server::shard_of_key(&key, 2);
+        call(&mut shards[owner], "crud.insert", &args);
+    }
+    assert!(shards
+        .iter()
+        .all(|shard| shard.space(513).unwrap().len() > 100));
+    for (conditions, first, after) in [
+        ("null", 50i64, "null"),
+        (r#"[["<", "group", 5]]"#, 40, r#"[100, 1, 2]"#),
+        (
+            r#"[[">=", "group", 3], ["<", "id", 250]]"#,
+            -30,
+            r#"[200, 1, 4]"#,
+        ),
+    ] {
+        let args = json(&format!(
+            r#"["pages", {conditions}, {{"first": {first}, "after": {after}}}]"#
+        ));
+        let Ok(Plan::Select(planned)) = plan(&single, &config(), "crud.select", &args) else {
+            panic!("not a select plan");
+        };
+        let runs: Vec<_> = shards
+            .iter()
+            .map(|shard| select::scan_shard(shard, &planned.plan))
+            .collect();
+        assert!(runs
+            .iter()
+            .all(|run| run.as_ref().unwrap().len() <= first.unsigned_abs() as usize));
+        let space = single.space(513).unwrap();
+        let merged = finish_select(space, &planned, runs);
+        let CrudReply::Values(expected) =
+            execute_on_engine(&mut single, &config(), "crud.select", &args)
+        else {
+            panic!("raised");
+        };
+        assert_eq!(
+            msgpack_to_text(&merged),
+            msgpack_to_text(&expected),
+            "{conditions}"
+        );
+        assert_eq!(
+            ids(&msgpack_to_text(&merged)).len(),
+            first.unsigned_abs() as usize
+        );
+    }
 }
