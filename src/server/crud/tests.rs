@@ -1024,3 +1024,150 @@ fn shards_scan_their_part_and_the_merge_orders_by_scan_key() {
         );
     }
 }
+
+fn call_error(text: &str, tuple: &str) -> String {
+    let err = format!("Failed for {UUID}: Function returned an error: {text}").replace('"', "\\\"");
+    format!(
+        r#"{{"class_name": "CallError", "err": "{err}", "str": "CallError: {err}", "file": "crud/common/call.lua", "line": 1, "operation_data": {tuple}}}"#
+    )
+}
+
+const DUPLICATE_3: &str = r#"Duplicate key exists in unique index "primary" in space "customers" with old tuple - [3, 5, "C"] and new tuple - [3, 5, "X"]"#;
+
+#[test]
+fn many_applies_in_order_and_reports_errors_as_crud_does() {
+    let mut engine = engine();
+    let rows = |rows: &str| format!(r#"{{"metadata": {META}, "rows": {rows}}}"#);
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.insert_many",
+            r#"["customers", [[1, 5, "A"], [2, 5, "B"]], {}]"#
+        ),
+        format!(r#"[{}, null]"#, rows(r#"[[1, 5, "A"], [2, 5, "B"]]"#))
+    );
+    call(&mut engine, "crud.insert", r#"["customers", [3, 5, "C"]]"#);
+    // Every tuple is attempted; the failures are listed.
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.insert_many",
+            r#"["customers", [[4, 5, "D"], [3, 5, "X"], [5, 5, "E"]], {}]"#
+        ),
+        format!(
+            "[{}, [{}]]",
+            rows(r#"[[4, 5, "D"], [5, 5, "E"]]"#),
+            call_error(DUPLICATE_3, r#"[3, 5, "X"]"#)
+        )
+    );
+    // stop_on_error: the rest is not performed.
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.insert_many",
+            r#"["customers", [[6, 5, "F"], [3, 5, "X"], [7, 5, "G"]], {"stop_on_error": true}]"#
+        ),
+        format!(
+            "[{}, [{}, {}]]",
+            rows(r#"[[6, 5, "F"]]"#),
+            call_error(DUPLICATE_3, r#"[3, 5, "X"]"#),
+            call_error("Operation with tuple was not performed", r#"[7, 5, "G"]"#)
+        )
+    );
+    // rollback_on_error: what was applied is undone; no result.
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.insert_many",
+            r#"["customers", [[8, 5, "H"], [3, 5, "X"], [9, 5, "I"]], {"rollback_on_error": true}]"#
+        ),
+        format!(
+            "[null, [{}, {}, {}]]",
+            call_error(DUPLICATE_3, r#"[3, 5, "X"]"#),
+            call_error("Operation with tuple was rollback", r#"[8, 5, "H"]"#),
+            call_error("Operation with tuple was rollback", r#"[9, 5, "I"]"#)
+        )
+    );
+    assert_eq!(
+        call(&mut engine, "crud.get", r#"["customers", 8]"#),
+        ok("[]")
+    );
+    // Both: failed, then not performed, then rolled back.
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.insert_many",
+            r#"["customers", [[10, 5, "J"], [3, 5, "X"], [11, 5, "K"]], {"stop_on_error": true, "rollback_on_error": true}]"#
+        ),
+        format!(
+            "[null, [{}, {}, {}]]",
+            call_error(DUPLICATE_3, r#"[3, 5, "X"]"#),
+            call_error("Operation with tuple was not performed", r#"[11, 5, "K"]"#),
+            call_error("Operation with tuple was rollback", r#"[10, 5, "J"]"#)
+        )
+    );
+    assert_eq!(call(&mut engine, "crud.len", r#"["customers"]"#), "[6]");
+    // replace_many undoes a replace by restoring the old tuple.
+    call(
+        &mut engine,
+        "crud.replace_many",
+        r#"["customers", [[1, 5, "Z"], [2, 5, 7]], {"rollback_on_error": true}]"#,
+    );
+    assert_eq!(
+        call(&mut engine, "crud.get", r#"["customers", 1]"#),
+        ok(r#"[[1, 5, "A"]]"#)
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.replace_many",
+            r#"["customers", [[1, 5, "Z"]], {"noreturn": true}]"#
+        ),
+        "[null, null]"
+    );
+    assert_eq!(
+        call(&mut engine, "crud.insert_many", r#"["customers", [], {}]"#),
+        r#"[null, [{"class_name": "InsertManyError", "err": "At least one tuple expected", "str": "InsertManyError: At least one tuple expected", "file": "crud/insert_many.lua", "line": 1}]]"#
+    );
+    assert_eq!(
+        call(&mut engine, "crud.insert_many", r#"["nospace", [[1]], {}]"#),
+        r#"[null, [{"class_name": "InsertManyError", "err": "Space \"nospace\" doesn't exist", "str": "InsertManyError: Space \"nospace\" doesn't exist", "file": "crud/insert_many.lua", "line": 1}]]"#
+    );
+}
+
+#[test]
+fn upsert_many_returns_metadata_only_and_objects_carry_their_errors() {
+    let mut engine = engine();
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.upsert_many",
+            r#"["customers", [[[1, 5, "A"], [["=", 3, "B"]]], [[1, 5, "A"], [["=", "name", "C"]]]], {}]"#
+        ),
+        format!(r#"[{{"metadata": {META}}}, null]"#)
+    );
+    assert_eq!(
+        call(&mut engine, "crud.get", r#"["customers", 1]"#),
+        ok(r#"[[1, 5, "C"]]"#)
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.upsert_object_many",
+            r#"["customers", [[{"id": 2, "name": "D"}, []]], {"fields": ["id"]}]"#
+        ),
+        r#"[{"metadata": [{"name": "id", "type": "unsigned"}]}, null]"#
+    );
+    let reply = call(
+        &mut engine,
+        "crud.insert_object_many",
+        r#"["customers", [{"id": 3, "name": "E", "zzz": 1}, {"id": 4, "name": "F", "bucket_id": 9}], {}]"#,
+    );
+    let flatten = "Failed to flatten object: FlattenError: Object is specified in bad format: FlattenError: Unknown field \\\"zzz\\\" is specified";
+    assert_eq!(
+        reply,
+        format!(
+            r#"[{{"metadata": {META}, "rows": [[4, 9, "F"]]}}, [{{"class_name": "InsertManyError", "err": "{flatten}", "str": "InsertManyError: {flatten}", "file": "crud/insert_many.lua", "line": 1, "operation_data": {{"id": 3, "name": "E", "zzz": 1}}}}]]"#
+        )
+    );
+}
