@@ -71,6 +71,16 @@ pub struct CrudConfig {
     pub instance_uuid: String,
 }
 
+impl CrudConfig {
+    /// From the server's config and identity (what the connection holds in `Shared`).
+    pub fn new(config: &crate::config::Config, instance_uuid: &uuid::Uuid) -> CrudConfig {
+        CrudConfig {
+            bucket_count: config.bucket_count,
+            instance_uuid: instance_uuid.to_string(),
+        }
+    }
+}
+
 /// What a crud CALL answers: the CALL's return values (a msgpack array, sent as
 /// `{0x30: values}`), or an error raised out of the call.
 #[derive(Debug, Clone, PartialEq, Eq)]
