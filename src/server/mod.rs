@@ -6,11 +6,14 @@
 //!
 //! * [`connection`]: one client: framing, dispatch, routing, merge.
 //! * [`core`]: one core's shard and its messages to the other cores.
+//! * [`crud`]: the tarantool/crud API, answered natively.
+//! * [`durability`]: recovery, the WAL writer, snapshots.
 //! * [`schema`]: config to storage definitions; the system spaces.
 //! * [`session`]: users, authentication, grants.
 
 pub mod connection;
 pub mod core;
+pub mod crud;
 pub mod durability;
 pub mod oneshot;
 pub mod schema;

@@ -1,0 +1,517 @@
+//! The crud functions, their positional arguments and their options, validated as crud
+//! validates them with the `checks` module: a wrong type or an unknown option is *raised*
+//! (IPROTO error 32, LuajitError), never returned as a crud error object.
+//!
+//! Message texts follow `checks`: `bad argument #2 to nil (table expected, got number)`,
+//! `bad argument opts.timeout to nil (?number expected, got string)`,
+//! `unexpected argument opts.badopt to nil` (the function name is `nil` because crud's
+//! functions are called through a wrapper; spec §18.1 verified the last one).
+
+use super::mp;
+use crate::protocol::ErrorCode;
+
+/// An error raised out of the call (not returned): the whole IPROTO reply is an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Raised {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl Raised {
+    /// A Lua error (32, LuajitError).
+    pub fn lua(message: impl Into<String>) -> Raised {
+        Raised {
+            code: ErrorCode::ER_PROC_LUA,
+            message: message.into(),
+        }
+    }
+}
+
+/// Every function of the crud API tarn answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Func {
+    Insert,
+    InsertObject,
+    InsertMany,
+    InsertObjectMany,
+    Replace,
+    ReplaceObject,
+    ReplaceMany,
+    ReplaceObjectMany,
+    Upsert,
+    UpsertObject,
+    UpsertMany,
+    UpsertObjectMany,
+    Update,
+    Delete,
+    Get,
+    Select,
+    Pairs,
+    Count,
+    Len,
+    Min,
+    Max,
+    Truncate,
+    StorageInfo,
+    Stats,
+}
+
+/// What a positional argument must be, in `checks` notation.
+#[derive(Debug, Clone, Copy)]
+enum ArgType {
+    String,
+    Table,
+    OptionalTable,
+    Any,
+    OptionalStringOrNumber,
+}
+
+impl ArgType {
+    fn name(self) -> &'static str {
+        match self {
+            ArgType::String => "string",
+            ArgType::Table => "table",
+            ArgType::OptionalTable => "?table",
+            ArgType::Any => "?",
+            ArgType::OptionalStringOrNumber => "?string|number",
+        }
+    }
+
+    fn accepts(self, lua_type: &str) -> bool {
+        match self {
+            ArgType::String => lua_type == "string",
+            ArgType::Table => lua_type == "table",
+            ArgType::OptionalTable => matches!(lua_type, "table" | "nil"),
+            ArgType::Any => true,
+            ArgType::OptionalStringOrNumber => matches!(lua_type, "string" | "number" | "nil"),
+        }
+    }
+}
+
+const WRITE_OPTIONS: &[&str] = &[
+    "timeout",
+    "vshard_router",
+    "bucket_id",
+    "fields",
+    "noreturn",
+    "fetch_latest_metadata",
+    "add_space_schema_hash",
+];
+const WRITE_OBJECT_OPTIONS: &[&str] = &[
+    "timeout",
+    "vshard_router",
+    "bucket_id",
+    "fields",
+    "noreturn",
+    "fetch_latest_metadata",
+    "add_space_schema_hash",
+    "skip_nullability_check_on_flatten",
+];
+const MANY_OPTIONS: &[&str] = &[
+    "timeout",
+    "vshard_router",
+    "fields",
+    "noreturn",
+    "fetch_latest_metadata",
+    "add_space_schema_hash",
+    "stop_on_error",
+    "rollback_on_error",
+];
+const MANY_OBJECT_OPTIONS: &[&str] = &[
+    "timeout",
+    "vshard_router",
+    "fields",
+    "noreturn",
+    "fetch_latest_metadata",
+    "add_space_schema_hash",
+    "stop_on_error",
+    "rollback_on_error",
+    "skip_nullability_check_on_flatten",
+];
+const KEY_WRITE_OPTIONS: &[&str] = &[
+    "timeout",
+    "vshard_router",
+    "bucket_id",
+    "fields",
+    "noreturn",
+    "fetch_latest_metadata",
+];
+const GET_OPTIONS: &[&str] = &[
+    "timeout",
+    "vshard_router",
+    "bucket_id",
+    "fields",
+    "mode",
+    "prefer_replica",
+    "balance",
+    "request_timeout",
+    "fetch_latest_metadata",
+];
+const SELECT_OPTIONS: &[&str] = &[
+    "timeout",
+    "vshard_router",
+    "first",
+    "after",
+    "batch_size",
+    "bucket_id",
+    "force_map_call",
+    "fields",
+    "fullscan",
+    "mode",
+    "prefer_replica",
+    "balance",
+    "yield_every",
+    "request_timeout",
+    "fetch_latest_metadata",
+];
+const PAIRS_OPTIONS: &[&str] = &[
+    "timeout",
+    "vshard_router",
+    "first",
+    "after",
+    "batch_size",
+    "bucket_id",
+    "force_map_call",
+    "fields",
+    "fullscan",
+    "mode",
+    "prefer_replica",
+    "balance",
+    "yield_every",
+    "request_timeout",
+    "fetch_latest_metadata",
+    "use_tomap",
+];
+const COUNT_OPTIONS: &[&str] = &[
+    "timeout",
+    "vshard_router",
+    "bucket_id",
+    "force_map_call",
+    "fullscan",
+    "mode",
+    "prefer_replica",
+    "balance",
+    "yield_every",
+    "request_timeout",
+];
+const LEN_OPTIONS: &[&str] = &[
+    "timeout",
+    "vshard_router",
+    "mode",
+    "prefer_replica",
+    "balance",
+];
+const BORDER_OPTIONS: &[&str] = &[
+    "timeout",
+    "vshard_router",
+    "fields",
+    "mode",
+    "prefer_replica",
+    "balance",
+    "fetch_latest_metadata",
+];
+const TIMEOUT_OPTIONS: &[&str] = &["timeout", "vshard_router"];
+
+impl Func {
+    /// The function a CALL names (`crud.insert` …); `None` for anything else.
+    pub fn from_name(function_name: &str) -> Option<Func> {
+        use Func::*;
+        Some(match function_name.strip_prefix("crud.")? {
+            "insert" => Insert,
+            "insert_object" => InsertObject,
+            "insert_many" => InsertMany,
+            "insert_object_many" => InsertObjectMany,
+            "replace" => Replace,
+            "replace_object" => ReplaceObject,
+            "replace_many" => ReplaceMany,
+            "replace_object_many" => ReplaceObjectMany,
+            "upsert" => Upsert,
+            "upsert_object" => UpsertObject,
+            "upsert_many" => UpsertMany,
+            "upsert_object_many" => UpsertObjectMany,
+            "update" => Update,
+            "delete" => Delete,
+            "get" => Get,
+            "select" => Select,
+            "pairs" => Pairs,
+            "count" => Count,
+            "len" => Len,
+            "min" => Min,
+            "max" => Max,
+            "truncate" => Truncate,
+            "storage_info" => StorageInfo,
+            "stats" => Stats,
+            _ => return None,
+        })
+    }
+
+    /// The class name of the errors this function returns (`InsertError` …).
+    pub fn error_class(self) -> &'static str {
+        use Func::*;
+        match self {
+            Insert | InsertObject => "InsertError",
+            InsertMany | InsertObjectMany => "InsertManyError",
+            Replace | ReplaceObject => "ReplaceError",
+            ReplaceMany | ReplaceObjectMany => "ReplaceManyError",
+            Upsert | UpsertObject => "UpsertError",
+            UpsertMany | UpsertObjectMany => "UpsertManyError",
+            Update => "UpdateError",
+            Delete => "DeleteError",
+            Get => "GetError",
+            Select | Pairs => "SelectError",
+            Count => "CountError",
+            Len => "LenError",
+            Min | Max => "BorderError",
+            Truncate => "TruncateError",
+            StorageInfo | Stats => "StorageInfoError",
+        }
+    }
+
+    /// The verb of `Failed to <verb>: <box message>`.
+    pub fn verb(self) -> &'static str {
+        use Func::*;
+        match self {
+            Insert | InsertObject | InsertMany | InsertObjectMany => "insert",
+            Replace | ReplaceObject | ReplaceMany | ReplaceObjectMany => "replace",
+            Upsert | UpsertObject | UpsertMany | UpsertObjectMany => "upsert",
+            Update => "update",
+            Delete => "delete",
+            Get => "get",
+            Select | Pairs => "select",
+            Count => "count",
+            Len => "len",
+            Min => "get min",
+            Max => "get max",
+            Truncate => "truncate",
+            StorageInfo | Stats => "get storage info",
+        }
+    }
+
+    /// The crud source file errors name, for the informational `file` key.
+    pub fn source_file(self) -> &'static str {
+        use Func::*;
+        match self {
+            Insert | InsertObject => "crud/insert.lua",
+            InsertMany | InsertObjectMany => "crud/insert_many.lua",
+            Replace | ReplaceObject => "crud/replace.lua",
+            ReplaceMany | ReplaceObjectMany => "crud/replace_many.lua",
+            Upsert | UpsertObject => "crud/upsert.lua",
+            UpsertMany | UpsertObjectMany => "crud/upsert_many.lua",
+            Update => "crud/update.lua",
+            Delete => "crud/delete.lua",
+            Get => "crud/get.lua",
+            Select | Pairs => "crud/select.lua",
+            Count => "crud/count.lua",
+            Len => "crud/len.lua",
+            Min | Max => "crud/borders.lua",
+            Truncate => "crud/truncate.lua",
+            StorageInfo | Stats => "crud/storage_info.lua",
+        }
+    }
+
+    pub fn is_object(self) -> bool {
+        use Func::*;
+        matches!(
+            self,
+            InsertObject
+                | InsertObjectMany
+                | ReplaceObject
+                | ReplaceObjectMany
+                | UpsertObject
+                | UpsertObjectMany
+        )
+    }
+
+    pub fn is_many(self) -> bool {
+        use Func::*;
+        matches!(
+            self,
+            InsertMany
+                | InsertObjectMany
+                | ReplaceMany
+                | ReplaceObjectMany
+                | UpsertMany
+                | UpsertObjectMany
+        )
+    }
+
+    /// Positional argument types (after which come the options, always last).
+    fn positional(self) -> &'static [ArgType] {
+        use ArgType as A;
+        use Func::*;
+        match self {
+            Insert | InsertObject | Replace | ReplaceObject | InsertMany | InsertObjectMany
+            | ReplaceMany | ReplaceObjectMany | UpsertMany | UpsertObjectMany => {
+                &[A::String, A::Table]
+            }
+            Upsert | UpsertObject => &[A::String, A::Table, A::Table],
+            Update => &[A::String, A::Any, A::Table],
+            Delete | Get => &[A::String, A::Any],
+            Select | Pairs | Count => &[A::String, A::OptionalTable],
+            Len | Truncate => &[A::String],
+            Min | Max => &[A::String, A::OptionalStringOrNumber],
+            StorageInfo | Stats => &[],
+        }
+    }
+
+    fn options(self) -> &'static [&'static str] {
+        use Func::*;
+        match self {
+            Insert | Replace | Upsert => WRITE_OPTIONS,
+            InsertObject | ReplaceObject | UpsertObject => WRITE_OBJECT_OPTIONS,
+            InsertMany | ReplaceMany | UpsertMany => MANY_OPTIONS,
+            InsertObjectMany | ReplaceObjectMany | UpsertObjectMany => MANY_OBJECT_OPTIONS,
+            Update | Delete => KEY_WRITE_OPTIONS,
+            Get => GET_OPTIONS,
+            Select => SELECT_OPTIONS,
+            Pairs => PAIRS_OPTIONS,
+            Count => COUNT_OPTIONS,
+            Len => LEN_OPTIONS,
+            Min | Max => BORDER_OPTIONS,
+            Truncate | StorageInfo | Stats => TIMEOUT_OPTIONS,
+        }
+    }
+}
+
+/// The `checks` type of an option, as printed in its message.
+fn option_type(name: &str) -> &'static str {
+    match name {
+        "timeout" | "request_timeout" | "first" | "batch_size" | "yield_every" => "?number",
+        "bucket_id" => "?number|cdata",
+        "after" | "fields" => "?table",
+        "mode" => "?string",
+        "vshard_router" => "?string|table",
+        _ => "?boolean",
+    }
+}
+
+fn option_accepts(expected: &str, lua_type: &str) -> bool {
+    lua_type == "nil"
+        || expected
+            .trim_start_matches('?')
+            .split('|')
+            .any(|ty| ty == lua_type)
+}
+
+/// The options crud acts on; the others are accepted and ignored (timeouts, replica
+/// choice, batch sizes: irrelevant to a single process).
+#[derive(Debug, Clone, Default)]
+pub struct Opts<'a> {
+    /// Raw msgpack of `opts.bucket_id`.
+    pub bucket_id: Option<&'a [u8]>,
+    /// Raw msgpack array of field names.
+    pub fields: Option<&'a [u8]>,
+    pub noreturn: bool,
+    pub first: Option<i64>,
+    /// Raw msgpack array: the tuple to continue after.
+    pub after: Option<&'a [u8]>,
+    pub stop_on_error: bool,
+    pub rollback_on_error: bool,
+    pub skip_nullability_check_on_flatten: bool,
+    pub yield_every: Option<f64>,
+}
+
+/// A call's arguments, split and checked: `positional[i]` is argument `#i+1` (nil when
+/// omitted), `opts` the options argument.
+#[derive(Debug, Clone)]
+pub struct Args<'a> {
+    pub positional: Vec<&'a [u8]>,
+    pub opts: Opts<'a>,
+}
+
+impl<'a> Args<'a> {
+    pub fn get(&self, position: usize) -> &'a [u8] {
+        self.positional.get(position).copied().unwrap_or(mp::NIL)
+    }
+}
+
+fn bad_argument(argument: &str, expected: &str, got: &str) -> Raised {
+    Raised::lua(format!(
+        "bad argument {argument} to nil ({expected} expected, got {got})"
+    ))
+}
+
+/// Splits and checks the arguments of `func` (a msgpack array, the CALL's TUPLE).
+pub fn parse<'a>(func: Func, args: &'a [u8]) -> Result<Args<'a>, Raised> {
+    let items = mp::array_items(args)
+        .ok_or_else(|| Raised::lua("bad argument #1 to nil (string expected, got no value)"))?;
+    let positional_types = func.positional();
+    let mut positional = Vec::with_capacity(positional_types.len());
+    for (at, expected) in positional_types.iter().enumerate() {
+        let raw = items.get(at).copied().unwrap_or(mp::NIL);
+        let got = mp::lua_type(raw);
+        if !expected.accepts(got) {
+            return Err(bad_argument(&format!("#{}", at + 1), expected.name(), got));
+        }
+        positional.push(raw);
+    }
+    let opts_position = positional_types.len();
+    let opts_raw = items.get(opts_position).copied().unwrap_or(mp::NIL);
+    let opts = parse_opts(func, opts_raw, opts_position + 1)?;
+    Ok(Args { positional, opts })
+}
+
+fn parse_opts(func: Func, raw: &[u8], position: usize) -> Result<Opts<'_>, Raised> {
+    let mut opts = Opts::default();
+    if mp::is_nil(raw) {
+        return Ok(opts);
+    }
+    let Some(pairs) = mp::map_items(raw) else {
+        // An empty Lua table may arrive as an empty array.
+        if mp::array_items(raw).is_some_and(|items| items.is_empty()) {
+            return Ok(opts);
+        }
+        return Err(bad_argument(
+            &format!("#{position}"),
+            "?table",
+            mp::lua_type(raw),
+        ));
+    };
+    for (key, value) in pairs {
+        let Some(name) = mp::as_str(key) else {
+            return Err(Raised::lua(format!(
+                "unexpected argument opts.{} to nil",
+                crate::storage::text::msgpack_to_text(key)
+            )));
+        };
+        if !func.options().contains(&name) {
+            return Err(Raised::lua(format!(
+                "unexpected argument opts.{name} to nil"
+            )));
+        }
+        let expected = option_type(name);
+        let got = mp::lua_type(value);
+        if !option_accepts(expected, got) {
+            return Err(bad_argument(&format!("opts.{name}"), expected, got));
+        }
+        if got == "nil" {
+            continue;
+        }
+        let flag = matches!(mp::value(value), crate::storage::msgpack::Value::Bool(true));
+        match name {
+            "bucket_id" => opts.bucket_id = Some(value),
+            "fields" => opts.fields = Some(value),
+            "after" => opts.after = Some(value),
+            "noreturn" => opts.noreturn = flag,
+            "stop_on_error" => opts.stop_on_error = flag,
+            "rollback_on_error" => opts.rollback_on_error = flag,
+            "skip_nullability_check_on_flatten" => opts.skip_nullability_check_on_flatten = flag,
+            "first" => opts.first = Some(number(value).round() as i64),
+            "yield_every" => opts.yield_every = Some(number(value)),
+            _ => {}
+        }
+    }
+    Ok(opts)
+}
+
+/// A Lua number's value (the caller checked the type).
+pub fn number(raw: &[u8]) -> f64 {
+    use crate::storage::msgpack::Value;
+    match mp::value(raw) {
+        Value::Uint(u) => u as f64,
+        Value::Int(i) => i as f64,
+        Value::F32(f) => f as f64,
+        Value::F64(f) => f,
+        _ => 0.0,
+    }
+}

@@ -1,0 +1,140 @@
+//! The result object `{metadata, rows}` (spec §18.2) and the `fields` option.
+//!
+//! Metadata is the space format as stored (`name`, `type`, `is_nullable` when set); with
+//! `fields`, only those entries in that order, and each row cut to the same columns.
+
+use super::error::CrudError;
+use super::mp::{self, write_map_len};
+use crate::storage::msgpack::{write_array_len, write_str};
+use crate::storage::SpaceFormat;
+
+/// Which columns a result carries: every field of the format, or these field numbers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Columns {
+    All,
+    /// 0-based field numbers, in output order.
+    Fields(Vec<u32>),
+}
+
+/// Resolves `opts.fields` (a msgpack array of names) against the format.
+/// Unknown name ⇒ FilterFieldsError `Space format doesn't contain field named "<name>"`.
+pub fn resolve_fields(format: &SpaceFormat, fields: Option<&[u8]>) -> Result<Columns, CrudError> {
+    let Some(raw) = fields else {
+        return Ok(Columns::All);
+    };
+    let unknown = |name: &str| {
+        CrudError::new(
+            "FilterFieldsError",
+            "crud/common/schema.lua",
+            format!("Space format doesn't contain field named \"{name}\""),
+        )
+    };
+    let names =
+        mp::array_items(raw).ok_or_else(|| unknown(&crate::storage::text::msgpack_to_text(raw)))?;
+    let mut numbers = Vec::with_capacity(names.len());
+    for name in names {
+        let text = match mp::as_str(name) {
+            Some(text) => text.to_string(),
+            None => crate::storage::text::msgpack_to_text(name),
+        };
+        let field_no = format
+            .field_no_by_name(&text)
+            .ok_or_else(|| unknown(&text))?;
+        numbers.push(field_no);
+    }
+    Ok(Columns::Fields(numbers))
+}
+
+impl Columns {
+    /// select's columns: the requested ones, then every field of `extra` (scan index and
+    /// primary key parts) not requested yet, as crud appends them.
+    pub fn enriched(&self, extra: impl IntoIterator<Item = u32>) -> Columns {
+        match self {
+            Columns::All => Columns::All,
+            Columns::Fields(fields) => {
+                let mut fields = fields.clone();
+                for field_no in extra {
+                    if !fields.contains(&field_no) {
+                        fields.push(field_no);
+                    }
+                }
+                Columns::Fields(fields)
+            }
+        }
+    }
+
+    /// Where field `field_no` sits in a row of these columns.
+    pub fn position_of(&self, field_no: u32) -> Option<usize> {
+        match self {
+            Columns::All => Some(field_no as usize),
+            Columns::Fields(fields) => fields.iter().position(|&f| f == field_no),
+        }
+    }
+}
+
+/// Writes the metadata array for `columns`.
+pub fn write_metadata(out: &mut Vec<u8>, format: &SpaceFormat, columns: &Columns) {
+    let write_entry = |out: &mut Vec<u8>, field_no: u32| match format.fields.get(field_no as usize)
+    {
+        Some(field) => {
+            write_map_len(out, 2 + u32::from(field.is_nullable));
+            write_str(out, b"name");
+            write_str(out, field.name.as_bytes());
+            write_str(out, b"type");
+            write_str(out, field.field_type.name().as_bytes());
+            if field.is_nullable {
+                write_str(out, b"is_nullable");
+                out.push(0xc3);
+            }
+        }
+        None => out.push(0x80),
+    };
+    match columns {
+        Columns::All => {
+            write_array_len(out, format.fields.len() as u32);
+            for field_no in 0..format.fields.len() as u32 {
+                write_entry(out, field_no);
+            }
+        }
+        Columns::Fields(fields) => {
+            write_array_len(out, fields.len() as u32);
+            for &field_no in fields {
+                write_entry(out, field_no);
+            }
+        }
+    }
+}
+
+/// Writes one row (a tuple's msgpack array) cut to `columns`; absent fields are nil.
+pub fn write_row(out: &mut Vec<u8>, tuple: &[u8], columns: &Columns) {
+    match columns {
+        Columns::All => out.extend_from_slice(tuple),
+        Columns::Fields(fields) => {
+            let max = fields.iter().map(|&f| f as usize + 1).max().unwrap_or(0);
+            let values = mp::tuple_fields(tuple, max).unwrap_or_default();
+            write_array_len(out, fields.len() as u32);
+            for &field_no in fields {
+                out.extend_from_slice(values.get(field_no as usize).copied().unwrap_or(mp::NIL));
+            }
+        }
+    }
+}
+
+/// Writes `{metadata: [...], rows: [...]}`, or `{metadata}` alone when `rows` is `None`.
+pub fn write_result(
+    out: &mut Vec<u8>,
+    format: &SpaceFormat,
+    columns: &Columns,
+    rows: Option<&[&[u8]]>,
+) {
+    write_map_len(out, 1 + u32::from(rows.is_some()));
+    write_str(out, b"metadata");
+    write_metadata(out, format, columns);
+    if let Some(rows) = rows {
+        write_str(out, b"rows");
+        write_array_len(out, rows.len() as u32);
+        for row in rows {
+            write_row(out, row, columns);
+        }
+    }
+}

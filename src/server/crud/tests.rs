@@ -1,0 +1,1173 @@
+//! crud on one engine, with exact replies. Arguments are written as JSON and turned into
+//! msgpack (integers as uint/int, numbers with a point as doubles); replies are compared
+//! in Tarantool's text form of msgpack (`storage::text`).
+
+use super::*;
+use crate::storage::text::msgpack_to_text;
+use crate::storage::{
+    FieldDef, FieldType, IndexDef, IndexKind, KeyDef, KeyPart, SpaceDef, SpaceFormat,
+};
+
+/// JSON text to msgpack, for arguments.
+fn json(text: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut rest = text.trim_start();
+    parse_json(&mut rest, &mut out);
+    assert!(rest.trim().is_empty(), "trailing JSON: {rest}");
+    out
+}
+
+fn parse_json(rest: &mut &str, out: &mut Vec<u8>) {
+    use crate::storage::msgpack::{write_array_len, write_f64, write_int, write_str};
+    *rest = rest.trim_start();
+    let first = rest.chars().next().expect("JSON value");
+    match first {
+        '[' | '{' => {
+            let close = if first == '[' { ']' } else { '}' };
+            *rest = rest[1..].trim_start();
+            let mut items = Vec::new();
+            let mut count = 0u32;
+            while !rest.starts_with(close) {
+                parse_json(rest, &mut items);
+                if first == '{' {
+                    *rest = rest.trim_start().strip_prefix(':').expect("':' in object");
+                    parse_json(rest, &mut items);
+                }
+                count += 1;
+                *rest = rest.trim_start();
+                if let Some(after) = rest.strip_prefix(',') {
+                    *rest = after.trim_start();
+                }
+            }
+            *rest = &rest[1..];
+            if first == '[' {
+                write_array_len(out, count);
+            } else {
+                mp::write_map_len(out, count);
+            }
+            out.extend_from_slice(&items);
+        }
+        '"' => {
+            let end = rest[1..].find('"').expect("closing quote") + 1;
+            write_str(out, &rest.as_bytes()[1..end]);
+            *rest = &rest[end + 1..];
+        }
+        _ => {
+            let end = rest
+                .find(|c: char| c == ',' || c == ']' || c == '}' || c.is_whitespace())
+                .unwrap_or(rest.len());
+            let token = &rest[..end];
+            *rest = &rest[end..];
+            match token {
+                "null" => out.push(0xc0),
+                "true" => out.push(0xc3),
+                "false" => out.push(0xc2),
+                _ if token.contains('.') || token.contains('e') => {
+                    write_f64(out, token.parse().expect("number"))
+                }
+                _ => write_int(out, token.parse().expect("integer")),
+            }
+        }
+    }
+}
+
+fn config() -> CrudConfig {
+    CrudConfig {
+        bucket_count: 3000,
+        instance_uuid: "aaaaaaaa-0000-4000-8000-000000000001".into(),
+    }
+}
+
+const UUID: &str = "aaaaaaaa-0000-4000-8000-000000000001";
+
+fn tree(id: u32, name: &str, unique: bool, parts: &[(u32, FieldType)]) -> IndexDef {
+    IndexDef {
+        id,
+        name: name.into(),
+        kind: IndexKind::Tree,
+        unique,
+        key_def: KeyDef::new(parts.iter().map(|&(no, ty)| KeyPart::new(no, ty))),
+    }
+}
+
+/// `customers` as in spec §18.2 (plus an `age` index), and `pages` for pagination.
+fn engine() -> Engine {
+    let mut engine = Engine::new(1 << 30);
+    engine
+        .create_space(SpaceDef {
+            id: 512,
+            name: "customers".into(),
+            format: SpaceFormat::new(vec![
+                FieldDef::new("id", FieldType::Unsigned),
+                FieldDef::new("bucket_id", FieldType::Unsigned),
+                FieldDef::new("name", FieldType::String),
+                FieldDef::new("age", FieldType::Number).nullable(),
+            ]),
+            indexes: vec![
+                tree(0, "primary", true, &[(0, FieldType::Unsigned)]),
+                tree(1, "bucket_id", false, &[(1, FieldType::Unsigned)]),
+                IndexDef {
+                    key_def: KeyDef::new([KeyPart::new(3, FieldType::Number).nullable()]),
+                    ..tree(2, "age", false, &[])
+                },
+            ],
+        })
+        .unwrap();
+    engine
+        .create_space(SpaceDef {
+            id: 513,
+            name: "pages".into(),
+            format: SpaceFormat::new(vec![
+                FieldDef::new("id", FieldType::Unsigned),
+                FieldDef::new("bucket_id", FieldType::Unsigned),
+                FieldDef::new("group", FieldType::Unsigned),
+            ]),
+            indexes: vec![
+                tree(0, "primary", true, &[(0, FieldType::Unsigned)]),
+                tree(1, "group", false, &[(2, FieldType::Unsigned)]),
+            ],
+        })
+        .unwrap();
+    engine
+}
+
+/// Runs a call and returns its values as text, or panics on a raised error.
+fn call(engine: &mut Engine, function: &str, args: &str) -> String {
+    match execute_on_engine(engine, &config(), function, &json(args)) {
+        CrudReply::Values(values) => msgpack_to_text(&values),
+        CrudReply::Raised(raised) => panic!("raised {raised:?}"),
+    }
+}
+
+fn raised(engine: &mut Engine, function: &str, args: &str) -> Raised {
+    match execute_on_engine(engine, &config(), function, &json(args)) {
+        CrudReply::Raised(raised) => raised,
+        CrudReply::Values(values) => panic!("returned {}", msgpack_to_text(&values)),
+    }
+}
+
+const META: &str = r#"[{"name": "id", "type": "unsigned"}, {"name": "bucket_id", "type": "unsigned"}, {"name": "name", "type": "string"}, {"name": "age", "type": "number", "is_nullable": true}]"#;
+
+fn ok(rows: &str) -> String {
+    format!(r#"[{{"metadata": {META}, "rows": {rows}}}, null]"#)
+}
+
+fn err(class: &str, text: &str) -> String {
+    let text = text.replace('"', "\\\"");
+    format!(
+        r#"[null, {{"class_name": "{class}", "err": "{text}", "str": "{class}: {text}", "file": "{}", "line": 1}}]"#,
+        file_of(class)
+    )
+}
+
+fn file_of(class: &str) -> &'static str {
+    match class {
+        "InsertError" => "crud/insert.lua",
+        "ReplaceError" => "crud/replace.lua",
+        "UpdateError" => "crud/update.lua",
+        "UpsertError" => "crud/upsert.lua",
+        "DeleteError" => "crud/delete.lua",
+        "GetError" => "crud/get.lua",
+        "SelectError" => "crud/select.lua",
+        "CountError" => "crud/count.lua",
+        "LenError" => "crud/len.lua",
+        "TruncateError" => "crud/truncate.lua",
+        "BorderError" => "crud/borders.lua",
+        "FilterFieldsError" => "crud/common/schema.lua",
+        _ => "?",
+    }
+}
+
+/// Fills `customers` with the rows of spec §18.5's examples.
+fn customers(engine: &mut Engine) {
+    for (id, name, age) in [
+        (1, "Elizabeth", 12),
+        (2, "Mary", 46),
+        (3, "David", 33),
+        (4, "William", 81),
+        (5, "Jack", 35),
+        (6, "William", 25),
+        (7, "Sarah", 20),
+        (8, "Tom", 20),
+        (9, "Alice", 18),
+    ] {
+        call(
+            engine,
+            "crud.insert",
+            &format!(r#"["customers", [{id}, null, "{name}", {age}], {{}}]"#),
+        );
+    }
+}
+
+fn ids(reply: &str) -> Vec<u64> {
+    // Rows are the arrays after `"rows": `; their first field is the id.
+    let rows = &reply[reply.find("\"rows\": ").expect("rows") + 8..];
+    let mut out = Vec::new();
+    let mut depth = 0;
+    let mut at_row_start = false;
+    let mut number = String::new();
+    for c in rows.chars() {
+        match c {
+            '[' => {
+                depth += 1;
+                at_row_start = depth == 2;
+            }
+            ']' => {
+                depth -= 1;
+                if depth == 0 {
+                    break;
+                }
+            }
+            c if at_row_start && c.is_ascii_digit() => number.push(c),
+            _ if at_row_start && !number.is_empty() => {
+                out.push(number.parse().unwrap());
+                number.clear();
+                at_row_start = false;
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+#[test]
+fn bucket_id_matches_crud_vectors() {
+    assert_eq!(bucket::bucket_id_of(&[&[10]], 3000), 569);
+    assert_eq!(bucket::bucket_id_of(&[&[14]], 3000), 56);
+    assert_eq!(bucket::bucket_id_of(&[&[50]], 3000), 1965);
+    // Tarantool's digest.crc32 is the standard CRC-32C without its final XOR.
+    assert_eq!(bucket::tarantool_crc32(b"123456789"), !0xE306_9283);
+}
+
+#[test]
+fn insert_computes_bucket_id_and_returns_metadata_and_rows() {
+    let mut engine = engine();
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.insert",
+            r#"["customers", [10, null, "Elizabeth", 12], {}]"#
+        ),
+        ok(r#"[[10, 569, "Elizabeth", 12]]"#)
+    );
+    // opts may be nil or absent; opts.bucket_id is written into the tuple.
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.insert",
+            r#"["customers", [14, null, "Mary"]]"#
+        ),
+        ok(r#"[[14, 56, "Mary"]]"#)
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.insert",
+            r#"["customers", [50, null, "Tom"], {"bucket_id": 7}]"#
+        ),
+        ok(r#"[[50, 7, "Tom"]]"#)
+    );
+    assert_eq!(
+        call(&mut engine, "crud.insert", r#"["customers", [51, 3, "Tom"], {"bucket_id": 7}]"#),
+        err("InsertError", "Failed to get bucket ID: ShardingError: Tuple and opts.bucket_id contain different bucket_id values: 3 and 7")
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.insert",
+            r#"["customers", [10, 1, "Again"], {}]"#
+        ),
+        err(
+            "InsertError",
+            r#"Failed to insert: Duplicate key exists in unique index "primary" in space "customers" with old tuple - [10, 569, "Elizabeth", 12] and new tuple - [10, 1, "Again"]"#
+        )
+    );
+    assert_eq!(
+        call(&mut engine, "crud.insert", r#"["nospace", [1], {}]"#),
+        err("InsertError", "Space \"nospace\" doesn't exist")
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.insert",
+            r#"["customers", [11, null, "X"], {"noreturn": true}]"#
+        ),
+        "[null, null]"
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.insert",
+            r#"["customers", [12, null, "Y", 3], {"fields": ["name", "id"]}]"#
+        ),
+        r#"[{"metadata": [{"name": "name", "type": "string"}, {"name": "id", "type": "unsigned"}], "rows": [["Y", 12]]}, null]"#
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.insert",
+            r#"["customers", [13, null, "Z"], {"fields": ["nofield"]}]"#
+        ),
+        err(
+            "FilterFieldsError",
+            "Space format doesn't contain field named \"nofield\""
+        )
+    );
+    assert_eq!(call(&mut engine, "crud.len", r#"["customers"]"#), "[5]");
+}
+
+#[test]
+fn objects_flatten_by_the_format() {
+    let mut engine = engine();
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.insert_object",
+            r#"["customers", {"name": "Elizabeth", "age": 12, "id": 10}, {}]"#
+        ),
+        ok(r#"[[10, 569, "Elizabeth", 12]]"#)
+    );
+    assert_eq!(
+        call(&mut engine, "crud.insert_object", r#"["customers", {"id": 11, "name": "A", "zzz": 1}, {}]"#),
+        err("InsertError", "Failed to flatten object: FlattenError: Object is specified in bad format: FlattenError: Unknown field \"zzz\" is specified")
+    );
+    assert_eq!(
+        call(&mut engine, "crud.insert_object", r#"["customers", {"id": 11}, {}]"#),
+        err("InsertError", "Failed to flatten object: FlattenError: Object is specified in bad format: FlattenError: Field \"name\" isn't nullable (set skip_nullability_check_on_flatten option to true to skip check)")
+    );
+    // Skipping the check lets storage judge the tuple.
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.insert_object",
+            r#"["customers", {"id": 11}, {"skip_nullability_check_on_flatten": true}]"#
+        ),
+        err(
+            "InsertError",
+            "Failed to insert: Tuple field 3 (name) required by space format is missing"
+        )
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.replace_object",
+            r#"["customers", {"id": 10, "bucket_id": 5, "name": "Liz"}, {}]"#
+        ),
+        ok(r#"[[10, 5, "Liz"]]"#)
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.upsert_object",
+            r#"["customers", {"id": 10, "name": "X"}, [["=", "name", "Beth"]], {}]"#
+        ),
+        ok("[]")
+    );
+    assert_eq!(
+        call(&mut engine, "crud.get", r#"["customers", 10]"#),
+        ok(r#"[[10, 5, "Beth"]]"#)
+    );
+}
+
+#[test]
+fn key_operations_take_scalar_or_array_keys() {
+    let mut engine = engine();
+    call(
+        &mut engine,
+        "crud.insert",
+        r#"["customers", [10, null, "Elizabeth", 12], {}]"#,
+    );
+    let row = r#"[[10, 569, "Elizabeth", 12]]"#;
+    assert_eq!(
+        call(&mut engine, "crud.get", r#"["customers", 10, {}]"#),
+        ok(row)
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.get",
+            r#"["customers", [10], {"mode": "read"}]"#
+        ),
+        ok(row)
+    );
+    assert_eq!(
+        call(&mut engine, "crud.get", r#"["customers", 99, {}]"#),
+        ok("[]")
+    );
+    assert_eq!(
+        call(&mut engine, "crud.get", r#"["customers", "x", {}]"#),
+        err("GetError", "Failed to get: Supplied key type of part 0 does not match index part type: expected unsigned")
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.get",
+            r#"["customers", 10, {"fields": ["age"]}]"#
+        ),
+        r#"[{"metadata": [{"name": "age", "type": "number", "is_nullable": true}], "rows": [[12]]}, null]"#
+    );
+    // 1-based field numbers and field names.
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.update",
+            r#"["customers", 10, [["=", 3, "Liz"], ["+", "age", 1]], {}]"#
+        ),
+        ok(r#"[[10, 569, "Liz", 13]]"#)
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.update",
+            r#"["customers", 99, [["=", 3, "X"]], {}]"#
+        ),
+        ok("[]")
+    );
+    assert_eq!(
+        call(&mut engine, "crud.update", r#"["customers", 10, [["=", 1, 11]], {}]"#),
+        err("UpdateError", "Failed to update: Attempt to modify a tuple field which is part of primary index in space 'customers'")
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.update",
+            r#"["customers", 10, [["=", 3, "L"]], {"noreturn": true}]"#
+        ),
+        "[null, null]"
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.replace",
+            r#"["customers", [10, null, "Eliza"], {}]"#
+        ),
+        ok(r#"[[10, 569, "Eliza"]]"#)
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.upsert",
+            r#"["customers", [20, null, "New"], [["+", 4, 1]], {}]"#
+        ),
+        ok("[]")
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.upsert",
+            r#"["customers", [20, null, "New", 1], [["=", "name", "Old"]], {}]"#
+        ),
+        ok("[]")
+    );
+    assert_eq!(
+        call(&mut engine, "crud.get", r#"["customers", 20]"#),
+        ok(r#"[[20, 826, "Old"]]"#)
+    );
+    assert_eq!(
+        call(&mut engine, "crud.delete", r#"["customers", 20, {}]"#),
+        ok(r#"[[20, 826, "Old"]]"#)
+    );
+    assert_eq!(
+        call(&mut engine, "crud.delete", r#"["customers", [20], {}]"#),
+        ok("[]")
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.delete",
+            r#"["customers", 10, {"noreturn": true}]"#
+        ),
+        "[null, null]"
+    );
+    assert_eq!(
+        call(&mut engine, "crud.delete", r#"["nospace", 10]"#),
+        err("DeleteError", "Space \"nospace\" doesn't exist")
+    );
+    assert_eq!(
+        call(&mut engine, "crud.upsert", r#"["customers", [1, null, 5], [], {}]"#),
+        err("UpsertError", "Failed to upsert: Tuple field 3 (name) type does not match one required by operation: expected string, got unsigned")
+    );
+}
+
+#[test]
+fn bad_arguments_and_options_are_raised_as_lua_errors() {
+    let mut engine = engine();
+    let lua = |message: &str| Raised::lua(message);
+    assert_eq!(
+        raised(
+            &mut engine,
+            "crud.insert",
+            r#"["customers", [1, null, "a"], {"badopt": 1}]"#
+        ),
+        lua("unexpected argument opts.badopt to nil")
+    );
+    assert_eq!(
+        raised(
+            &mut engine,
+            "crud.insert",
+            r#"["customers", [1, null, "a"], {"timeout": "x"}]"#
+        ),
+        lua("bad argument opts.timeout to nil (?number expected, got string)")
+    );
+    assert_eq!(
+        raised(&mut engine, "crud.insert", r#"[1, [1, null, "a"], {}]"#),
+        lua("bad argument #1 to nil (string expected, got number)")
+    );
+    assert_eq!(
+        raised(&mut engine, "crud.insert", r#"["customers", 5]"#),
+        lua("bad argument #2 to nil (table expected, got number)")
+    );
+    assert_eq!(
+        raised(&mut engine, "crud.get", r#"["customers", 1, 5]"#),
+        lua("bad argument #3 to nil (?table expected, got number)")
+    );
+    // An option another function takes is still unknown here.
+    assert_eq!(
+        raised(&mut engine, "crud.get", r#"["customers", 1, {"first": 1}]"#),
+        lua("unexpected argument opts.first to nil")
+    );
+    assert_eq!(
+        raised(
+            &mut engine,
+            "crud.select",
+            r#"["customers", null, {"fields": 1}]"#
+        ),
+        lua("bad argument opts.fields to nil (?table expected, got number)")
+    );
+    // Options set to nil are absent.
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.select",
+            r#"["customers", null, {"first": null}]"#
+        ),
+        ok("[]")
+    );
+    assert_eq!(
+        raised(&mut engine, "crud.pairs", r#"["customers", null, {}]"#),
+        lua("unsupported Lua type 'cdata'")
+    );
+    assert_eq!(
+        raised(
+            &mut engine,
+            "crud.pairs",
+            r#"["customers", null, {"zzz": 1}]"#
+        ),
+        lua("unexpected argument opts.zzz to nil")
+    );
+    let missing = raised(&mut engine, "crud.nope", "[]");
+    assert_eq!(missing.code, ErrorCode::ER_NO_SUCH_PROC);
+    assert_eq!(missing.message, "Procedure 'crud.nope' is not defined");
+}
+
+#[test]
+fn raised_errors_are_error_32_packets() {
+    let mut out = Vec::new();
+    encode_reply(&mut out, 7, 1, &CrudReply::Raised(Raised::lua("boom")));
+    let status = out[5..].windows(3).position(|w| w == [0x00, 0xcd, 0x80]);
+    assert!(status.is_some(), "{out:x?}");
+    assert!(
+        out.windows(2).any(|w| w == [0x05, 32]),
+        "code 32 in the stack"
+    );
+    let mut out = Vec::new();
+    encode_reply(&mut out, 7, 1, &CrudReply::Values(vec![0x91, 0xc3]));
+    assert_eq!(&out[out.len() - 4..], &[0x81, 0x30, 0x91, 0xc3]);
+}
+
+#[test]
+fn len_truncate_count_storage_info_and_stats() {
+    let mut engine = engine();
+    customers(&mut engine);
+    assert_eq!(call(&mut engine, "crud.len", r#"["customers", {}]"#), "[9]");
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.count",
+            r#"["customers", [[">=", "age", 30]], {}]"#
+        ),
+        "[4, null]"
+    );
+    assert_eq!(
+        call(&mut engine, "crud.count", r#"["customers", null]"#),
+        "[9, null]"
+    );
+    assert_eq!(
+        call(&mut engine, "crud.count", r#"["nospace", null]"#),
+        err("CountError", "Space \"nospace\" doesn't exist")
+    );
+    assert_eq!(
+        call(&mut engine, "crud.len", r#"["nospace"]"#),
+        err("LenError", "Space \"nospace\" doesn't exist")
+    );
+    assert_eq!(
+        call(&mut engine, "crud.storage_info", "[{}]"),
+        format!(r#"[{{"{UUID}": {{"status": "running", "is_master": true}}}}]"#)
+    );
+    assert_eq!(call(&mut engine, "crud.stats", "[]"), "[[]]");
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.truncate",
+            r#"["customers", {"timeout": 1}]"#
+        ),
+        "[true]"
+    );
+    assert_eq!(call(&mut engine, "crud.len", r#"["customers"]"#), "[0]");
+    assert_eq!(
+        call(&mut engine, "crud.truncate", r#"["nospace"]"#),
+        err("TruncateError", "Space \"nospace\" doesn't exist")
+    );
+}
+
+#[test]
+fn min_and_max_by_index() {
+    let mut engine = engine();
+    assert_eq!(
+        call(&mut engine, "crud.min", r#"["customers", null, {}]"#),
+        ok("[]")
+    );
+    customers(&mut engine);
+    assert_eq!(
+        call(&mut engine, "crud.min", r#"["customers", null, {}]"#),
+        ok(r#"[[1, 477, "Elizabeth", 12]]"#)
+    );
+    assert_eq!(
+        call(&mut engine, "crud.max", r#"["customers", "primary", {}]"#),
+        ok(r#"[[9, 1644, "Alice", 18]]"#)
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.max",
+            r#"["customers", "age", {"fields": ["name"]}]"#
+        ),
+        r#"[{"metadata": [{"name": "name", "type": "string"}], "rows": [["William"]]}, null]"#
+    );
+    assert_eq!(
+        call(&mut engine, "crud.min", r#"["customers", 2]"#),
+        ok(r#"[[1, 477, "Elizabeth", 12]]"#)
+    );
+    assert_eq!(
+        call(&mut engine, "crud.min", r#"["customers", "noidx", {}]"#),
+        err(
+            "BorderError",
+            "Index \"noidx\" of space \"customers\" doesn't exist"
+        )
+    );
+}
+
+#[test]
+fn select_scans_the_chosen_index_in_iterator_direction() {
+    let mut engine = engine();
+    customers(&mut engine);
+    // No conditions: primary index, ascending.
+    let all = call(&mut engine, "crud.select", r#"["customers", null, {}]"#);
+    assert_eq!(ids(&all), [1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    // `<` on an indexed field scans that index descending; ties by pk descending too.
+    let young = call(
+        &mut engine,
+        "crud.select",
+        r#"["customers", [["<", "age", 30]], {}]"#,
+    );
+    assert_eq!(ids(&young), [6, 8, 7, 9, 1]);
+    let plan = |conditions: &str| {
+        let engine = engine_with_rows();
+        let space = engine.space_by_name("customers").unwrap();
+        let planned = select::plan_select(space, &json(conditions), None, None, None)
+            .unwrap_or_else(|_| panic!("plan {conditions}"));
+        (
+            planned.plan.index_id,
+            planned.plan.iterator,
+            msgpack_to_text(&planned.plan.key),
+            planned.plan.filters.len(),
+        )
+    };
+    use crate::storage::IteratorType as It;
+    assert_eq!(plan("null"), (0, It::Ge, "[]".into(), 0));
+    assert_eq!(
+        plan(r#"[["==", "name", "Tom"]]"#),
+        (0, It::Ge, "[]".into(), 1)
+    );
+    // The first condition naming an index (or a first index part) wins; the rest filter.
+    assert_eq!(
+        plan(r#"[["==", "name", "Tom"], [">", "age", 20], ["<=", "id", 5]]"#),
+        (2, It::Gt, "[20]".into(), 2)
+    );
+    assert_eq!(
+        plan(r#"[["<=", "primary", [5]], [">", "age", 20]]"#),
+        (0, It::Le, "[5]".into(), 1)
+    );
+    assert_eq!(
+        plan(r#"[["=", "bucket_id", 7]]"#),
+        (1, It::Eq, "[7]".into(), 0)
+    );
+    assert_eq!(
+        plan(r#"[[">=", "primary", 3]]"#),
+        (0, It::Ge, "[3]".into(), 0)
+    );
+
+    let filtered = call(
+        &mut engine,
+        "crud.select",
+        r#"["customers", [[">", "age", 20], ["==", "name", "William"]], {}]"#,
+    );
+    assert_eq!(ids(&filtered), [6, 4]);
+    let by_pk = call(
+        &mut engine,
+        "crud.select",
+        r#"["customers", [["<=", "id", 5], [">=", "age", 33.0]], {}]"#,
+    );
+    assert_eq!(ids(&by_pk), [5, 4, 3, 2]);
+    // Filtering on a field the format does not have yields nothing.
+    let unknown = call(
+        &mut engine,
+        "crud.select",
+        r#"["customers", [["==", "nofield", 1]], {}]"#,
+    );
+    assert_eq!(unknown, ok("[]"));
+    let first = call(
+        &mut engine,
+        "crud.select",
+        r#"["customers", [[">=", "age", 20]], {"first": 3}]"#,
+    );
+    assert_eq!(ids(&first), [7, 8, 6]);
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.select",
+            r#"["customers", null, {"first": 0}]"#
+        ),
+        ok("[]")
+    );
+}
+
+fn engine_with_rows() -> Engine {
+    let mut engine = engine();
+    customers(&mut engine);
+    engine
+}
+
+#[test]
+fn select_errors_are_crud_texts() {
+    let mut engine = engine_with_rows();
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.select",
+            r#"["customers", [["~=", "id", 1]], {}]"#
+        ),
+        err(
+            "SelectError",
+            r#"Failed to parse conditions: ParseConditionError: condition[1] "~=" isn't a valid condition operator, (condition 1)"#
+        )
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.select",
+            r#"["customers", [["==", "id", "x"]], {}]"#
+        ),
+        err(
+            "SelectError",
+            "Supplied key type of part 0 does not match index part type: expected unsigned"
+        )
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.select",
+            r#"["customers", null, {"first": -2}]"#
+        ),
+        err(
+            "SelectError",
+            "Negative first should be specified only with after option"
+        )
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.select",
+            r#"["customers", null, {"fields": ["nofield"]}]"#
+        ),
+        err(
+            "FilterFieldsError",
+            r#"Space format doesn't contain field named "nofield""#
+        )
+    );
+    assert_eq!(
+        call(&mut engine, "crud.select", r#"["nospace", null, {}]"#),
+        err("SelectError", r#"Space "nospace" doesn't exist"#)
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.select",
+            r#"["customers", null, {"yield_every": 0}]"#
+        ),
+        err("SelectError", "yield_every should be > 0")
+    );
+}
+
+#[test]
+fn select_fields_append_scan_and_primary_key_fields() {
+    let mut engine = engine_with_rows();
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.select",
+            r#"["customers", [["<=", "id", 2]], {"fields": ["name"]}]"#
+        ),
+        r#"[{"metadata": [{"name": "name", "type": "string"}, {"name": "id", "type": "unsigned"}], "rows": [["Mary", 2], ["Elizabeth", 1]]}, null]"#
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.select",
+            r#"["customers", [[">", "age", 40]], {"fields": ["name"]}]"#
+        ),
+        r#"[{"metadata": [{"name": "name", "type": "string"}, {"name": "age", "type": "number", "is_nullable": true}, {"name": "id", "type": "unsigned"}], "rows": [["Mary", 46, 2], ["William", 81, 4]]}, null]"#
+    );
+    // `after` in the fields layout.
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.select",
+            r#"["customers", [[">", "age", 30]], {"fields": ["name"], "after": ["David", 33, 3], "first": 1}]"#
+        ),
+        r#"[{"metadata": [{"name": "name", "type": "string"}, {"name": "age", "type": "number", "is_nullable": true}, {"name": "id", "type": "unsigned"}], "rows": [["Jack", 35, 5]]}, null]"#
+    );
+}
+
+#[test]
+fn negative_first_returns_the_rows_before_after_in_normal_order() {
+    let mut engine = engine_with_rows();
+    // Spec §18.5: {'>', 'id', 2}, first -2, after id 6 ⇒ ids 4, 5.
+    let before = call(
+        &mut engine,
+        "crud.select",
+        r#"["customers", [[">", "id", 2]], {"first": -2, "after": [6, 1, "William", 25]}]"#,
+    );
+    assert_eq!(ids(&before), [4, 5]);
+    let after = call(
+        &mut engine,
+        "crud.select",
+        r#"["customers", [[">", "id", 2]], {"first": 2, "after": [6, 1, "William", 25]}]"#,
+    );
+    assert_eq!(ids(&after), [7, 8]);
+    // Before the start of the range: only what the condition admits.
+    let edge = call(
+        &mut engine,
+        "crud.select",
+        r#"["customers", [[">", "id", 2]], {"first": -5, "after": [4, 1, "William", 81]}]"#,
+    );
+    assert_eq!(ids(&edge), [3]);
+    // Descending scan: "before" means greater keys.
+    let desc = call(
+        &mut engine,
+        "crud.select",
+        r#"["customers", [["<", "age", 30]], {"first": -2, "after": [9, 1, "Alice", 18]}]"#,
+    );
+    assert_eq!(ids(&desc), [8, 7]);
+}
+
+/// Walks a whole scan in pages of `page` rows, forward with `first = page` and backward
+/// (from the last row) with `first = -page`; returns the ids in scan order both times.
+fn walk(engine: &mut Engine, conditions: &str, page: i64) -> (Vec<u64>, Vec<u64>) {
+    let page_of = |engine: &mut Engine, first: i64, after: Option<&str>| {
+        let after = after.map_or(String::new(), |a| format!(r#", "after": {a}"#));
+        let reply = call(
+            engine,
+            "crud.select",
+            &format!(r#"["pages", {conditions}, {{"first": {first}{after}}}]"#),
+        );
+        let rows_at = reply.find("\"rows\": ").unwrap() + 8;
+        let rows = &reply[rows_at..reply.rfind("}, null]").unwrap()];
+        (ids(&reply), rows.to_string())
+    };
+    let last_row = |rows: &str, first_row: bool| -> Option<String> {
+        let inner = &rows[1..rows.len() - 1];
+        if inner.is_empty() {
+            return None;
+        }
+        let rows: Vec<&str> = inner.split("], [").collect();
+        let row = if first_row {
+            rows[0]
+        } else {
+            rows[rows.len() - 1]
+        };
+        Some(format!("[{}]", row.trim_matches(|c| c == '[' || c == ']')))
+    };
+    let mut forward = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let (ids, rows) = page_of(engine, page, after.as_deref());
+        assert!(ids.len() as i64 <= page);
+        forward.extend(&ids);
+        match last_row(&rows, false) {
+            Some(last) if ids.len() as i64 == page => after = Some(last),
+            _ => break,
+        }
+    }
+    // Backward: start after the last row of the scan, walk back.
+    let mut backward = Vec::new();
+    let mut after = Some(format!(
+        "[{}, 1, {}]",
+        forward[forward.len() - 1],
+        forward[forward.len() - 1] % 7
+    ));
+    backward.push(forward[forward.len() - 1]);
+    loop {
+        let (ids, rows) = page_of(engine, -page, after.as_deref());
+        assert!(ids.len() as i64 <= page);
+        let mut page_ids = ids.clone();
+        page_ids.append(&mut backward);
+        backward = page_ids;
+        match last_row(&rows, true) {
+            Some(first) if ids.len() as i64 == page => after = Some(first),
+            _ => break,
+        }
+    }
+    (forward, backward)
+}
+
+fn pages(engine: &mut Engine, count: u64) {
+    for id in 1..=count {
+        call(
+            engine,
+            "crud.insert",
+            &format!(
+                r#"["pages", [{id}, null, {}], {{"noreturn": true}}]"#,
+                id % 7
+            ),
+        );
+    }
+}
+
+#[test]
+fn after_pagination_walks_1000_rows_in_pages_of_100_both_ways() {
+    let mut engine = engine();
+    pages(&mut engine, 1000);
+    let ascending: Vec<u64> = (1..=1000).collect();
+    let (forward, backward) = walk(&mut engine, "null", 100);
+    assert_eq!(forward, ascending);
+    assert_eq!(backward, ascending);
+    let descending: Vec<u64> = (1..=1000).rev().collect();
+    let (forward, backward) = walk(&mut engine, r#"[["<=", "id", 1000]]"#, 100);
+    assert_eq!(forward, descending);
+    assert_eq!(backward, descending);
+    // A non-unique secondary index: ties are ordered (and resumed) by primary key.
+    let mut by_group: Vec<u64> = (1..=1000).collect();
+    by_group.sort_by_key(|&id| (id % 7, id));
+    let (forward, backward) = walk(&mut engine, r#"[[">=", "group", 0]]"#, 100);
+    assert_eq!(forward, by_group);
+    assert_eq!(backward, by_group);
+    let reversed: Vec<u64> = by_group.iter().rev().copied().collect();
+    let (forward, backward) = walk(&mut engine, r#"[["<", "group", 7]]"#, 100);
+    assert_eq!(forward, reversed);
+    assert_eq!(backward, reversed);
+}
+
+#[test]
+fn shards_scan_their_part_and_the_merge_orders_by_scan_key() {
+    // Two engines stand for two shards; rows are placed by the server's rule.
+    let mut shards = [engine(), engine()];
+    let mut single = engine();
+    for id in 1..=300u64 {
+        let args = format!(r#"["pages", [{id}, null, {}], {{}}]"#, id % 7);
+        call(&mut single, "crud.insert", &args);
+        let mut key = crate::storage::key::SearchKeyBuf::new();
+        key.extend_from_slice(&id.to_be_bytes());
+        let owner = crate::server::shard_of_key(&key, 2);
+        call(&mut shards[owner], "crud.insert", &args);
+    }
+    assert!(shards
+        .iter()
+        .all(|shard| shard.space(513).unwrap().len() > 100));
+    for (conditions, first, after) in [
+        ("null", 50i64, "null"),
+        (r#"[["<", "group", 5]]"#, 40, r#"[100, 1, 2]"#),
+        (
+            r#"[[">=", "group", 3], ["<", "id", 250]]"#,
+            -30,
+            r#"[200, 1, 4]"#,
+        ),
+    ] {
+        let args = json(&format!(
+            r#"["pages", {conditions}, {{"first": {first}, "after": {after}}}]"#
+        ));
+        let Ok(Plan::Select(planned)) = plan(&single, &config(), "crud.select", &args) else {
+            panic!("not a select plan");
+        };
+        let runs: Vec<_> = shards
+            .iter()
+            .map(|shard| select::scan_shard(shard, &planned.plan))
+            .collect();
+        assert!(runs
+            .iter()
+            .all(|run| run.as_ref().unwrap().len() <= first.unsigned_abs() as usize));
+        let space = single.space(513).unwrap();
+        let merged = finish_select(space, &planned, runs);
+        let CrudReply::Values(expected) =
+            execute_on_engine(&mut single, &config(), "crud.select", &args)
+        else {
+            panic!("raised");
+        };
+        assert_eq!(
+            msgpack_to_text(&merged),
+            msgpack_to_text(&expected),
+            "{conditions}"
+        );
+        assert_eq!(
+            ids(&msgpack_to_text(&merged)).len(),
+            first.unsigned_abs() as usize
+        );
+    }
+}
+
+fn call_error(text: &str, tuple: &str) -> String {
+    let err = format!("Failed for {UUID}: Function returned an error: {text}").replace('"', "\\\"");
+    format!(
+        r#"{{"class_name": "CallError", "err": "{err}", "str": "CallError: {err}", "file": "crud/common/call.lua", "line": 1, "operation_data": {tuple}}}"#
+    )
+}
+
+const DUPLICATE_3: &str = r#"Duplicate key exists in unique index "primary" in space "customers" with old tuple - [3, 5, "C"] and new tuple - [3, 5, "X"]"#;
+
+#[test]
+fn many_applies_in_order_and_reports_errors_as_crud_does() {
+    let mut engine = engine();
+    let rows = |rows: &str| format!(r#"{{"metadata": {META}, "rows": {rows}}}"#);
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.insert_many",
+            r#"["customers", [[1, 5, "A"], [2, 5, "B"]], {}]"#
+        ),
+        format!(r#"[{}, null]"#, rows(r#"[[1, 5, "A"], [2, 5, "B"]]"#))
+    );
+    call(&mut engine, "crud.insert", r#"["customers", [3, 5, "C"]]"#);
+    // Every tuple is attempted; the failures are listed.
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.insert_many",
+            r#"["customers", [[4, 5, "D"], [3, 5, "X"], [5, 5, "E"]], {}]"#
+        ),
+        format!(
+            "[{}, [{}]]",
+            rows(r#"[[4, 5, "D"], [5, 5, "E"]]"#),
+            call_error(DUPLICATE_3, r#"[3, 5, "X"]"#)
+        )
+    );
+    // stop_on_error: the rest is not performed.
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.insert_many",
+            r#"["customers", [[6, 5, "F"], [3, 5, "X"], [7, 5, "G"]], {"stop_on_error": true}]"#
+        ),
+        format!(
+            "[{}, [{}, {}]]",
+            rows(r#"[[6, 5, "F"]]"#),
+            call_error(DUPLICATE_3, r#"[3, 5, "X"]"#),
+            call_error("Operation with tuple was not performed", r#"[7, 5, "G"]"#)
+        )
+    );
+    // rollback_on_error: what was applied is undone; no result.
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.insert_many",
+            r#"["customers", [[8, 5, "H"], [3, 5, "X"], [9, 5, "I"]], {"rollback_on_error": true}]"#
+        ),
+        format!(
+            "[null, [{}, {}, {}]]",
+            call_error(DUPLICATE_3, r#"[3, 5, "X"]"#),
+            call_error("Operation with tuple was rollback", r#"[8, 5, "H"]"#),
+            call_error("Operation with tuple was rollback", r#"[9, 5, "I"]"#)
+        )
+    );
+    assert_eq!(
+        call(&mut engine, "crud.get", r#"["customers", 8]"#),
+        ok("[]")
+    );
+    // Both: failed, then not performed, then rolled back.
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.insert_many",
+            r#"["customers", [[10, 5, "J"], [3, 5, "X"], [11, 5, "K"]], {"stop_on_error": true, "rollback_on_error": true}]"#
+        ),
+        format!(
+            "[null, [{}, {}, {}]]",
+            call_error(DUPLICATE_3, r#"[3, 5, "X"]"#),
+            call_error("Operation with tuple was not performed", r#"[11, 5, "K"]"#),
+            call_error("Operation with tuple was rollback", r#"[10, 5, "J"]"#)
+        )
+    );
+    assert_eq!(call(&mut engine, "crud.len", r#"["customers"]"#), "[6]");
+    // replace_many undoes a replace by restoring the old tuple.
+    call(
+        &mut engine,
+        "crud.replace_many",
+        r#"["customers", [[1, 5, "Z"], [2, 5, 7]], {"rollback_on_error": true}]"#,
+    );
+    assert_eq!(
+        call(&mut engine, "crud.get", r#"["customers", 1]"#),
+        ok(r#"[[1, 5, "A"]]"#)
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.replace_many",
+            r#"["customers", [[1, 5, "Z"]], {"noreturn": true}]"#
+        ),
+        "[null, null]"
+    );
+    assert_eq!(
+        call(&mut engine, "crud.insert_many", r#"["customers", [], {}]"#),
+        r#"[null, [{"class_name": "InsertManyError", "err": "At least one tuple expected", "str": "InsertManyError: At least one tuple expected", "file": "crud/insert_many.lua", "line": 1}]]"#
+    );
+    assert_eq!(
+        call(&mut engine, "crud.insert_many", r#"["nospace", [[1]], {}]"#),
+        r#"[null, [{"class_name": "InsertManyError", "err": "Space \"nospace\" doesn't exist", "str": "InsertManyError: Space \"nospace\" doesn't exist", "file": "crud/insert_many.lua", "line": 1}]]"#
+    );
+}
+
+#[test]
+fn upsert_many_returns_metadata_only_and_objects_carry_their_errors() {
+    let mut engine = engine();
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.upsert_many",
+            r#"["customers", [[[1, 5, "A"], [["=", 3, "B"]]], [[1, 5, "A"], [["=", "name", "C"]]]], {}]"#
+        ),
+        format!(r#"[{{"metadata": {META}}}, null]"#)
+    );
+    assert_eq!(
+        call(&mut engine, "crud.get", r#"["customers", 1]"#),
+        ok(r#"[[1, 5, "C"]]"#)
+    );
+    assert_eq!(
+        call(
+            &mut engine,
+            "crud.upsert_object_many",
+            r#"["customers", [[{"id": 2, "name": "D"}, []]], {"fields": ["id"]}]"#
+        ),
+        r#"[{"metadata": [{"name": "id", "type": "unsigned"}]}, null]"#
+    );
+    let reply = call(
+        &mut engine,
+        "crud.insert_object_many",
+        r#"["customers", [{"id": 3, "name": "E", "zzz": 1}, {"id": 4, "name": "F", "bucket_id": 9}], {}]"#,
+    );
+    let flatten = "Failed to flatten object: FlattenError: Object is specified in bad format: FlattenError: Unknown field \\\"zzz\\\" is specified";
+    assert_eq!(
+        reply,
+        format!(
+            r#"[{{"metadata": {META}, "rows": [[4, 9, "F"]]}}, [{{"class_name": "InsertManyError", "err": "{flatten}", "str": "InsertManyError: {flatten}", "file": "crud/insert_many.lua", "line": 1, "operation_data": {{"id": 3, "name": "E", "zzz": 1}}}}]]"#
+        )
+    );
+}

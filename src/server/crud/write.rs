@@ -1,0 +1,230 @@
+//! Point operations (one tuple, one owner shard) and batches of them (`*_many`), as they
+//! run on the shard that owns the key. Owned data, so an op can travel in a cross-core
+//! message; the outcome is owned bytes for the same reason.
+//!
+//! A batch keeps, for each applied op, what undoes it, so `rollback_on_error` can restore
+//! the shard exactly (Tarantool does it with a transaction; tarn's shard has none, and a
+//! shard runs one batch to the end before anything else touches it).
+
+use super::mp;
+use crate::storage::key::SearchKeyBuf;
+use crate::storage::msgpack::write_array_len;
+use crate::storage::{Engine, Space, StorageError};
+
+/// One operation on the tuple with one primary key. Keys are msgpack arrays; tuples are
+/// complete (bucket_id filled, objects flattened); ops use index base 1.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PointOp {
+    Insert { tuple: Vec<u8> },
+    Replace { tuple: Vec<u8> },
+    Upsert { tuple: Vec<u8>, ops: Vec<u8> },
+    Update { key: Vec<u8>, ops: Vec<u8> },
+    Delete { key: Vec<u8> },
+    Get { key: Vec<u8> },
+}
+
+/// crud's update/upsert operations are Lua's: 1-based field numbers (or names).
+pub const CRUD_INDEX_BASE: u32 = 1;
+
+impl PointOp {
+    /// The encoded primary key that places this op on a shard (`shard_of_key`); an error
+    /// when the key or tuple does not parse, which the owner-less caller may answer from
+    /// any shard (the local one reports the same error).
+    pub fn placement_key(&self, space: &Space, out: &mut SearchKeyBuf) -> Result<(), StorageError> {
+        let key_def = &space.indexes()[0].def.key_def;
+        match self {
+            PointOp::Insert { tuple }
+            | PointOp::Replace { tuple }
+            | PointOp::Upsert { tuple, .. } => key_def.encode_from_tuple_data(tuple, out),
+            PointOp::Update { key, .. } | PointOp::Delete { key } | PointOp::Get { key } => {
+                let parts = key_def.encode_search_key(key, out)?;
+                if parts != key_def.part_count() {
+                    return Err(StorageError::ExactMatch {
+                        expected: key_def.part_count(),
+                        actual: parts,
+                    });
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// How to put a shard back as it was before an op.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Undo {
+    Nothing,
+    /// The op created this primary key (a msgpack key): delete it.
+    Delete(Vec<u8>),
+    /// The op changed or removed this tuple: put it back.
+    Restore(Vec<u8>),
+}
+
+/// An applied op: the row it returns (new, old or found tuple) and its undo.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    pub row: Option<Vec<u8>>,
+    pub undo: Undo,
+}
+
+/// The primary key of a tuple as a msgpack array (for lookups before a write).
+fn primary_key_of(space: &Space, tuple: &[u8]) -> Vec<u8> {
+    let parts = &space.indexes()[0].def.key_def.parts;
+    let max = parts
+        .iter()
+        .map(|p| p.field_no as usize + 1)
+        .max()
+        .unwrap_or(0);
+    let fields = mp::tuple_fields(tuple, max).unwrap_or_default();
+    let mut key = Vec::new();
+    write_array_len(&mut key, parts.len() as u32);
+    for part in parts {
+        key.extend_from_slice(
+            fields
+                .get(part.field_no as usize)
+                .copied()
+                .unwrap_or(mp::NIL),
+        );
+    }
+    key
+}
+
+fn existing(space: &Space, key: &[u8]) -> Option<Vec<u8>> {
+    space
+        .get(0, key)
+        .ok()
+        .flatten()
+        .map(|tuple| tuple.data().to_vec())
+}
+
+fn undo_for(old: Option<Vec<u8>>, key: Vec<u8>) -> Undo {
+    match old {
+        Some(old) => Undo::Restore(old),
+        None => Undo::Delete(key),
+    }
+}
+
+/// Runs one op on the space of its owner shard.
+pub fn apply(space: &mut Space, op: &PointOp) -> Result<Applied, StorageError> {
+    Ok(match op {
+        PointOp::Insert { tuple } => {
+            let new = space.insert(tuple)?;
+            Applied {
+                undo: Undo::Delete(primary_key_of(space, new.data())),
+                row: Some(new.data().to_vec()),
+            }
+        }
+        PointOp::Replace { tuple } => {
+            let key = primary_key_of(space, tuple);
+            let old = existing(space, &key);
+            let new = space.replace(tuple)?;
+            Applied {
+                row: Some(new.data().to_vec()),
+                undo: undo_for(old, key),
+            }
+        }
+        PointOp::Upsert { tuple, ops } => {
+            let key = primary_key_of(space, tuple);
+            let old = existing(space, &key);
+            space.upsert(tuple, ops, CRUD_INDEX_BASE)?;
+            Applied {
+                row: None,
+                undo: undo_for(old, key),
+            }
+        }
+        PointOp::Update { key, ops } => {
+            let old = existing(space, key);
+            let new = space.update(0, key, ops, CRUD_INDEX_BASE)?;
+            Applied {
+                undo: match (&new, old) {
+                    (Some(_), Some(old)) => Undo::Restore(old),
+                    _ => Undo::Nothing,
+                },
+                row: new.map(|tuple| tuple.data().to_vec()),
+            }
+        }
+        PointOp::Delete { key } => {
+            let old = space.delete(0, key)?.map(|tuple| tuple.data().to_vec());
+            Applied {
+                undo: old.clone().map_or(Undo::Nothing, Undo::Restore),
+                row: old,
+            }
+        }
+        PointOp::Get { key } => Applied {
+            row: space.get(0, key)?.map(|tuple| tuple.data().to_vec()),
+            undo: Undo::Nothing,
+        },
+    })
+}
+
+/// Puts the shard back as it was before the op that returned `undo`.
+pub fn undo(space: &mut Space, undo: &Undo) {
+    let outcome = match undo {
+        Undo::Nothing => Ok(()),
+        Undo::Delete(key) => space.delete(0, key).map(drop),
+        Undo::Restore(old) => space.replace(old).map(drop),
+    };
+    // The tuple was in the space a moment ago (or the key was absent): restoring it only
+    // fails if the quota shrank in between, which a single-threaded shard cannot see.
+    debug_assert!(outcome.is_ok(), "undo failed: {outcome:?}");
+}
+
+/// What became of one op of a batch.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BatchItem {
+    /// Applied; the row it returns.
+    Done(Option<Vec<u8>>),
+    Failed(StorageError),
+    /// Skipped because an earlier op failed and `stop_on_error` was set.
+    NotPerformed,
+    /// Applied, then undone because an op failed and `rollback_on_error` was set.
+    RolledBack,
+}
+
+/// Runs a batch on one shard, in order, with crud's storage-side rules: without
+/// `stop_on_error` every op is attempted; with it, the ops after the first failure are
+/// not performed; with `rollback_on_error`, a failure undoes every applied op of the
+/// batch (on this shard).
+pub fn apply_batch(
+    engine: &mut Engine,
+    space_id: u32,
+    ops: &[PointOp],
+    stop_on_error: bool,
+    rollback_on_error: bool,
+) -> Vec<BatchItem> {
+    let space = match engine.space_mut(space_id) {
+        Ok(space) => space,
+        Err(error) => {
+            return ops
+                .iter()
+                .map(|_| BatchItem::Failed(error.clone()))
+                .collect()
+        }
+    };
+    let mut items = Vec::with_capacity(ops.len());
+    let mut undos: Vec<(usize, Undo)> = Vec::new();
+    let mut failed = false;
+    for op in ops {
+        if failed && stop_on_error {
+            items.push(BatchItem::NotPerformed);
+            continue;
+        }
+        match apply(space, op) {
+            Ok(applied) => {
+                undos.push((items.len(), applied.undo));
+                items.push(BatchItem::Done(applied.row));
+            }
+            Err(error) => {
+                failed = true;
+                items.push(BatchItem::Failed(error));
+            }
+        }
+    }
+    if failed && rollback_on_error {
+        for (at, undo_op) in undos.iter().rev() {
+            undo(space, undo_op);
+            items[*at] = BatchItem::RolledBack;
+        }
+    }
+    items
+}
