@@ -9,7 +9,8 @@
 #   MODES        WAL modes (default "none write fsync")
 #   SHAPE        conns (default): W writers = W connections x 1 request in flight each,
 #                  so every writer waits for its reply (the closest to W clients);
-#                pipeline: W writers = 1 connection x W requests in flight.
+#                pipeline: W writers = 1 connection x W requests in flight; this shows
+#                  whether requests pipelined on one connection share a commit too.
 #   PARTITIONS   keys 0..N populated before measuring and drawn from (default 100000)
 #   CLIENT_SMP   client executor threads (default 1)
 #   SHARDS       tarn --shards (default 0 = one per core)
