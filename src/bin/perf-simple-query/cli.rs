@@ -100,6 +100,12 @@ pub struct Args {
     /// Password for --user.
     #[arg(long, default_value = "")]
     pub password: String,
+
+    /// Instead of measuring: INSERT the `customers` (space 513) rows with ids 0..N, with
+    /// --conns connections x --pipeline in flight, print the load rate and exit (--connect).
+    /// Rows depend only on --random-seed and the id.
+    #[arg(long, value_name = "N")]
+    pub load_customers: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -213,6 +219,12 @@ impl Args {
             None => Budget::Duration(Duration::from_secs(self.duration)),
         };
         let seed = self.random_seed.unwrap_or_else(clock_seed);
+        if self.load_customers.is_some() && self.connect.is_none() {
+            return Err("--load-customers needs --connect HOST:PORT".into());
+        }
+        if self.load_customers == Some(0) {
+            return Err("--load-customers must be at least 1".into());
+        }
         let mut notes = Vec::new();
         let mode = match &self.connect {
             None => Mode::InProcess,
@@ -233,6 +245,9 @@ impl Args {
                         "--wal has no effect with --connect: the server's own WAL mode applies"
                             .into(),
                     );
+                }
+                if self.load_customers.is_some() && self.no_populate {
+                    notes.push("--no-populate has no effect with --load-customers".into());
                 }
                 if self.shard_aware.is_some() {
                     notes.push("--shard-aware has no effect with --connect: the server routes keys to shards".into());
@@ -317,6 +332,14 @@ mod tests {
         assert!(parse(&["--connect", "127.0.0.1:1", "--smp", "2", "--conns", "1"]).is_err());
         let config = parse(&["--connect", "127.0.0.1:1", "--smp", "2", "--conns", "4"]).unwrap();
         assert!(matches!(config.mode, Mode::Connect { .. }));
+    }
+
+    #[test]
+    fn load_customers_needs_connect_and_rows() {
+        assert!(parse(&["--load-customers", "10"]).is_err());
+        assert!(parse(&["--connect", "127.0.0.1:1", "--load-customers", "0"]).is_err());
+        let config = parse(&["--connect", "127.0.0.1:1", "--load-customers", "10"]).unwrap();
+        assert_eq!(config.args.load_customers, Some(10));
     }
 
     #[test]

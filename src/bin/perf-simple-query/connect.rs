@@ -29,7 +29,7 @@ use tarn::protocol::greeting::{parse_greeting, GREETING_SIZE};
 use crate::cli::{Budget, Config, Operation};
 use crate::driver::{Driver, DriverError, Outcome, Progress, Scope};
 use crate::histogram::Histogram;
-use crate::workload::{encode_operation, KeyGenerator};
+use crate::workload::{encode_customer_insert, encode_operation, KeyGenerator};
 
 const SLOT_BITS: u32 = 16;
 const MAX_PIPELINE: usize = 1 << SLOT_BITS;
@@ -138,6 +138,83 @@ impl Driver for Connect {
             None => Ok(outcome),
         }
     }
+}
+
+/// What `--load-customers` did.
+#[derive(Debug, Clone, Copy)]
+pub struct LoadReport {
+    pub rows: u64,
+    /// From the first connect to the last reply.
+    pub elapsed: Duration,
+}
+
+/// `--load-customers ROWS`: INSERTs the `customers` rows with ids `0..rows` (see
+/// [`crate::workload::write_customer`]); each of the `--conns` connections sends a contiguous
+/// id range with `--pipeline` requests in flight. Any error reply fails the load.
+pub fn load_customers(
+    config: &Config,
+    addr: SocketAddr,
+    rows: u64,
+) -> Result<LoadReport, DriverError> {
+    let mut plan = Connect::new(config, addr).plan;
+    plan.partitions = rows;
+    plan.populate = false;
+    let plan = Arc::new(plan);
+    if plan.pipeline > MAX_PIPELINE {
+        return Err(DriverError::Setup(format!(
+            "--pipeline {} is above the limit of {MAX_PIPELINE}",
+            plan.pipeline
+        )));
+    }
+    let started = Instant::now();
+    let mut handles = Vec::with_capacity(plan.threads);
+    for thread in 0..plan.threads {
+        let plan = plan.clone();
+        let handle = LocalExecutorBuilder::new(Placement::Unbound)
+            .name(&format!("loader-{thread}"))
+            .spawn(move || async move { load_worker(thread, &plan).await })
+            .map_err(|e| DriverError::Setup(format!("client executor: {e}")))?;
+        handles.push(handle);
+    }
+    let mut first_error = None;
+    for handle in handles {
+        let result = handle
+            .join()
+            .map_err(|e| DriverError::Setup(format!("client executor: {e}")))
+            .and_then(|result| result);
+        if let Err(e) = result {
+            first_error.get_or_insert(e);
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(LoadReport {
+            rows,
+            elapsed: started.elapsed(),
+        }),
+    }
+}
+
+/// One loader executor: its connections, each inserting its id range concurrently.
+async fn load_worker(thread: usize, plan: &Arc<Plan>) -> Result<(), DriverError> {
+    let indexes = connections_of(thread, plan.threads, plan.conns);
+    let mut tasks = Vec::with_capacity(indexes.len());
+    for index in indexes {
+        let mut connection = Connection::open(plan).await?;
+        let ids = populate_range(index, plan.conns, plan.partitions);
+        let (pipeline, seed) = (plan.pipeline, plan.seed);
+        tasks.push(glommio::spawn_local(async move {
+            connection
+                .send_each(ids, pipeline, "loading customers", |out, scratch, id| {
+                    encode_customer_insert(out, scratch, seed, id)
+                })
+                .await
+        }));
+    }
+    for task in tasks {
+        task.await?;
+    }
+    Ok(())
 }
 
 /// Connection indexes (global, 0..conns) owned by `thread`.
@@ -348,18 +425,31 @@ impl Connection {
 
     /// REPLACEs every key of `keys`, `POPULATE_PIPELINE` in flight; any error reply fails.
     async fn populate(&mut self, keys: std::ops::Range<u64>) -> Result<(), DriverError> {
+        self.send_each(
+            keys,
+            POPULATE_PIPELINE,
+            "populating keys",
+            |out, scratch, key| encode_operation(out, scratch, Operation::Replace, key, key),
+        )
+        .await
+    }
+
+    /// Sends the request `encode` appends for each id of `ids`, `in_flight_max` in flight,
+    /// until all are answered; the first error reply fails with `what` in its text.
+    async fn send_each(
+        &mut self,
+        ids: std::ops::Range<u64>,
+        in_flight_max: usize,
+        what: &str,
+        mut encode: impl FnMut(&mut Vec<u8>, &mut Vec<u8>, u64),
+    ) -> Result<(), DriverError> {
+        assert!(in_flight_max > 0);
         let addr = self.addr;
-        let mut next = keys.start;
+        let mut next = ids.start;
         let mut in_flight = 0usize;
-        while next < keys.end || in_flight > 0 {
-            while next < keys.end && in_flight < POPULATE_PIPELINE {
-                encode_operation(
-                    &mut self.write_buf,
-                    &mut self.scratch,
-                    Operation::Replace,
-                    next,
-                    next,
-                );
+        while next < ids.end || in_flight > 0 {
+            while next < ids.end && in_flight < in_flight_max {
+                encode(&mut self.write_buf, &mut self.scratch, next);
                 next += 1;
                 in_flight += 1;
             }
@@ -370,7 +460,7 @@ impl Connection {
                 self.write_buf.clear();
             }
             let mut failure = None;
-            in_flight -= self
+            let answered = self
                 .receive(addr, |reply| {
                     if reply.is_error() && failure.is_none() {
                         failure = Some(describe(&reply));
@@ -378,8 +468,10 @@ impl Connection {
                     Ok(())
                 })
                 .await?;
+            assert!(answered <= in_flight, "more replies than requests");
+            in_flight -= answered;
             if let Some(text) = failure {
-                return Err(DriverError::Setup(format!("populating keys: {text}")));
+                return Err(DriverError::Setup(format!("{what}: {text}")));
             }
         }
         Ok(())

@@ -59,6 +59,9 @@ fn run(config: &Config) -> Result<ExitCode, String> {
     for note in &config.notes {
         eprintln!("note: {note}");
     }
+    if let (Some(rows), Mode::Connect { addr }) = (config.args.load_customers, &config.mode) {
+        return load_customers(config, *addr, rows);
+    }
     let driver = driver_for(config).map_err(|e| e.to_string())?;
     let scope = driver.scope();
     let progress = Arc::new(Progress::new(driver.workers(), config.args.stop_on_error));
@@ -115,6 +118,42 @@ fn run(config: &Config) -> Result<ExitCode, String> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// `--load-customers ROWS`: loads, prints one line (and the JSON document) and exits.
+fn load_customers(
+    config: &Config,
+    addr: std::net::SocketAddr,
+    rows: u64,
+) -> Result<ExitCode, String> {
+    let (conns, pipeline) = (config.args.conns, config.args.pipeline);
+    println!(
+        "perf-simple-query: loading {rows} customers rows into {addr}, {conns} connections x \
+         {pipeline} in flight, smp {}, seed {}",
+        config.smp, config.seed
+    );
+    let loaded = connect::load_customers(config, addr, rows).map_err(|e| e.to_string())?;
+    let seconds = loaded.elapsed.as_secs_f64();
+    let rows_per_second = loaded.rows as f64 / seconds.max(1e-9);
+    println!(
+        "loaded {} rows in {seconds:.3} s: {rows_per_second:.0} rows/s",
+        loaded.rows
+    );
+    if let Some(path) = &config.args.json_result {
+        let json = json::Json::object()
+            .with("operation", "load-customers")
+            .with("server", addr.to_string())
+            .with("connections", conns as u64)
+            .with("pipeline", pipeline as u64)
+            .with("seed", config.seed)
+            .with("rows", loaded.rows)
+            .with("elapsed_seconds", seconds)
+            .with("rows_per_second", rows_per_second);
+        std::fs::write(path, json.to_pretty_string())
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn print_header(config: &Config) {

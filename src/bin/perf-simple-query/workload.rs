@@ -1,13 +1,25 @@
 //! What one operation is: the key it draws and the IPROTO request it sends, the same for
 //! every driver. Space 512 `kv`: `[id unsigned, bucket_id unsigned, value string]`.
+//! Also the rows of `--load-customers`: space 513 `customers`,
+//! `[id, bucket_id, a, b, c, d unsigned, name string]`.
 
-use tarn::protocol::client::{encode_delete, encode_replace, encode_select, encode_update};
+use tarn::protocol::client::{
+    encode_delete, encode_insert, encode_replace, encode_select, encode_update,
+};
 use tarn::protocol::request::{Select, Update};
 use tarn::storage::msgpack::{write_array_len, write_str, write_uint};
 
 use crate::cli::Operation;
 
 pub const KV_SPACE_ID: u32 = 512;
+pub const CUSTOMERS_SPACE_ID: u32 = 513;
+/// `customers.a`..`d` are drawn from `0..CUSTOMER_FIELD_RANGE`.
+const CUSTOMER_FIELD_RANGE: u64 = 1000;
+/// `customers.name` is `CUSTOMER_NAME_BYTES_MIN..=CUSTOMER_NAME_BYTES_MAX` lowercase letters.
+const CUSTOMER_NAME_BYTES_MIN: u64 = 10;
+const CUSTOMER_NAME_BYTES_MAX: u64 = 20;
+/// `customers.bucket_id` is `id % CUSTOMER_BUCKET_MODULUS`.
+const CUSTOMER_BUCKET_MODULUS: u64 = 3000;
 const ITERATOR_EQ: u32 = 0;
 const ITERATOR_GE: u32 = 5;
 /// vshard's default bucket count; bucket_id is filled as `key % 3000 + 1`.
@@ -51,6 +63,38 @@ impl KeyGenerator {
         }
         ((u128::from(self.next_u64()) * u128::from(self.partitions)) >> 64) as u64
     }
+}
+
+/// Encodes the `customers` row of `id`: `[id, id % 3000, a, b, c, d, name]` with a, b, c, d
+/// in `0..1000` and a 10 to 20 letter name, all drawn from `seed` and `id` alone, so every
+/// server loaded with the same seed holds the same rows whatever the connection count.
+pub fn write_customer(out: &mut Vec<u8>, seed: u64, id: u64) {
+    let mut random = KeyGenerator::new(seed, id, 1, false);
+    write_array_len(out, 7);
+    write_uint(out, id);
+    write_uint(out, id % CUSTOMER_BUCKET_MODULUS);
+    for _ in 0..4 {
+        write_uint(out, random.next_u64() % CUSTOMER_FIELD_RANGE);
+    }
+    let name_range = CUSTOMER_NAME_BYTES_MAX - CUSTOMER_NAME_BYTES_MIN + 1;
+    let name_len = (CUSTOMER_NAME_BYTES_MIN + random.next_u64() % name_range) as usize;
+    let mut name = [0u8; CUSTOMER_NAME_BYTES_MAX as usize];
+    for byte in &mut name[..name_len] {
+        *byte = b'a' + (random.next_u64() % 26) as u8;
+    }
+    write_str(out, &name[..name_len]);
+}
+
+/// Appends an INSERT of the `customers` row of `id` (see [`write_customer`]) to `out`.
+pub fn encode_customer_insert(out: &mut Vec<u8>, scratch: &mut Vec<u8>, seed: u64, id: u64) {
+    scratch.clear();
+    write_customer(scratch, seed, id);
+    encode_insert(out, sync_of(id), CUSTOMERS_SPACE_ID, scratch);
+}
+
+/// The sync of the request that loads row `id` (any value works; the id keeps it readable).
+fn sync_of(id: u64) -> u64 {
+    id
 }
 
 /// Encodes `[key]`.
@@ -210,6 +254,48 @@ mod tests {
         }
         assert!(seen.iter().all(|&n| (800..1200).contains(&n)), "{seen:?}");
         assert_eq!(KeyGenerator::new(1, 0, 10, true).next_key(), 0);
+    }
+
+    #[test]
+    fn customer_rows_follow_the_schema_and_the_seed() {
+        use tarn::storage::msgpack::{read_value, Value};
+        let uint = |rest: &mut &[u8]| match read_value(rest).unwrap() {
+            Value::Uint(value) => value,
+            other => panic!("not an unsigned: {other:?}"),
+        };
+        for id in [0u64, 1, 2999, 3000, 1_999_999] {
+            let (mut first, mut again) = (Vec::new(), Vec::new());
+            write_customer(&mut first, 7, id);
+            write_customer(&mut again, 7, id);
+            assert_eq!(first, again, "the same seed and id give the same row");
+            let mut rest = first.as_slice();
+            assert!(matches!(read_value(&mut rest).unwrap(), Value::Array(7)));
+            assert_eq!(uint(&mut rest), id);
+            assert_eq!(uint(&mut rest), id % 3000);
+            for _ in 0..4 {
+                assert!(uint(&mut rest) < 1000);
+            }
+            let Value::Str(name) = read_value(&mut rest).unwrap() else {
+                panic!("name is not a string");
+            };
+            assert!((10..=20).contains(&name.len()), "{name:?}");
+            assert!(name.iter().all(|byte| byte.is_ascii_lowercase()));
+            assert!(rest.is_empty());
+        }
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        write_customer(&mut a, 7, 5);
+        write_customer(&mut b, 8, 5);
+        assert_ne!(a, b, "another seed gives another row");
+    }
+
+    #[test]
+    fn customer_insert_decodes_as_an_insert_into_customers() {
+        let (mut out, mut scratch) = (Vec::new(), Vec::new());
+        encode_customer_insert(&mut out, &mut scratch, 1, 42);
+        let (sync, text) = decode(&out);
+        assert_eq!(sync, 42);
+        assert!(text.starts_with("Insert"), "{text}");
+        assert!(text.contains("513"), "{text}");
     }
 
     #[test]
