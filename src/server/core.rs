@@ -54,7 +54,13 @@ pub enum Envelope {
 
 /// Builds the mesh that [`Core::join`] joins on every core of a pool of `shard_count`.
 pub fn mesh(shard_count: usize) -> MeshBuilder<Envelope, Full> {
-    MeshBuilder::full(shard_count, MESH_CHANNEL_CAPACITY)
+    mesh_with_capacity(shard_count, MESH_CHANNEL_CAPACITY)
+}
+
+/// [`mesh`] with `capacity` messages per channel (tests use tiny ones to fill them).
+pub fn mesh_with_capacity(shard_count: usize, capacity: usize) -> MeshBuilder<Envelope, Full> {
+    assert!(shard_count >= 1 && capacity >= 1);
+    MeshBuilder::full(shard_count, capacity)
 }
 
 /// Counters of cross-core traffic, for tests and benchmarks (tasks and messages per request).
@@ -322,23 +328,32 @@ impl Core {
     /// one task drains in order; so the receive loops never block and two cores answering
     /// each other can never deadlock on full channels.
     fn send(self: &Rc<Core>, peer: usize, envelope: Envelope) {
-        let mut outgoing = self.outgoing.borrow_mut();
-        let out = &mut outgoing[peer];
-        if out.draining {
-            out.backlog.push_back(envelope);
-            return;
-        }
-        match self.senders.try_send_to(peer, envelope) {
-            Ok(()) => {}
-            Err(glommio::GlommioError::WouldBlock(glommio::ResourceType::Channel(envelope))) => {
-                out.backlog.push_back(envelope);
-                out.draining = true;
-                self.count(|stats| stats.backlogged += 1);
-                let core = self.clone();
-                glommio::spawn_local(async move { core.drain_backlog(peer).await }).detach();
+        {
+            let mut outgoing = self.outgoing.borrow_mut();
+            if outgoing[peer].draining {
+                outgoing[peer].backlog.push_back(envelope);
+                return;
             }
-            Err(error) => tracing::debug!(peer, %error, "message to another core lost"),
         }
+        // No borrow is held across calls into glommio, which may run other code of ours.
+        let envelope = match self.senders.try_send_to(peer, envelope) {
+            Ok(()) => return,
+            Err(glommio::GlommioError::WouldBlock(glommio::ResourceType::Channel(envelope))) => {
+                envelope
+            }
+            Err(error) => {
+                tracing::debug!(peer, %error, "message to another core lost");
+                return;
+            }
+        };
+        {
+            let mut outgoing = self.outgoing.borrow_mut();
+            outgoing[peer].backlog.push_back(envelope);
+            outgoing[peer].draining = true;
+        }
+        self.count(|stats| stats.backlogged += 1);
+        let core = self.clone();
+        glommio::spawn_local(async move { core.drain_backlog(peer).await }).detach();
     }
 
     async fn drain_backlog(&self, peer: usize) {
