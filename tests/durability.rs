@@ -12,7 +12,9 @@ use tarn::protocol::request::Select;
 use tarn::storage::msgpack::{self, write_array_len, write_str, write_uint, Value};
 
 const WRITERS: u64 = 4;
-const ROWS_PER_WRITER: u64 = 5_000;
+const ROWS_PER_WRITER: u64 = 50_000;
+/// The crash comes once this many writes were acknowledged: mid-stream, whatever the speed.
+const ACKNOWLEDGED_BEFORE_CRASH: usize = 20_000;
 const WINDOW: u64 = 32;
 
 fn kv_tuple(id: u64) -> Vec<u8> {
@@ -24,11 +26,15 @@ fn kv_tuple(id: u64) -> Vec<u8> {
     out
 }
 
-/// Writes rows `first..first + count` with a window of replaces in flight; returns the ids
-/// whose replies said OK before the connection died.
-fn write_rows(server: std::net::SocketAddr, first: u64, count: u64) -> Vec<u64> {
+/// Writes rows `first..first + count` with a window of replaces in flight, adding to
+/// `acknowledged` the ids whose replies said OK, until the connection dies.
+fn write_rows(
+    server: std::net::SocketAddr,
+    first: u64,
+    count: u64,
+    acknowledged: &Mutex<BTreeSet<u64>>,
+) {
     let mut client = Client::connect(server);
-    let mut acknowledged = Vec::new();
     let mut next = first;
     let end = first + count;
     let mut in_flight = 0;
@@ -39,19 +45,16 @@ fn write_rows(server: std::net::SocketAddr, first: u64, count: u64) -> Vec<u64> 
             next += 1;
             in_flight += 1;
         }
-        if !batch.is_empty() && client.send(&batch).is_err() {
-            return acknowledged;
-        }
-        if in_flight == 0 {
-            return acknowledged;
+        if (!batch.is_empty() && client.send(&batch).is_err()) || in_flight == 0 {
+            return;
         }
         let Some(packet) = client.read_packet() else {
-            return acknowledged;
+            return;
         };
         in_flight -= 1;
         let reply = decode_reply(&packet).expect("reply decodes");
         assert!(!reply.is_error(), "{:?}", reply.error_message());
-        acknowledged.push(reply.sync());
+        acknowledged.lock().unwrap().insert(reply.sync());
     }
 }
 
@@ -102,13 +105,22 @@ fn crash_mid_stream(snapshot_mid_stream: bool) {
         .map(|writer| {
             let acknowledged = acknowledged.clone();
             std::thread::spawn(move || {
-                let ids = write_rows(addr, 1 + writer * ROWS_PER_WRITER, ROWS_PER_WRITER);
-                acknowledged.lock().unwrap().extend(ids);
+                write_rows(
+                    addr,
+                    1 + writer * ROWS_PER_WRITER,
+                    ROWS_PER_WRITER,
+                    &acknowledged,
+                )
             })
         })
         .collect();
+    let wait_for = |count: usize| {
+        while acknowledged.lock().unwrap().len() < count {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    };
     if snapshot_mid_stream {
-        std::thread::sleep(Duration::from_millis(100));
+        wait_for(ACKNOWLEDGED_BEFORE_CRASH / 4);
         let mut admin = Client::connect(addr);
         let mut call = Vec::new();
         client::encode_call(&mut call, 77, "box.snapshot", &[0x90]);
@@ -116,7 +128,7 @@ fn crash_mid_stream(snapshot_mid_stream: bool) {
         let reply = admin.read_packet().expect("snapshot reply");
         assert!(!decode_reply(&reply).unwrap().is_error());
     }
-    std::thread::sleep(Duration::from_millis(300));
+    wait_for(ACKNOWLEDGED_BEFORE_CRASH);
     server.kill9();
     for writer in writers {
         writer.join().expect("writer");

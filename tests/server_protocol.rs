@@ -3,64 +3,10 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
-use tarn::protocol::client::{self, decode_reply, split_server_frame};
+use common::{kv_tuple, Client};
+use tarn::protocol::client::{self, decode_reply};
 use tarn::protocol::request::Select;
 use tarn::protocol::ErrorCode;
-use tarn::storage::msgpack::{write_array_len, write_str, write_uint};
-
-struct Client {
-    stream: TcpStream,
-    buf: Vec<u8>,
-}
-
-impl Client {
-    fn connect(server: &common::Server) -> Client {
-        let mut stream = TcpStream::connect(server.addr).expect("connect");
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        let mut greeting = [0u8; 128];
-        stream.read_exact(&mut greeting).expect("greeting");
-        assert!(greeting.starts_with(b"Tarantool 2.11.1 (Binary) "));
-        Client {
-            stream,
-            buf: Vec::new(),
-        }
-    }
-
-    fn send(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).expect("write");
-    }
-
-    /// Reads one reply packet (status, sync, raw packet bytes); `None` on close.
-    fn read_packet(&mut self) -> Option<Vec<u8>> {
-        loop {
-            if let Ok(Some((packet, used))) = split_server_frame(&self.buf) {
-                let packet = packet.to_vec();
-                self.buf.drain(..used);
-                return Some(packet);
-            }
-            let mut chunk = [0u8; 65536];
-            let read = self.stream.read(&mut chunk).ok()?;
-            if read == 0 {
-                return None;
-            }
-            self.buf.extend_from_slice(&chunk[..read]);
-        }
-    }
-}
-
-fn kv_tuple(id: u64, value: &str) -> Vec<u8> {
-    let mut out = Vec::new();
-    write_array_len(&mut out, 3);
-    write_uint(&mut out, id);
-    write_uint(&mut out, id % 3000);
-    write_str(&mut out, value.as_bytes());
-    out
-}
 
 #[test]
 fn a_thousand_pipelined_requests_are_all_answered_in_order() {

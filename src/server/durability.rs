@@ -203,13 +203,10 @@ pub fn start_wal(
 
 /// Per core: takes a snapshot when `box.snapshot()` asks for one or when
 /// `checkpoint_interval` has passed, then removes what `checkpoint_count` no longer needs.
-pub async fn checkpoint_loop(
-    core: Rc<Core>,
-    shared: std::sync::Arc<Shared>,
-    fingerprint: u64,
-    mut lsn_last: u64,
-) {
+pub async fn checkpoint_loop(core: Rc<Core>, mut lsn_last: u64) {
     let me = core.id();
+    let shared = core.shared.clone();
+    let fingerprint = shared.fingerprint;
     let interval = match shared.config.durability.checkpoint_interval_seconds {
         0 => None,
         seconds => Some(Duration::from_secs(seconds)),

@@ -4,50 +4,94 @@
 //! Owns executors, listeners, connections, routing, fan-out and merge, sessions and the
 //! system spaces. It knows nothing of file formats.
 //!
-//! * [`connection`]: one client: framing, dispatch, routing, merge.
-//! * [`core`]: one core's shard and its messages to the other cores.
+//! * [`connection`]: one client socket: greeting, framing, buffers.
+//! * [`dispatch`]: one client's requests, without sockets: session state, routing, merge.
+//! * [`core`]: one core's shard and its batched messages to the other cores ([`batch`]),
+//!   whose replies land in sessions' [`inbox`]es.
 //! * [`crud`]: the tarantool/crud API, answered natively.
 //! * [`durability`]: recovery, the WAL writer, snapshots.
 //! * [`schema`]: config to storage definitions; the system spaces.
 //! * [`session`]: users, authentication, grants.
+//!
+//! In-process use (a benchmark, a test) needs no sockets: [`start_cores`] runs one executor
+//! per shard, each with its [`core::Core`] joined to the mesh, and hands each core to a
+//! closure, which feeds packets to a [`dispatch::Session`]:
+//!
+//! ```no_run
+//! # let config = tarn::config::Config::from_toml_str(tarn::config::SHIPPED_CONFIG_TOML).unwrap();
+//! use tarn::server::{dispatch::Session, start_cores};
+//! let replies_bytes = start_cores(config, 2, |core| async move {
+//!     let mut session = Session::new(core);
+//!     let (mut packet, mut out) = (Vec::new(), Vec::new());
+//!     tarn::protocol::client::encode_ping(&mut packet, 1);
+//!     // `packet` without its size prefix: header + body.
+//!     let (body, _) = tarn::protocol::frame::split_frame(&packet).unwrap().unwrap();
+//!     session.handle_packet(body, &mut out).await;
+//!     out.len()
+//! })
+//! .unwrap();
+//! ```
+//!
+//! Every core's closure must finish before any core stops serving the others, so
+//! `start_cores` keeps each core answering its peers until all closures are done.
 
+pub mod batch;
 pub mod connection;
 pub mod core;
 pub mod crud;
+pub mod dispatch;
 pub mod durability;
-pub mod oneshot;
+pub mod inbox;
 pub mod schema;
 pub mod session;
 
 use crate::config::Config;
-use crate::shard::Shard;
-use glommio::channels::channel_mesh::{Full, MeshBuilder};
 use glommio::net::TcpListener;
 use glommio::{LocalExecutorPoolBuilder, PoolPlacement};
+use std::future::Future;
 use std::net::SocketAddr;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 /// The Tarantool version tarn answers as: the 2.11 line, whose clients send IPROTO_ID.
 pub const ADVERTISED_VERSION: &str = "2.11.1";
-/// Messages in flight per direction between two cores before senders wait.
-const MESH_CHANNEL_CAPACITY: usize = 4096;
 
 /// What every core reads and nobody writes after start-up.
 pub struct Shared {
     pub config: Config,
     pub users: session::Users,
     pub instance_uuid: uuid::Uuid,
-    connections: AtomicUsize,
-    shutdown: Arc<AtomicBool>,
-    /// The address core 0 bound (port 0 resolved), for the other cores to bind as well.
-    bound: (Mutex<Option<SocketAddr>>, Condvar),
+    /// The data directory's fingerprint, carried by every WAL file and snapshot.
+    pub fingerprint: u64,
     /// Snapshots asked for by `box.snapshot()` (a generation count), and per core the
     /// generation it has written; a failure is kept for the caller that waits.
     pub snapshot_requested: AtomicU64,
     pub snapshot_done: Vec<AtomicU64>,
     pub snapshot_failure: Mutex<Option<String>>,
+}
+
+impl Shared {
+    pub fn new(config: Config, shard_count: usize, fingerprint: u64) -> Shared {
+        Shared {
+            users: session::Users::from_config(&config),
+            config,
+            instance_uuid: uuid::Uuid::new_v4(),
+            fingerprint,
+            snapshot_requested: AtomicU64::new(0),
+            snapshot_done: (0..shard_count).map(|_| AtomicU64::new(0)).collect(),
+            snapshot_failure: Mutex::new(None),
+        }
+    }
+}
+
+/// What the listening cores share: the connection count, the stop flag, and the address
+/// core 0 bound (port 0 resolved) for the other cores to bind as well.
+struct Listening {
+    connections: AtomicUsize,
+    shutdown: Arc<AtomicBool>,
+    bound: (Mutex<Option<SocketAddr>>, Condvar),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +129,63 @@ pub fn shard_count_for(config: &Config) -> usize {
     }
 }
 
+/// Starts `shard_count` pinned executors, each with its shard and its [`core::Core`] joined
+/// to the mesh, runs `per_core(core)` on each, and returns their outputs in core order once
+/// every one has finished. A core whose closure finished keeps serving its peers' requests
+/// until all have, so closures may talk across cores freely.
+pub fn start_cores<F, Fut, T>(
+    config: Config,
+    shard_count: usize,
+    per_core: F,
+) -> Result<Vec<T>, ServerError>
+where
+    F: Fn(Rc<core::Core>) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = T> + 'static,
+    T: Send + 'static,
+{
+    assert!(shard_count >= 1);
+    // Before any core recovers: the schema the data was written with must still hold.
+    let fingerprint = durability::prepare_data_dir(&config)?;
+    let shared = Arc::new(Shared::new(config, shard_count, fingerprint));
+    let mesh = core::mesh(shard_count);
+    let per_core = Arc::new(per_core);
+    let finished = Arc::new(AtomicUsize::new(0));
+    let joined = Arc::new(AtomicUsize::new(0));
+    let handles = LocalExecutorPoolBuilder::new(PoolPlacement::MaxSpread(shard_count, None))
+        .on_all_shards(move || {
+            let (shared, mesh) = (shared.clone(), mesh.clone());
+            let (per_core, finished) = (per_core.clone(), finished.clone());
+            let joined = joined.clone();
+            async move {
+                let core = core::Core::join(shared, mesh).await;
+                // No core starts its work (e.g. listening) before every shard has recovered;
+                // a core that failed counts too, so the others do not wait forever.
+                joined.fetch_add(1, Ordering::AcqRel);
+                while joined.load(Ordering::Acquire) < shard_count {
+                    glommio::timer::sleep(Duration::from_millis(1)).await;
+                }
+                let output = match core {
+                    Ok(core) => Ok(per_core(core).await),
+                    Err(error) => Err(error),
+                };
+                finished.fetch_add(1, Ordering::AcqRel);
+                while finished.load(Ordering::Acquire) < shard_count {
+                    glommio::timer::sleep(Duration::from_millis(1)).await;
+                }
+                output
+            }
+        })
+        .map_err(|error| ServerError::Executors(error.to_string()))?;
+    let mut outputs = Vec::with_capacity(shard_count);
+    for result in handles.join_all() {
+        match result {
+            Ok(output) => outputs.push(output?),
+            Err(error) => return Err(ServerError::Executors(error.to_string())),
+        }
+    }
+    Ok(outputs)
+}
+
 /// Runs the server until SIGINT or SIGTERM.
 pub fn run(config: Config) -> Result<(), ServerError> {
     let shard_count = shard_count_for(&config);
@@ -94,7 +195,6 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     }
     // Fail on a bad schema here, with a message, rather than on every core.
     schema::build_engine(&config, config.memory_bytes)?;
-    let fingerprint = durability::prepare_data_dir(&config)?;
     tracing::info!(
         shards = shard_count,
         spaces = config.spaces.len(),
@@ -102,38 +202,15 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         "starting tarn {}",
         env!("CARGO_PKG_VERSION")
     );
-    let shared = Arc::new(Shared {
-        users: session::Users::from_config(&config),
-        config,
-        instance_uuid: uuid::Uuid::new_v4(),
+    let listening = Arc::new(Listening {
         connections: AtomicUsize::new(0),
         shutdown,
         bound: (Mutex::new(None), Condvar::new()),
-        snapshot_requested: AtomicU64::new(0),
-        snapshot_done: (0..shard_count).map(|_| AtomicU64::new(0)).collect(),
-        snapshot_failure: Mutex::new(None),
     });
-    let mesh = MeshBuilder::full(shard_count, MESH_CHANNEL_CAPACITY);
-    let handles = LocalExecutorPoolBuilder::new(PoolPlacement::MaxSpread(shard_count, None))
-        .on_all_shards(move || {
-            let shared = shared.clone();
-            let mesh = mesh.clone();
-            async move { run_core(shared, mesh, shard_count, fingerprint).await }
-        })
-        .map_err(|error| ServerError::Executors(error.to_string()))?;
-    let mut first_error = None;
-    for result in handles.join_all() {
-        match result {
-            Ok(Ok(())) => {}
-            Ok(Err(error)) => {
-                first_error.get_or_insert(error);
-            }
-            Err(error) => {
-                first_error.get_or_insert(ServerError::Executors(error.to_string()));
-            }
-        }
-    }
-    match first_error {
+    let results = start_cores(config, shard_count, move |core| {
+        serve_clients(core, listening.clone())
+    })?;
+    match results.into_iter().find_map(Result::err) {
         Some(error) => Err(error),
         None => {
             tracing::info!("tarn stopped");
@@ -142,36 +219,15 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     }
 }
 
-async fn run_core(
-    shared: Arc<Shared>,
-    mesh: MeshBuilder<core::Envelope, Full>,
-    shard_count: usize,
-    fingerprint: u64,
-) -> Result<(), ServerError> {
-    let (senders, receivers) = mesh
-        .join()
-        .await
-        .map_err(|error| ServerError::Executors(format!("channel mesh: {error}")))?;
-    let id = senders.peer_id();
-    let memory_bytes = shared.config.memory_bytes / shard_count as u64;
-    let mut engine = schema::build_engine(&shared.config, memory_bytes)?;
-    let lsn_next = durability::recover_shard(&shared.config, id, fingerprint, &mut engine)?;
-    let wal = durability::start_wal(&shared.config, id, fingerprint, lsn_next)?;
-    let core = core::Core::new(Shard::new(id, engine, wal), senders);
-    core.listen_to_peers(receivers);
-    glommio::spawn_local(durability::checkpoint_loop(
-        core.clone(),
-        shared.clone(),
-        fingerprint,
-        lsn_next - 1,
-    ))
-    .detach();
-
-    let listener = bind(&shared, id)?;
+/// One core's accept loop, until the stop flag is raised.
+async fn serve_clients(core: Rc<core::Core>, listening: Arc<Listening>) -> Result<(), ServerError> {
+    let id = core.id();
+    let shared = core.shared.clone();
+    let listener = bind(&listening, &shared.config, id)?;
     let mut shutdown_watch = Some(glommio::spawn_local({
-        let shared = shared.clone();
+        let listening = listening.clone();
         async move {
-            while !shared.shutdown.load(Ordering::Relaxed) {
+            while !listening.shutdown.load(Ordering::Relaxed) {
                 glommio::timer::sleep(Duration::from_millis(50)).await;
             }
         }
@@ -193,9 +249,9 @@ async fn run_core(
                 continue;
             }
         };
-        let open = shared.connections.fetch_add(1, Ordering::Relaxed) + 1;
+        let open = listening.connections.fetch_add(1, Ordering::Relaxed) + 1;
         if open > shared.config.max_connections as usize {
-            shared.connections.fetch_sub(1, Ordering::Relaxed);
+            listening.connections.fetch_sub(1, Ordering::Relaxed);
             tracing::warn!(
                 max_connections = shared.config.max_connections,
                 "connection refused: max_connections reached"
@@ -204,13 +260,13 @@ async fn run_core(
             continue;
         }
         let _ = stream.set_nodelay(true);
-        let connection = connection::Connection::new(core.clone(), shared.clone());
-        let shared = shared.clone();
+        let connection = connection::Connection::new(dispatch::Session::new(core.clone()));
+        let listening = listening.clone();
         glommio::spawn_local(async move {
             if let Err(error) = connection.serve(stream).await {
                 tracing::debug!(%error, "connection closed with an error");
             }
-            shared.connections.fetch_sub(1, Ordering::Relaxed);
+            listening.connections.fetch_sub(1, Ordering::Relaxed);
         })
         .detach();
     }
@@ -228,10 +284,10 @@ async fn run_core(
 
 /// Core 0 binds the configured address; the others wait for the port it got and bind the
 /// same one, so `listen = "127.0.0.1:0"` works with any number of cores.
-fn bind(shared: &Shared, id: usize) -> Result<TcpListener, ServerError> {
-    let (lock, ready) = &shared.bound;
+fn bind(listening: &Listening, config: &Config, id: usize) -> Result<TcpListener, ServerError> {
+    let (lock, ready) = &listening.bound;
     let address = if id == 0 {
-        shared.config.listen
+        config.listen
     } else {
         let mut bound = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         while bound.is_none() {

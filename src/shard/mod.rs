@@ -12,6 +12,7 @@ use crate::protocol::request::{Request, Select};
 use crate::protocol::ErrorCode;
 use crate::storage::{Engine, Result, Tuple};
 use crate::wal::{Commit, RowKind, WalError, WalWriter};
+use bumpalo::Bump;
 
 pub struct Shard {
     pub id: usize,
@@ -23,12 +24,33 @@ pub struct Shard {
     pending_commit: Option<Commit>,
     /// Reused buffer for the primary key a delete row carries.
     key_scratch: Vec<u8>,
+    /// Scratch for the work of one batch or one merge (for example the streams of a
+    /// fanned-out select). Whoever uses it resets it when done; nothing in it outlives a
+    /// synchronous stretch of code, so no await ever sees it.
+    pub arena: Bump,
 }
 
 /// What a write changed, as the WAL records it: a whole new tuple, or a deleted key.
 enum Written {
     Stored(Tuple),
     Deleted(Tuple),
+}
+
+/// Where [`Shard::scan`] writes its entries: a heap buffer or the shard's arena.
+pub trait ScanSink {
+    fn put(&mut self, bytes: &[u8]);
+}
+
+impl ScanSink for Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
+}
+
+impl ScanSink for bumpalo::collections::Vec<'_, u8> {
+    fn put(&mut self, bytes: &[u8]) {
+        self.extend_from_slice(bytes);
+    }
 }
 
 impl Shard {
@@ -39,6 +61,7 @@ impl Shard {
             wal,
             pending_commit: None,
             key_scratch: Vec::new(),
+            arena: Bump::new(),
         }
     }
 
@@ -178,17 +201,24 @@ impl Shard {
 
     /// The part of a fanned-out select this shard contributes: up to `limit` entries in
     /// index order, as `[key length u32 LE][key][tuple]`, for the accepting core to merge.
-    pub fn scan(&self, select: &Select<'_>, limit: usize, out: &mut Vec<u8>) -> Result<()> {
+    pub fn scan(&self, select: &Select<'_>, limit: usize, out: &mut impl ScanSink) -> Result<()> {
         let space = self.engine.space(select.space_id)?;
         for (key, tuple) in space
             .select(select.index_id, select.iterator, select.key)?
             .take(limit)
         {
             let key = key.as_bytes();
-            out.extend_from_slice(&(key.len() as u32).to_le_bytes());
-            out.extend_from_slice(key);
-            out.extend_from_slice(tuple.data());
+            out.put(&(key.len() as u32).to_le_bytes());
+            out.put(key);
+            out.put(tuple.data());
         }
+        Ok(())
+    }
+
+    /// Checks that [`Shard::scan`] of `select` would succeed, without walking anything.
+    pub fn check_scan(&self, select: &Select<'_>) -> Result<()> {
+        let space = self.engine.space(select.space_id)?;
+        space.select(select.index_id, select.iterator, select.key)?;
         Ok(())
     }
 }

@@ -2,11 +2,13 @@
 
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use tarn::protocol::client::split_server_frame;
+use tarn::storage::msgpack::{write_array_len, write_str, write_uint};
 
 /// The shipped example spaces plus the `bench` user the Python tests authenticate as.
 pub const TEST_CONFIG_EXTRA: &str = r#"
@@ -155,4 +157,57 @@ pub fn python() -> Option<PathBuf> {
     }
     let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
     venv.exists().then_some(venv)
+}
+
+/// A raw IPROTO client over a blocking socket.
+pub struct Client {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Client {
+    pub fn connect(server: &Server) -> Client {
+        let mut stream = TcpStream::connect(server.addr).expect("connect");
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut greeting = [0u8; 128];
+        stream.read_exact(&mut greeting).expect("greeting");
+        assert!(greeting.starts_with(b"Tarantool 2.11.1 (Binary) "));
+        Client {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    pub fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).expect("write");
+    }
+
+    /// Reads one reply packet (status, sync, raw packet bytes); `None` on close.
+    pub fn read_packet(&mut self) -> Option<Vec<u8>> {
+        loop {
+            if let Ok(Some((packet, used))) = split_server_frame(&self.buf) {
+                let packet = packet.to_vec();
+                self.buf.drain(..used);
+                return Some(packet);
+            }
+            let mut chunk = [0u8; 65536];
+            let read = self.stream.read(&mut chunk).ok()?;
+            if read == 0 {
+                return None;
+            }
+            self.buf.extend_from_slice(&chunk[..read]);
+        }
+    }
+}
+
+/// A tuple of the shipped `kv` space: `[id, id % 3000, value]`.
+pub fn kv_tuple(id: u64, value: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_array_len(&mut out, 3);
+    write_uint(&mut out, id);
+    write_uint(&mut out, id % 3000);
+    write_str(&mut out, value.as_bytes());
+    out
 }

@@ -1,0 +1,596 @@
+//! One client's request path, without sockets: the session state (user, greeting salt) and
+//! the dispatch of each request to where it runs — here, the owner core, or every core with
+//! a merge. [`Connection`](crate::server::connection::Connection) feeds it packets from a
+//! socket; a benchmark can feed it packets directly (see [`crate::server::start_cores`]).
+//!
+//! Replies keep request order. A point request owned by this core is executed at once and
+//! its reply written straight into `out`; one owned by another core is queued in this tick's
+//! batch for that core, and its place in `out` remembered: [`Session::finish`] waits for all
+//! of them at once and splices each reply into its place. A request that must see every
+//! earlier reply first (a fan-out select) finishes the queued ones before it starts.
+//!
+//! On the local path nothing allocates: decoding borrows from the packet, keys are encoded
+//! on the stack, the reply is written in place. Only error replies format their messages.
+
+use crate::protocol::reply::{self, DataReply, ErrorEntry};
+use crate::protocol::request::{Request, Select};
+use crate::protocol::{decode_packet, ErrorCode, PacketError, ProtocolError};
+use crate::server::batch::Kind;
+use crate::server::core::Core;
+use crate::server::inbox::Inbox;
+use crate::server::schema::{self, SpacePlacement, SCHEMA_VERSION};
+use crate::server::session::{Access, AuthError};
+use crate::storage::key::SearchKeyBuf;
+use crate::storage::msgpack::{self, write_str, write_uint};
+use crate::storage::IteratorType;
+use crate::wal::Commit;
+use std::rc::Rc;
+
+/// A local write whose reply, already in `out` at `start..end`, waits for its WAL commit.
+struct Unacknowledged {
+    commit: Commit,
+    start: usize,
+    end: usize,
+    sync: u64,
+}
+
+/// A reply that another core will send: it goes into `out` at `at`.
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    at: usize,
+    slot: u32,
+}
+
+pub struct Session {
+    core: Rc<Core>,
+    salt: [u8; 32],
+    user_id: usize,
+    inbox: Rc<Inbox>,
+    /// In request order, so `at` never decreases.
+    pending: Vec<Pending>,
+    /// Local writes not yet durable, in request order; [`Session::finish`] waits for them
+    /// together, so a pipeline of writes shares one WAL write (and fsync).
+    unacknowledged: Vec<Unacknowledged>,
+}
+
+impl Session {
+    /// A guest session with a fresh random salt.
+    pub fn new(core: Rc<Core>) -> Session {
+        Session {
+            core,
+            salt: rand::random(),
+            user_id: 0,
+            inbox: Rc::default(),
+            pending: Vec::new(),
+            unacknowledged: Vec::new(),
+        }
+    }
+
+    pub fn core(&self) -> &Rc<Core> {
+        &self.core
+    }
+
+    /// The 128-byte greeting a client reads first; it carries this session's salt.
+    pub fn greeting(&self) -> [u8; 128] {
+        crate::protocol::greeting::encode_greeting(
+            crate::server::ADVERTISED_VERSION,
+            &self.core.shared.instance_uuid,
+            &self.salt,
+        )
+    }
+
+    /// Handles one IPROTO packet (header + body, without the size prefix) and appends its
+    /// whole reply to `out` (nothing for the requests that have no reply, e.g. WATCH).
+    pub async fn handle_packet(&mut self, packet: &[u8], out: &mut Vec<u8>) {
+        self.submit(packet, out).await;
+        self.finish(out).await;
+    }
+
+    /// Starts one packet: a reply computed here is appended to `out`; a request for another
+    /// core is queued and its reply arrives with [`Session::finish`], which must run before
+    /// `out` is read, cleared or handed to another session. Pipelining many packets through
+    /// `submit` and then one `finish` batches their trips to other cores.
+    pub async fn submit(&mut self, packet: &[u8], out: &mut Vec<u8>) {
+        let (header, request) = match decode_packet(packet) {
+            Ok(decoded) => decoded,
+            Err(PacketError { sync, error }) => {
+                reply::encode_protocol_error(out, sync, SCHEMA_VERSION, &error);
+                return;
+            }
+        };
+        let sync = header.sync;
+        if header.schema_version != 0 && header.schema_version != SCHEMA_VERSION {
+            let error = ProtocolError::WrongSchemaVersion {
+                server_version: SCHEMA_VERSION,
+                request_version: header.schema_version,
+            };
+            reply::encode_protocol_error(out, sync, SCHEMA_VERSION, &error);
+            return;
+        }
+        if header.stream_id != 0 && !matches!(request, Request::Ping) {
+            return unsupported(out, sync, "streams");
+        }
+        match request {
+            Request::Ping => reply::encode_ok(out, sync, SCHEMA_VERSION),
+            Request::Id(_) => reply::encode_id_reply(out, sync, SCHEMA_VERSION, 3, &[], None),
+            Request::Auth(auth) => self.authenticate(&auth, sync, out),
+            Request::Call(call) => self.call(call.function_name, sync, out).await,
+            Request::Eval(_) => unsupported(out, sync, "Lua (EVAL)"),
+            Request::Execute(_) | Request::Prepare(_) => unsupported(out, sync, "SQL"),
+            Request::Begin(_) | Request::Commit | Request::Rollback => {
+                let name = match request {
+                    Request::Begin(_) => "BEGIN",
+                    Request::Commit => "COMMIT",
+                    _ => "ROLLBACK",
+                };
+                reply::encode_protocol_error(
+                    out,
+                    sync,
+                    SCHEMA_VERSION,
+                    &ProtocolError::OutOfStream(name),
+                );
+            }
+            // Watchers are not offered in IPROTO_ID; a WATCH gets no reply by definition.
+            Request::Watch(_) | Request::Unwatch(_) => {}
+            Request::Select(select) => {
+                if self.check_access(Access::Read, select.space_id, sync, out) {
+                    self.select(packet, &select, sync, out).await;
+                }
+            }
+            Request::Insert(_)
+            | Request::Replace(_)
+            | Request::Update(_)
+            | Request::Delete(_)
+            | Request::Upsert(_) => self.write(packet, &request, sync, out),
+        }
+    }
+
+    /// Waits for the replies of every queued request and puts each in its place in `out`.
+    /// Returns at once when nothing is queued.
+    pub async fn finish(&mut self, out: &mut Vec<u8>) {
+        self.wait_for_commits(out).await;
+        if self.pending.is_empty() {
+            return;
+        }
+        self.inbox.wait().await;
+        splice_replies(out, &self.pending, &self.inbox);
+        self.pending.clear();
+        self.inbox.clear();
+    }
+
+    /// Waits until every local write of this round is in the WAL. A write whose row could
+    /// not be written has its reply replaced by an error: it is never acknowledged.
+    async fn wait_for_commits(&mut self, out: &mut Vec<u8>) {
+        let mut failed = Vec::new();
+        for write in self.unacknowledged.drain(..) {
+            if write.commit.await.is_err() {
+                failed.push((write.start, write.end, write.sync));
+            }
+        }
+        // From the back, so earlier places in `out` stay where they are.
+        for (start, end, sync) in failed.into_iter().rev() {
+            let mut error = Vec::new();
+            crate::server::core::wal_failure_reply(&mut error, sync);
+            let grown = error.len() as isize - (end - start) as isize;
+            out.splice(start..end, error);
+            for pending in self.pending.iter_mut().filter(|p| p.at >= end) {
+                pending.at = (pending.at as isize + grown) as usize;
+            }
+        }
+    }
+
+    /// Requests queued for other cores and not yet finished.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    fn authenticate(
+        &mut self,
+        auth: &crate::protocol::request::Auth<'_>,
+        sync: u64,
+        out: &mut Vec<u8>,
+    ) {
+        match self.core.shared.users.authenticate(auth, &self.salt) {
+            Ok(user_id) => {
+                self.user_id = user_id;
+                reply::encode_ok(out, sync, SCHEMA_VERSION);
+            }
+            Err(AuthError::Protocol(error)) => {
+                reply::encode_protocol_error(out, sync, SCHEMA_VERSION, &error)
+            }
+            Err(AuthError::CredentialsMismatch) => reply::encode_error(
+                out,
+                sync,
+                SCHEMA_VERSION,
+                ErrorCode::ER_CREDS_MISMATCH,
+                "User not found or supplied credentials are invalid",
+            ),
+        }
+    }
+
+    fn user_name(&self) -> &str {
+        &self.core.shared.users.get(self.user_id).name
+    }
+
+    /// Checks a grant; on refusal writes Tarantool's 42 reply and returns false. Guest may
+    /// always read the system spaces, as connectors need them to resolve names.
+    fn check_access(&self, access: Access, space_id: u32, sync: u64, out: &mut Vec<u8>) -> bool {
+        let grants = &self.core.shared.users.get(self.user_id).grants;
+        if access.granted(grants) || (access == Access::Read && schema::is_system_space(space_id)) {
+            return true;
+        }
+        let space_name = self
+            .core
+            .shard
+            .borrow()
+            .engine
+            .space(space_id)
+            .map(|space| space.name.to_string())
+            .unwrap_or_else(|_| space_id.to_string());
+        access_denied(out, sync, access, "space", &space_name, self.user_name());
+        false
+    }
+
+    async fn call(&mut self, function_name: &str, sync: u64, out: &mut Vec<u8>) {
+        let grants = &self.core.shared.users.get(self.user_id).grants;
+        if !grants.execute {
+            return access_denied(
+                out,
+                sync,
+                Access::Execute,
+                "function",
+                function_name,
+                self.user_name(),
+            );
+        }
+        match function_name {
+            "box.info" | "box.info.call" => self.box_info(sync, out),
+            "box.snapshot" => {
+                // Writes acknowledged so far are in the snapshot's LSN range.
+                self.finish(out).await;
+                match crate::server::durability::request_snapshot(&self.core.shared).await {
+                    Ok(()) => {
+                        let mark = reply::begin_data_reply(out, sync, SCHEMA_VERSION, 1);
+                        write_str(out, b"ok");
+                        reply::finish_packet(out, mark);
+                    }
+                    Err(reason) => reply::encode_error(
+                        out,
+                        sync,
+                        SCHEMA_VERSION,
+                        ErrorCode::ER_WAL_IO,
+                        &format!("Failed to write to disk: snapshot: {reason}"),
+                    ),
+                }
+            }
+            _ => reply::encode_error(
+                out,
+                sync,
+                SCHEMA_VERSION,
+                ErrorCode::ER_NO_SUCH_PROC,
+                &format!("Procedure '{function_name}' is not defined"),
+            ),
+        }
+    }
+
+    /// `box.info` as connection pools read it: `ro` false, `status` "running".
+    fn box_info(&self, sync: u64, out: &mut Vec<u8>) {
+        let mark = reply::begin_data_reply(out, sync, SCHEMA_VERSION, 1);
+        out.push(0x87);
+        write_str(out, b"id");
+        write_uint(out, 1);
+        write_str(out, b"uuid");
+        write_str(out, self.core.shared.instance_uuid.to_string().as_bytes());
+        write_str(out, b"ro");
+        out.push(0xc2);
+        write_str(out, b"status");
+        write_str(out, b"running");
+        write_str(out, b"version");
+        write_str(out, crate::server::ADVERTISED_VERSION.as_bytes());
+        write_str(out, b"pid");
+        write_uint(out, std::process::id() as u64);
+        write_str(out, b"lsn");
+        write_uint(out, 0);
+        reply::finish_packet(out, mark);
+    }
+
+    fn write(&mut self, packet: &[u8], request: &Request<'_>, sync: u64, out: &mut Vec<u8>) {
+        let (space_id, index_id, key, tuple) = match request {
+            Request::Insert(r) | Request::Replace(r) => (r.space_id, 0, None, Some(r.tuple)),
+            Request::Upsert(r) => (r.space_id, 0, None, Some(r.tuple)),
+            Request::Update(r) => (r.space_id, r.index_id, Some(r.key), None),
+            Request::Delete(r) => (r.space_id, r.index_id, Some(r.key), None),
+            _ => return,
+        };
+        if !self.check_access(Access::Write, space_id, sync, out) {
+            return;
+        }
+        if schema::is_system_space(space_id) {
+            if schema::is_view(space_id) {
+                let name = if space_id == schema::SPACE_ID_VSPACE {
+                    "_vspace"
+                } else {
+                    "_vindex"
+                };
+                return reply::encode_error(
+                    out,
+                    sync,
+                    SCHEMA_VERSION,
+                    ErrorCode::ER_VIEW_IS_RO,
+                    &format!("View '{name}' is read-only"),
+                );
+            }
+            return unsupported(
+                out,
+                sync,
+                "schema changes over IPROTO (edit the config file)",
+            );
+        }
+        let owner = match schema::placement_of(&self.core.shared.config, space_id) {
+            SpacePlacement::Shard0 => 0,
+            _ if index_id != 0 => self.core.id(),
+            _ => self
+                .owner_of(space_id, key, tuple)
+                .unwrap_or(self.core.id()),
+        };
+        self.run_on(owner, packet, request, sync, out);
+    }
+
+    /// The core that owns the primary key given as a search key or inside a tuple; `None`
+    /// when the key does not parse (then the local shard reports the error).
+    fn owner_of(&self, space_id: u32, key: Option<&[u8]>, tuple: Option<&[u8]>) -> Option<usize> {
+        if self.core.shard_count == 1 {
+            return Some(0);
+        }
+        let shard = self.core.shard.borrow();
+        let space = shard.engine.space(space_id).ok()?;
+        let key_def = &space.indexes()[0].def.key_def;
+        let mut encoded = SearchKeyBuf::new();
+        match (key, tuple) {
+            (Some(key), _) => {
+                let parts = key_def.encode_search_key(key, &mut encoded).ok()?;
+                if parts != key_def.part_count() {
+                    return None;
+                }
+            }
+            (None, Some(tuple)) => key_def.encode_from_tuple_data(tuple, &mut encoded).ok()?,
+            (None, None) => return None,
+        }
+        Some(crate::server::shard_of_key(&encoded, self.core.shard_count))
+    }
+
+    /// Executes here, or queues for `owner` with the reply's place remembered.
+    fn run_on(
+        &mut self,
+        owner: usize,
+        packet: &[u8],
+        request: &Request<'_>,
+        sync: u64,
+        out: &mut Vec<u8>,
+    ) {
+        if owner == self.core.id() {
+            let start = out.len();
+            let commit = {
+                let mut shard = self.core.shard.borrow_mut();
+                shard.execute(sync, SCHEMA_VERSION, request, out);
+                shard.take_commit()
+            };
+            if let Some(commit) = commit {
+                self.unacknowledged.push(Unacknowledged {
+                    commit,
+                    start,
+                    end: out.len(),
+                    sync,
+                });
+            }
+            return;
+        }
+        let slot = self
+            .core
+            .queue(owner, Kind::Execute, 0, packet, &self.inbox);
+        self.pending.push(Pending {
+            at: out.len(),
+            slot,
+        });
+    }
+
+    async fn select(&mut self, packet: &[u8], select: &Select<'_>, sync: u64, out: &mut Vec<u8>) {
+        let placement = schema::placement_of(&self.core.shared.config, select.space_id);
+        let is_point = select.index_id == 0 && select.iterator == IteratorType::Eq as u32;
+        let target = match placement {
+            SpacePlacement::Everywhere => Some(self.core.id()),
+            SpacePlacement::Shard0 => Some(0),
+            SpacePlacement::ByPrimaryKey if self.core.shard_count == 1 => Some(0),
+            SpacePlacement::ByPrimaryKey if is_point => {
+                self.owner_of(select.space_id, Some(select.key), None)
+            }
+            SpacePlacement::ByPrimaryKey => None,
+        };
+        match target {
+            Some(owner) => self.run_on(owner, packet, &Request::Select(*select), sync, out),
+            None => self.fan_out_select(packet, select, sync, out).await,
+        }
+    }
+
+    /// Runs the scan on every core (each returns at most offset + limit entries in index
+    /// order), merges by encoded key, then applies offset and limit. Earlier queued requests
+    /// finish first, so the scan sees their writes and the reply keeps its place.
+    async fn fan_out_select(
+        &mut self,
+        packet: &[u8],
+        select: &Select<'_>,
+        sync: u64,
+        out: &mut Vec<u8>,
+    ) {
+        self.finish(out).await;
+        if let Err(error) = self.core.shard.borrow().check_scan(select) {
+            return crate::shard::errors::encode_storage_error(out, sync, SCHEMA_VERSION, &error);
+        }
+        let wanted = select.offset.saturating_add(select.limit);
+        let me = self.core.id();
+        for peer in (0..self.core.shard_count).filter(|&peer| peer != me) {
+            // Slots are 0.. in peer order: the inbox was empty after `finish`.
+            self.core
+                .queue(peer, Kind::Scan, wanted, packet, &self.inbox);
+        }
+        self.inbox.wait().await;
+        {
+            let shard = self.core.shard.borrow();
+            let replies = self.inbox.replies();
+            let arena = &shard.arena;
+            let mut local = bumpalo::collections::Vec::new_in(arena);
+            let scanned = shard.scan(select, wanted as usize, &mut local);
+            debug_assert!(scanned.is_ok(), "checked above");
+            let mut streams =
+                bumpalo::collections::Vec::with_capacity_in(self.core.shard_count, arena);
+            streams.push(ScanEntries::new(&local));
+            for slot in 0..(self.core.shard_count - 1) as u32 {
+                streams.push(ScanEntries::new(replies.get(slot)));
+            }
+            merge(select, &mut streams, sync, out);
+        }
+        self.inbox.clear();
+        self.core.shard.borrow_mut().arena.reset();
+    }
+}
+
+/// Writes the merged reply: entries in index order (descending for LT/LE/REQ iterators),
+/// `offset` skipped, at most `limit` written.
+fn merge(select: &Select<'_>, streams: &mut [ScanEntries<'_>], sync: u64, out: &mut Vec<u8>) {
+    let descending =
+        IteratorType::from_code(select.iterator).is_ok_and(IteratorType::is_descending);
+    let mut data = DataReply::begin(out, sync, SCHEMA_VERSION);
+    let mut skipped = 0u32;
+    while data.count() < select.limit {
+        let best = streams
+            .iter()
+            .enumerate()
+            .filter_map(|(at, stream)| stream.peek().map(|(key, _)| (at, key)))
+            .reduce(|a, b| {
+                if (b.1 < a.1) != descending && b.1 != a.1 {
+                    b
+                } else {
+                    a
+                }
+            });
+        let Some((at, _)) = best else { break };
+        let Some((_, tuple)) = streams[at].next() else {
+            break;
+        };
+        if skipped < select.offset {
+            skipped += 1;
+            continue;
+        }
+        data.push_raw(out, tuple);
+    }
+    data.finish(out);
+}
+
+/// Moves the bytes of `out` apart so that each pending reply lands at its `at`, in one pass
+/// from the end (no second buffer): segment `i` (from `at[i]` to `at[i+1]`) moves right by
+/// the total length of replies `0..=i`.
+fn splice_replies(out: &mut Vec<u8>, pending: &[Pending], inbox: &Inbox) {
+    let replies = inbox.replies();
+    let added: usize = pending.iter().map(|p| replies.get(p.slot).len()).sum();
+    let old_len = out.len();
+    out.resize(old_len + added, 0);
+    let mut shift = added;
+    let mut segment_end = old_len;
+    for pending in pending.iter().rev() {
+        assert!(pending.at <= segment_end, "pending replies out of order");
+        out.copy_within(pending.at..segment_end, pending.at + shift);
+        let reply = replies.get(pending.slot);
+        shift -= reply.len();
+        out[pending.at + shift..pending.at + shift + reply.len()].copy_from_slice(reply);
+        segment_end = pending.at;
+    }
+    assert_eq!(shift, 0);
+}
+
+/// Reads `[key length u32 LE][key][tuple]` entries written by `Shard::scan`.
+struct ScanEntries<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> ScanEntries<'a> {
+    fn new(bytes: &'a [u8]) -> ScanEntries<'a> {
+        ScanEntries { rest: bytes }
+    }
+
+    fn peek(&self) -> Option<(&'a [u8], &'a [u8])> {
+        let mut probe = ScanEntries { rest: self.rest };
+        probe.next()
+    }
+}
+
+impl<'a> Iterator for ScanEntries<'a> {
+    type Item = (&'a [u8], &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let len_bytes = self.rest.get(..4)?;
+        let key_len =
+            u32::from_le_bytes([len_bytes[0], len_bytes[1], len_bytes[2], len_bytes[3]]) as usize;
+        let key = self.rest.get(4..4 + key_len)?;
+        let mut cursor = &self.rest[4 + key_len..];
+        let tuple = msgpack::take_value(&mut cursor).ok()?;
+        self.rest = cursor;
+        Some((key, tuple))
+    }
+}
+
+fn unsupported(out: &mut Vec<u8>, sync: u64, what: &str) {
+    reply::encode_error(
+        out,
+        sync,
+        SCHEMA_VERSION,
+        ErrorCode::ER_UNSUPPORTED,
+        &format!("tarn does not support {what}"),
+    );
+}
+
+fn access_denied(
+    out: &mut Vec<u8>,
+    sync: u64,
+    access: Access,
+    object_type: &str,
+    object_name: &str,
+    user: &str,
+) {
+    let message = format!(
+        "{} access to {object_type} '{object_name}' is denied for user '{user}'",
+        access.name()
+    );
+    let mut fields = Vec::new();
+    fields.push(0x83);
+    write_str(&mut fields, b"object_type");
+    write_str(&mut fields, object_type.as_bytes());
+    write_str(&mut fields, b"object_name");
+    write_str(&mut fields, object_name.as_bytes());
+    write_str(&mut fields, b"access_type");
+    write_str(&mut fields, access.name().as_bytes());
+    let entry = ErrorEntry {
+        fields: Some(&fields),
+        ..ErrorEntry::new(ErrorCode::ER_ACCESS_DENIED, &message)
+    };
+    reply::encode_error_stack(out, sync, SCHEMA_VERSION, &[entry]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_are_spliced_into_their_places() {
+        let inbox = Inbox::default();
+        let mut pending = Vec::new();
+        // out: "A" [r0] "BC" [r1] [r2] "D" [r3]
+        let mut out = b"ABCD".to_vec();
+        for (at, reply) in [(1, "x"), (3, "yy"), (3, ""), (4, "zzz")] {
+            let slot = inbox.reserve();
+            pending.push(Pending { at, slot });
+            inbox.deliver(slot, reply.as_bytes());
+        }
+        splice_replies(&mut out, &pending, &inbox);
+        assert_eq!(std::str::from_utf8(&out).unwrap(), "AxBCyyDzzz");
+    }
+}
