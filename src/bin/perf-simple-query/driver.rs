@@ -14,7 +14,7 @@
 //! in this process, `inprocess.rs`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use crate::cli::{Config, Mode};
 use crate::histogram::Histogram;
@@ -97,6 +97,8 @@ pub struct Progress {
     done: AtomicUsize,
     measuring: AtomicBool,
     stop: AtomicBool,
+    /// Set (and notified) when measuring starts or the run stops, for blocked workers.
+    released: (Mutex<bool>, Condvar),
     stop_on_error: bool,
     /// Whether workers count glommio tasks (else tasks/op is n/a).
     counts_tasks: bool,
@@ -154,6 +156,25 @@ impl Progress {
 
     pub fn start_measuring(&self) {
         self.measuring.store(true, Ordering::Release);
+        self.release_workers();
+    }
+
+    fn release_workers(&self) {
+        let (released, condvar) = &self.released;
+        *released.lock().unwrap() = true;
+        condvar.notify_all();
+    }
+
+    /// Blocks the calling thread until measuring starts or the run stops. A worker whose
+    /// executor has nothing else to do blocks here rather than polling a timer, so the work
+    /// done while waiting does not depend on how long the wait is (`insns-per-op.sh`
+    /// subtracts two runs and relies on that).
+    pub fn block_until_released(&self) {
+        let (released, condvar) = &self.released;
+        let mut guard = released.lock().unwrap();
+        while !*guard {
+            guard = condvar.wait(guard).unwrap();
+        }
     }
 
     pub fn is_measuring(&self) -> bool {
@@ -162,6 +183,7 @@ impl Progress {
 
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Release);
+        self.release_workers();
     }
 
     pub fn should_stop(&self) -> bool {

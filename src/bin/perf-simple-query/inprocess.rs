@@ -42,7 +42,7 @@ use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use tarn::protocol::client::{decode_reply, split_server_frame};
 use tarn::protocol::frame::split_frame;
@@ -58,7 +58,6 @@ use crate::driver::{Driver, DriverError, MeshReport, Outcome, Progress, Scope};
 use crate::histogram::Histogram;
 use crate::workload::{encode_operation, KeyGenerator, KV_SPACE_ID};
 
-const MEASURE_POLL: Duration = Duration::from_millis(1);
 /// Requests per round while populating, whatever --concurrency says.
 const POPULATE_ROUND: usize = 256;
 
@@ -326,14 +325,14 @@ async fn core_main(
     let draws = KeyGenerator::new(plan.seed, id as u64, packets.len() as u64, false);
 
     progress.worker_ready();
-    while !progress.is_measuring() {
-        if progress.should_stop() {
-            return Ok(CoreOutcome {
-                latency_ns: Histogram::default(),
-                mesh: MeshStats::default(),
-            });
-        }
-        glommio::timer::sleep(MEASURE_POLL).await;
+    // Nothing runs on any core until measuring starts (populating is local), so the
+    // executor may block: see `Progress::block_until_released`.
+    progress.block_until_released();
+    if !progress.is_measuring() {
+        return Ok(CoreOutcome {
+            latency_ns: Histogram::default(),
+            mesh: MeshStats::default(),
+        });
     }
     let mut load = Load {
         session,
