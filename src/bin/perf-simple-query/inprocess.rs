@@ -29,6 +29,9 @@
 //! (N - 1)/N of requests hop to another core. `--query-single-key` uses key 0, or with
 //! `--shard-aware true` each core's smallest owned key.
 //!
+//! Latency: every operation of a round is recorded with the round's time, from its first
+//! `submit` to the end of its `finish`.
+//!
 //! Counters: operations and errors are counted per round; tasks are glommio's
 //! `executor_stats().tasks_executed()` (every task run on the core: this one, the mesh
 //! receive loops, the flusher, WAL waits), read once per round. Each core also reports how
