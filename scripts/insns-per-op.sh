@@ -1,24 +1,27 @@
 #!/usr/bin/env bash
 # Instructions per operation, counted by callgrind (exact, needs no hardware counters):
-# runs `perf-simple-query --smp 1 --operations-per-shard N` at two values of N under
+# runs `perf-simple-query --smp 1 --operations-per-shard N` (in-process: tarn's shard, its
+# request path and the load generator in one process) at two values of N under
 # `valgrind --tool=callgrind` and prints, for get, replace and update,
 #     insns/op: (Ir(N2) - Ir(N1)) / (N2 - N1)
-# Start-up, population and shutdown are the same in both runs and cancel out.
+# Start-up, population and shutdown are the same in both runs and cancel out. The load
+# generator's own share per operation (drawing a key, handing over a pre-encoded packet,
+# checking the reply) is about 100 instructions; the rest is tarn's request path.
 #
-# Needs the in-process mode of perf-simple-query (issue 4, built after --connect). Until that
-# mode exists this script stops with the tool's own message.
+# With TOP=K it also prints, per operation, the K functions whose own (exclusive)
+# instructions grew most between the two runs: where the instructions go.
 #
 # With CONNECT=HOST:PORT it measures the --connect client instead (a server must be running
-# there); that counts only the load generator's instructions, which is how the script itself
-# is checked before the in-process mode exists.
+# there); that counts only the load generator's instructions.
 #
 # Usage: scripts/insns-per-op.sh
 # Env: N1 (default 2000), N2 (default 12000), PARTITIONS (default 10000), CONCURRENCY
-#      (default 100), CONNECT (see above), KEEP_DIR (keep callgrind outputs)
+#      (default 100), TOP (see above), CONNECT (see above), KEEP_DIR (keep callgrind outputs)
 #
-# Noise: the sampler thread polls every 10 ms and is counted too; the second run lasts
-# longer, so a few hundred thousand instructions of polling land in the difference. With the
-# defaults that is tens of insns/op at most; raise N2 - N1 to shrink it.
+# Noise: waiting is kept out of the count (a shard blocks until measuring starts instead of
+# polling a timer), so repeated runs agree within a few thousand instructions: < 1 insn/op
+# with the defaults. The sampler thread still wakes every 10 ms; under callgrind a run of
+# 12000 operations lasts well under a second, so that is a few insns/op at most.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -28,6 +31,7 @@ n2=${N2:-12000}
 partitions=${PARTITIONS:-10000}
 concurrency=${CONCURRENCY:-100}
 connect=${CONNECT:-}
+top=${TOP:-0}
 
 if (( n2 <= n1 )); then
     echo "N2 ($n2) must be larger than N1 ($n1)" >&2
@@ -49,7 +53,7 @@ else
     mode_args+=(--concurrency "$concurrency")
 fi
 
-# Fail early and clearly when the mode cannot run at all (e.g. in-process not built yet).
+# Fail early and clearly when the mode cannot run at all.
 if ! probe=$("$bin" "${mode_args[@]}" --operations-per-shard 1 2>&1); then
     echo "perf-simple-query cannot run in this mode yet:" >&2
     echo "$probe" | tail -n 3 >&2
@@ -75,6 +79,27 @@ instructions() {
     awk '/^(summary|totals):/ { print $2; exit }' "$out"
 }
 
+# Exclusive instructions per function of one callgrind output: "count<TAB>function".
+by_function() {
+    callgrind_annotate --auto=no --threshold=100 "$1" 2>/dev/null | awk '
+        /^ *[0-9][0-9,]* +\([ 0-9.]+%\) +[^ ]/ && !/PROGRAM TOTALS/ {
+            count = $1; gsub(",", "", count)
+            name = $0; sub(/^ *[0-9,]+ +\([ 0-9.]+%\) +/, "", name)
+            sub(/ \[[^]]*\]$/, "", name); sub(/^[^:]*:/, "", name)
+            total[name] += count
+        }
+        END { for (name in total) printf "%d\t%s\n", total[name], name }'
+}
+
+# The `top` functions whose exclusive instructions grew most from run 1 to run 2, per op.
+top_functions() {
+    local first=$1 second=$2 ops=$3
+    awk -F '\t' -v ops="$ops" '
+        NR == FNR { before[$2] = $1; next }
+        { printf "%10.1f  %s\n", ($1 - before[$2]) / ops, $2 }' \
+        <(by_function "$first") <(by_function "$second") | sort -rn | awk -v top="$top" 'NR <= top'
+}
+
 for load in "get:" "replace:--write" "update:--update"; do
     name=${load%%:*}
     flag=${load#*:}
@@ -84,4 +109,7 @@ for load in "get:" "replace:--write" "update:--update"; do
     ir2=$(instructions "$work/$name-$n2.out" "${mode_args[@]}" --operations-per-shard "$n2" $flag)
     per_op=$(( (ir2 - ir1) / (n2 - n1) ))
     echo "$name insns/op: $per_op   (Ir $ir1 at N=$n1, $ir2 at N=$n2)"
+    if (( top > 0 )); then
+        top_functions "$work/$name-$n1.out" "$work/$name-$n2.out" $(( n2 - n1 ))
+    fi
 done

@@ -9,9 +9,10 @@ use clap::{Parser, ValueEnum};
 /// A load generator for tarn modelled on ScyllaDB's perf-simple-query.
 ///
 /// Prints one line per second (tps, allocs/op, tasks/op, insns/op, cycles/op, cpu-ns/op,
-/// errors) and summary statistics at the end. Without `--connect` it is meant to drive tarn's
-/// storage and shards in-process (not built yet); with `--connect HOST:PORT` it drives any
-/// IPROTO server over TCP (tarn or Tarantool) using space 512 `kv`.
+/// errors) and summary statistics at the end. Without `--connect` it runs tarn's shards
+/// in-process (one pinned executor per --smp shard, --concurrency requests pipelined through
+/// one session per shard); with `--connect HOST:PORT` it drives any IPROTO server over TCP
+/// (tarn or Tarantool). Both use space 512 `kv`.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "perf-simple-query", version)]
 pub struct Args {
@@ -227,7 +228,24 @@ impl Args {
         }
         let mut notes = Vec::new();
         let mode = match &self.connect {
-            None => Mode::InProcess,
+            None => {
+                if self.concurrency == 0 {
+                    return Err("--concurrency must be at least 1".into());
+                }
+                let client_only = self.no_populate
+                    || self.user.is_some()
+                    || self.conns != 1
+                    || self.pipeline != 1;
+                if client_only {
+                    notes.push(
+                        "--conns, --pipeline, --no-populate and --user have no effect \
+                         in-process: keys are always populated and --concurrency sets the \
+                         requests in flight"
+                            .into(),
+                    );
+                }
+                Mode::InProcess
+            }
             Some(text) => {
                 let addr = resolve_addr(text)?;
                 if self.conns == 0 || self.pipeline == 0 {
@@ -346,5 +364,12 @@ mod tests {
     fn fixed_operation_count_replaces_duration() {
         let config = parse(&["--operations-per-shard", "1000"]).unwrap();
         assert_eq!(config.budget, Budget::OperationsPerShard(1000));
+    }
+
+    #[test]
+    fn in_process_needs_something_in_flight() {
+        assert!(parse(&["--concurrency", "0"]).is_err());
+        assert!(parse(&["--concurrency", "0", "--connect", "127.0.0.1:1"]).is_ok());
+        assert!(parse(&["--pipeline", "8"]).unwrap().notes.len() == 1);
     }
 }

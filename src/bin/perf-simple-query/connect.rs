@@ -120,6 +120,7 @@ impl Driver for Connect {
         let mut outcome = Outcome {
             latency_ns: Some(Histogram::default()),
             populated_keys: if plan.populate { plan.partitions } else { 0 },
+            mesh: None,
         };
         let mut first_error = None;
         for handle in handles {
@@ -551,7 +552,7 @@ impl Connection {
     }
 }
 
-fn describe(reply: &Reply<'_>) -> String {
+pub(crate) fn describe(reply: &Reply<'_>) -> String {
     let code = reply.error_code().map_or(0, |c| c.0);
     let message = reply.error_message().unwrap_or("(no message)");
     format!("error {code}: {message}")

@@ -10,10 +10,11 @@
 //! 3. Workers count operations until [`Progress::should_stop`] or their own budget ends, then
 //!    [`Progress::worker_done`].
 //!
-//! Two drivers: `--connect` (a network client, `connect.rs`) and in-process (not built yet).
+//! Two drivers: `--connect` (a network client, `connect.rs`) and in-process (tarn's shards
+//! in this process, `inprocess.rs`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use crate::cli::{Config, Mode};
 use crate::histogram::Histogram;
@@ -25,7 +26,6 @@ pub enum Scope {
     /// Counters and allocations belong to the load generator only (server elsewhere).
     Client,
     /// Counters and allocations include the server's work (in-process).
-    #[expect(dead_code, reason = "the in-process driver uses it; it is next")]
     Process,
 }
 
@@ -40,8 +40,6 @@ impl Scope {
 
 #[derive(Debug, thiserror::Error)]
 pub enum DriverError {
-    #[error("in-process mode not built yet; use --connect HOST:PORT to drive a running server")]
-    InProcessNotBuilt,
     #[error("{0}")]
     Setup(String),
     #[error("{0}")]
@@ -55,6 +53,15 @@ pub struct Outcome {
     pub latency_ns: Option<Histogram>,
     /// Operations completed before measuring started (population), for the report.
     pub populated_keys: u64,
+    /// Cross-core traffic during the measurement, summed over shards (in-process only).
+    pub mesh: Option<MeshReport>,
+}
+
+/// Cross-core traffic summed over shards, and the operations run in the same window.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MeshReport {
+    pub stats: tarn::server::core::MeshStats,
+    pub operations: u64,
 }
 
 pub trait Driver: Send {
@@ -65,13 +72,11 @@ pub trait Driver: Send {
     fn run(self: Box<Self>, progress: Arc<Progress>) -> Result<Outcome, DriverError>;
 }
 
-/// The driver for the chosen mode. The in-process driver (tarn's shards and storage in this
-/// process, `--smp` shards, `--concurrency` operations in flight each, `--wal`,
-/// `--shard-aware`) plugs in here next; until then asking for it is an error.
-pub fn driver_for(config: &Config) -> Result<Box<dyn Driver>, DriverError> {
+/// The driver for the chosen mode.
+pub fn driver_for(config: &Config) -> Box<dyn Driver> {
     match &config.mode {
-        Mode::InProcess => Err(DriverError::InProcessNotBuilt),
-        Mode::Connect { addr } => Ok(Box::new(crate::connect::Connect::new(config, *addr))),
+        Mode::InProcess => Box::new(crate::inprocess::InProcess::new(config)),
+        Mode::Connect { addr } => Box::new(crate::connect::Connect::new(config, *addr)),
     }
 }
 
@@ -81,6 +86,8 @@ pub fn driver_for(config: &Config) -> Result<Box<dyn Driver>, DriverError> {
 pub struct WorkerProgress {
     pub operations: AtomicU64,
     pub errors: AtomicU64,
+    /// Glommio task runs on this worker's executor (in-process only).
+    pub tasks: AtomicU64,
 }
 
 #[derive(Default)]
@@ -90,7 +97,11 @@ pub struct Progress {
     done: AtomicUsize,
     measuring: AtomicBool,
     stop: AtomicBool,
+    /// Set (and notified) when measuring starts or the run stops, for blocked workers.
+    released: (Mutex<bool>, Condvar),
     stop_on_error: bool,
+    /// Whether workers count glommio tasks (else tasks/op is n/a).
+    counts_tasks: bool,
     has_error: AtomicBool,
     counters: Mutex<Vec<ThreadCounters>>,
     availability: Mutex<Option<Availability>>,
@@ -98,10 +109,11 @@ pub struct Progress {
 }
 
 impl Progress {
-    pub fn new(workers: usize, stop_on_error: bool) -> Progress {
+    pub fn new(workers: usize, stop_on_error: bool, counts_tasks: bool) -> Progress {
         Progress {
             workers: (0..workers).map(|_| WorkerProgress::default()).collect(),
             stop_on_error,
+            counts_tasks,
             ..Progress::default()
         }
     }
@@ -144,6 +156,25 @@ impl Progress {
 
     pub fn start_measuring(&self) {
         self.measuring.store(true, Ordering::Release);
+        self.release_workers();
+    }
+
+    fn release_workers(&self) {
+        let (released, condvar) = &self.released;
+        *released.lock().unwrap() = true;
+        condvar.notify_all();
+    }
+
+    /// Blocks the calling thread until measuring starts or the run stops. A worker whose
+    /// executor has nothing else to do blocks here rather than polling a timer, so the work
+    /// done while waiting does not depend on how long the wait is (`insns-per-op.sh`
+    /// subtracts two runs and relies on that).
+    pub fn block_until_released(&self) {
+        let (released, condvar) = &self.released;
+        let mut guard = released.lock().unwrap();
+        while !*guard {
+            guard = condvar.wait(guard).unwrap();
+        }
     }
 
     pub fn is_measuring(&self) -> bool {
@@ -152,6 +183,7 @@ impl Progress {
 
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Release);
+        self.release_workers();
     }
 
     pub fn should_stop(&self) -> bool {
@@ -176,13 +208,15 @@ impl Progress {
         self.first_error.lock().unwrap().clone()
     }
 
-    /// Totals over all workers: (operations, errors).
-    pub fn totals(&self) -> (u64, u64) {
-        self.workers.iter().fold((0, 0), |(ops, errors), w| {
+    /// Totals over all workers: (operations, errors, tasks if counted).
+    pub fn totals(&self) -> (u64, u64, Option<u64>) {
+        let (operations, errors, tasks) = self.workers.iter().fold((0, 0, 0), |(o, e, t), w| {
             (
-                ops + w.operations.load(Ordering::Relaxed),
-                errors + w.errors.load(Ordering::Relaxed),
+                o + w.operations.load(Ordering::Relaxed),
+                e + w.errors.load(Ordering::Relaxed),
+                t + w.tasks.load(Ordering::Relaxed),
             )
-        })
+        });
+        (operations, errors, self.counts_tasks.then_some(tasks))
     }
 }

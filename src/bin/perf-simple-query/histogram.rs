@@ -50,8 +50,17 @@ fn bucket_high(bucket: usize) -> u64 {
 
 impl Histogram {
     pub fn record(&mut self, value: u64) {
-        self.counts[bucket_of(value)] += 1;
-        self.total += 1;
+        self.record_many(value, 1);
+    }
+
+    /// Records `count` observations of `value` (a round of `count` requests that all took
+    /// the round's time).
+    pub fn record_many(&mut self, value: u64, count: u64) {
+        if count == 0 {
+            return;
+        }
+        self.counts[bucket_of(value)] += count;
+        self.total += count;
         self.max = self.max.max(value);
     }
 

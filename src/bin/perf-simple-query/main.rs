@@ -4,6 +4,7 @@
 //! | --- | --- |
 //! | [`cli`] | options, defaults, contradictions |
 //! | [`driver`] | the seam: a [`driver::Driver`] generates operations, [`driver::Progress`] is what the sampler reads |
+//! | [`inprocess`] | the default: tarn's shards in this process, fed through `Session` |
 //! | [`connect`] | `--connect`: IPROTO over TCP against any server |
 //! | [`workload`] | keys and request encoding, shared by every driver |
 //! | [`sampler`] | the per-second samples |
@@ -19,6 +20,7 @@ mod cli;
 mod connect;
 mod driver;
 mod histogram;
+mod inprocess;
 mod json;
 mod perf_counters;
 mod report;
@@ -33,7 +35,7 @@ use clap::Parser;
 
 use crate::cli::{Args, Config, Mode};
 use crate::driver::{driver_for, Progress, Scope};
-use crate::report::{latency_line, result_json, summary_table, RunFacts};
+use crate::report::{latency_line, mesh_line, result_json, summary_table, RunFacts};
 
 #[global_allocator]
 static ALLOCATOR: alloc_counter::CountingAllocator = alloc_counter::CountingAllocator;
@@ -62,9 +64,14 @@ fn run(config: &Config) -> Result<ExitCode, String> {
     if let (Some(rows), Mode::Connect { addr }) = (config.args.load_customers, &config.mode) {
         return load_customers(config, *addr, rows);
     }
-    let driver = driver_for(config).map_err(|e| e.to_string())?;
+    let driver = driver_for(config);
     let scope = driver.scope();
-    let progress = Arc::new(Progress::new(driver.workers(), config.args.stop_on_error));
+    let counts_tasks = scope == Scope::Process;
+    let progress = Arc::new(Progress::new(
+        driver.workers(),
+        config.args.stop_on_error,
+        counts_tasks,
+    ));
     print_header(config);
     let driver_thread = {
         let progress = progress.clone();
@@ -94,6 +101,9 @@ fn run(config: &Config) -> Result<ExitCode, String> {
     let (operations, errors) = samples
         .iter()
         .fold((0, 0), |(o, e), s| (o + s.operations, e + s.errors));
+    if let Some(mesh) = &outcome.mesh {
+        println!("{}", mesh_line(mesh));
+    }
     println!("{operations} operations, {errors} errors");
     let first_error = progress.first_error();
     if let Some(text) = &first_error {
@@ -106,6 +116,7 @@ fn run(config: &Config) -> Result<ExitCode, String> {
             availability: progress.availability(),
             populated_keys: outcome.populated_keys,
             latency_ns: outcome.latency_ns.as_ref(),
+            mesh: outcome.mesh.as_ref(),
             first_error,
         };
         let text = result_json(&samples, &facts).to_pretty_string();
@@ -183,6 +194,17 @@ fn print_counter_notes(progress: &Progress, scope: Scope) {
     }
     if let Some(error) = &availability.task_clock_error {
         println!("task-clock unavailable ({error}): cpu-ns/op is n/a");
+    }
+    if scope == Scope::Process {
+        println!(
+            "arena-allocs/op is n/a: the shard's bumpalo arena keeps no allocation count (only \
+             chunk bytes), is used only by fan-out selects and reset before they return; its \
+             chunks come from the heap, so they are in allocs/op"
+        );
+        println!(
+            "tasks/op counts glommio task runs on the shard executors (executor_stats); \
+             allocs/op counts every thread of this process"
+        );
     }
     if scope == Scope::Client {
         println!(

@@ -4,7 +4,7 @@
 use std::fmt::Write;
 
 use crate::cli::{Budget, Config, Mode};
-use crate::driver::Scope;
+use crate::driver::{MeshReport, Scope};
 use crate::histogram::Histogram;
 use crate::json::Json;
 use crate::perf_counters::{Availability, Readings};
@@ -20,7 +20,9 @@ pub struct Sample {
     pub operations: u64,
     pub errors: u64,
     pub allocations: u64,
-    /// Glommio tasks spawned; `None` until a driver can count them.
+    /// Bump allocations in the shards' arenas: always `None` (bumpalo keeps no count).
+    pub arena_allocations: Option<u64>,
+    /// Glommio task runs on the shard executors; `None` where not counted (--connect).
     pub tasks: Option<u64>,
     pub counters: Readings,
     /// Shorter than a second (the tail of an --operations-per-shard run).
@@ -39,6 +41,10 @@ impl Sample {
 
     pub fn allocs_per_op(&self) -> Option<f64> {
         per_op(Some(self.allocations), self.operations)
+    }
+
+    pub fn arena_allocs_per_op(&self) -> Option<f64> {
+        per_op(self.arena_allocations, self.operations)
     }
 
     pub fn tasks_per_op(&self) -> Option<f64> {
@@ -62,13 +68,14 @@ fn or_na(value: Option<f64>, decimals: usize) -> String {
     value.map_or_else(|| "n/a".to_string(), |v| format!("{v:.decimals$}"))
 }
 
-/// `252127.60 tps (66.1 allocs/op, n/a tasks/op, 37128 insns/op, 18147 cycles/op, 5123 cpu-ns/op, 0 errors)`
+/// `252127.60 tps (66.1 allocs/op, n/a arena-allocs/op, 0.04 tasks/op, 37128 insns/op, 18147 cycles/op, 5123 cpu-ns/op, 0 errors)`
 pub fn sample_line(sample: &Sample) -> String {
     format!(
-        "{:.2} tps ({} allocs/op, {} tasks/op, {} insns/op, {} cycles/op, {} cpu-ns/op, {} errors){}",
+        "{:.2} tps ({} allocs/op, {} arena-allocs/op, {} tasks/op, {} insns/op, {} cycles/op, {} cpu-ns/op, {} errors){}",
         sample.tps(),
         or_na(sample.allocs_per_op(), 1),
-        or_na(sample.tasks_per_op(), 1),
+        or_na(sample.arena_allocs_per_op(), 1),
+        or_na(sample.tasks_per_op(), 3),
         or_na(sample.insns_per_op(), 0),
         or_na(sample.cycles_per_op(), 0),
         or_na(sample.cpu_ns_per_op(), 0),
@@ -81,9 +88,14 @@ pub fn sample_line(sample: &Sample) -> String {
 type Metric = fn(&Sample) -> Option<f64>;
 
 /// The metrics summarised: printed label, JSON key, how each is read from a sample.
-pub const METRICS: [(&str, &str, Metric); 6] = [
+pub const METRICS: [(&str, &str, Metric); 7] = [
     ("tps", "tps", |s| Some(s.tps())),
     ("allocs/op", "allocs_per_op", Sample::allocs_per_op),
+    (
+        "arena-allocs/op",
+        "arena_allocs_per_op",
+        Sample::arena_allocs_per_op,
+    ),
     ("tasks/op", "tasks_per_op", Sample::tasks_per_op),
     ("insns/op", "insns_per_op", Sample::insns_per_op),
     ("cycles/op", "cycles_per_op", Sample::cycles_per_op),
@@ -116,12 +128,12 @@ pub fn summary_table(samples: &[Sample]) -> String {
     let mut out = String::new();
     writeln!(
         out,
-        "{:<10} {:>13} {:>13} {:>13} {:>13} {:>13} {:>13}",
+        "{:<15} {:>13} {:>13} {:>13} {:>13} {:>13} {:>13}",
         "", "mean", "stddev", "median", "mad", "max", "min"
     )
     .unwrap();
     for (label, _, summary) in summaries(samples) {
-        write!(out, "{label:<10}").unwrap();
+        write!(out, "{label:<15}").unwrap();
         match summary {
             Some(s) => {
                 for v in [s.mean, s.stddev, s.median, s.mad, s.max, s.min] {
@@ -169,6 +181,36 @@ pub fn latency_line(histogram: &Histogram) -> String {
     out
 }
 
+/// `cross-core (all shards): 0.500 requests/op, 0.0100 batches/op, ...`: what the mesh
+/// carried per operation in the measured window.
+pub fn mesh_line(mesh: &MeshReport) -> String {
+    let stats = &mesh.stats;
+    let per_op = |count: u64| count as f64 / mesh.operations.max(1) as f64;
+    format!(
+        "cross-core (all shards, {} ops): {:.3} requests/op, {:.4} request batches/op, \
+         {:.4} flusher runs/op, {} backlogged messages",
+        mesh.operations,
+        per_op(stats.requests_sent),
+        per_op(stats.request_batches_sent),
+        per_op(stats.flusher_runs),
+        stats.backlogged
+    )
+}
+
+fn mesh_json(mesh: Option<&MeshReport>) -> Json {
+    let Some(mesh) = mesh else {
+        return Json::Null;
+    };
+    let stats = &mesh.stats;
+    Json::object()
+        .with("operations", mesh.operations)
+        .with("requests_sent", stats.requests_sent)
+        .with("request_batches_sent", stats.request_batches_sent)
+        .with("request_batches_served", stats.request_batches_served)
+        .with("flusher_runs", stats.flusher_runs)
+        .with("backlogged", stats.backlogged)
+}
+
 /// Everything the JSON document holds besides the samples.
 pub struct RunFacts<'a> {
     pub config: &'a Config,
@@ -176,6 +218,7 @@ pub struct RunFacts<'a> {
     pub availability: Option<Availability>,
     pub populated_keys: u64,
     pub latency_ns: Option<&'a Histogram>,
+    pub mesh: Option<&'a MeshReport>,
     pub first_error: Option<String>,
 }
 
@@ -274,6 +317,7 @@ pub fn result_json(samples: &[Sample], facts: &RunFacts<'_>) -> Json {
         )
         .with("summary", summary)
         .with("latency_ns", latency_json(facts.latency_ns))
+        .with("cross_core", mesh_json(facts.mesh))
         .with("operations", operations)
         .with("errors", errors)
         .with("first_error", facts.first_error.clone())
@@ -290,6 +334,7 @@ mod tests {
             operations,
             errors: 0,
             allocations: operations * 2,
+            arena_allocations: None,
             tasks: None,
             counters,
             partial: false,
@@ -305,7 +350,7 @@ mod tests {
         };
         assert_eq!(
             sample_line(&sample(1000, readings)),
-            "1000.00 tps (2.0 allocs/op, n/a tasks/op, n/a insns/op, n/a cycles/op, 3000 cpu-ns/op, 0 errors)"
+            "1000.00 tps (2.0 allocs/op, n/a arena-allocs/op, n/a tasks/op, n/a insns/op, n/a cycles/op, 3000 cpu-ns/op, 0 errors)"
         );
         let table = summary_table(&[sample(1000, readings)]);
         let insns = table.lines().find(|l| l.starts_with("insns/op")).unwrap();
@@ -322,6 +367,7 @@ mod tests {
                 availability: None,
                 populated_keys: 0,
                 latency_ns: None,
+                mesh: None,
                 first_error: None,
             },
         )

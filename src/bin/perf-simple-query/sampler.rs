@@ -32,17 +32,19 @@ struct Snapshot {
     at: Instant,
     operations: u64,
     errors: u64,
+    tasks: Option<u64>,
     allocations: u64,
     counters: Readings,
 }
 
 fn snapshot(progress: &Progress) -> Snapshot {
     let counters = progress.read_counters();
-    let (operations, errors) = progress.totals();
+    let (operations, errors, tasks) = progress.totals();
     Snapshot {
         at: Instant::now(),
         operations,
         errors,
+        tasks,
         allocations: allocations(),
         counters,
     }
@@ -80,7 +82,8 @@ pub fn measure(progress: &Progress, budget: Budget) -> Vec<Sample> {
             operations: now.operations - previous.operations,
             errors: now.errors - previous.errors,
             allocations: now.allocations - previous.allocations,
-            tasks: None,
+            arena_allocations: None,
+            tasks: now.tasks.zip(previous.tasks).map(|(now, then)| now - then),
             counters: now.counters.since(&previous.counters),
             partial: interval < 0.99,
         };
