@@ -7,6 +7,7 @@
 //! corruption, since only it knows where the bytes sit in the file.
 
 use std::fmt;
+use std::ops::Range;
 
 /// `TWAL`: the first bytes of a WAL file.
 pub const WAL_MAGIC: [u8; 4] = *b"TWAL";
@@ -18,7 +19,7 @@ pub const BATCH_MAGIC: [u8; 4] = *b"TBAT";
 pub const BLOCK_MAGIC: [u8; 4] = *b"TBLK";
 /// `TEND`: the first bytes of a snapshot trailer.
 pub const TRAILER_MAGIC: [u8; 4] = *b"TEND";
-pub const FORMAT_VERSION: u16 = 1;
+pub const FORMAT_VERSION: u16 = 2;
 
 pub const FILE_HEADER_SIZE_BYTES: usize = 32;
 pub const BATCH_HEADER_SIZE_BYTES: usize = 20;
@@ -37,6 +38,8 @@ pub const BATCH_PAYLOAD_BYTES_LIMIT: usize = 1 << 30;
 pub const BLOCK_PAYLOAD_BYTES_TARGET: usize = 1 << 20;
 /// A reader refuses a larger block payload length as corrupt.
 pub const BLOCK_PAYLOAD_BYTES_LIMIT: usize = 1 << 30;
+/// Fast compression: snapshots are written while the shard serves.
+const ZSTD_LEVEL: i32 = 1;
 
 /// What a row does on replay.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -469,18 +472,22 @@ impl BlockBuilder {
     }
 
     /// Finishes the block into `out` and empties the builder; returns its tuple count.
+    /// The payload is stored zstd-compressed: tuples of one space repeat their shape, and a
+    /// snapshot no larger than the data's msgpack is what users compare against.
     pub fn finish(&mut self, out: &mut Vec<u8>) -> u32 {
         let tuple_count = self.tuple_count;
         if tuple_count == 0 {
             return 0;
         }
-        let payload_bytes = self.payload_bytes();
-        self.bytes[0..4].copy_from_slice(&BLOCK_MAGIC);
-        self.bytes[4..8].copy_from_slice(&self.space_id.to_le_bytes());
-        self.bytes[8..12].copy_from_slice(&tuple_count.to_le_bytes());
-        self.bytes[12..16].copy_from_slice(&length_u32(payload_bytes).to_le_bytes());
-        let checksum = crc32c::crc32c(&self.bytes);
-        out.extend_from_slice(&self.bytes);
+        let compressed = zstd::bulk::compress(&self.bytes[BLOCK_HEADER_SIZE_BYTES..], ZSTD_LEVEL)
+            .expect("zstd compresses any input into a growable buffer");
+        let start = out.len();
+        out.extend_from_slice(&BLOCK_MAGIC);
+        out.extend_from_slice(&self.space_id.to_le_bytes());
+        out.extend_from_slice(&tuple_count.to_le_bytes());
+        out.extend_from_slice(&length_u32(compressed.len()).to_le_bytes());
+        out.extend_from_slice(&compressed);
+        let checksum = crc32c::crc32c(&out[start..]);
         out.extend_from_slice(&checksum.to_le_bytes());
         self.tuple_count = 0;
         self.bytes.clear();
@@ -523,26 +530,53 @@ pub fn decode_block_header(bytes: &[u8]) -> Result<BlockHeader, DecodeError> {
     Ok(header)
 }
 
-/// Checks a whole block (header, payload, checksum) and returns its tuples.
-pub fn decode_block(bytes: &[u8]) -> Result<(BlockHeader, Vec<&[u8]>), DecodeError> {
+/// Decompresses a block payload, refusing to grow past the payload limit (a damaged or
+/// hostile frame must not exhaust memory).
+fn decompress_bounded(compressed: &[u8]) -> Result<Vec<u8>, DecodeError> {
+    use std::io::Read;
+    let invalid = |error: std::io::Error| {
+        DecodeError::invalid(format!("block payload does not decompress: {error}"))
+    };
+    let decoder = zstd::stream::read::Decoder::new(compressed).map_err(invalid)?;
+    let mut payload = Vec::new();
+    decoder
+        .take(BLOCK_PAYLOAD_BYTES_LIMIT as u64 + 1)
+        .read_to_end(&mut payload)
+        .map_err(invalid)?;
+    if payload.len() > BLOCK_PAYLOAD_BYTES_LIMIT {
+        return Err(DecodeError::invalid(
+            "block payload is larger than the limit",
+        ));
+    }
+    Ok(payload)
+}
+
+/// A checked block: its header, its decompressed payload and where each tuple is in it.
+pub type DecodedBlock = (BlockHeader, Vec<u8>, Vec<Range<usize>>);
+
+/// Checks a whole block (header, payload, checksum), decompresses its payload and returns
+/// it with the place of each tuple in it.
+pub fn decode_block(bytes: &[u8]) -> Result<DecodedBlock, DecodeError> {
     let header = decode_block_header(bytes)?;
     let payload_end = BLOCK_HEADER_SIZE_BYTES + header.payload_bytes;
     need(bytes, payload_end + BLOCK_TRAILER_SIZE_BYTES)?;
     if u32_at(bytes, payload_end) != crc32c::crc32c(&bytes[..payload_end]) {
         return Err(DecodeError::invalid("block checksum mismatch"));
     }
+    let compressed = &bytes[BLOCK_HEADER_SIZE_BYTES..payload_end];
+    let payload = decompress_bounded(compressed)?;
     let mut tuples = Vec::with_capacity(header.tuple_count as usize);
-    let mut at = BLOCK_HEADER_SIZE_BYTES;
-    while at < payload_end {
-        if payload_end - at < 4 {
+    let mut at = 0;
+    while at < payload.len() {
+        if payload.len() - at < 4 {
             return Err(DecodeError::invalid("tuple length runs past the block"));
         }
-        let tuple_bytes = u32_at(bytes, at) as usize;
+        let tuple_bytes = u32_at(&payload, at) as usize;
         at += 4;
-        if payload_end - at < tuple_bytes {
+        if payload.len() - at < tuple_bytes {
             return Err(DecodeError::invalid("tuple runs past the block"));
         }
-        tuples.push(&bytes[at..at + tuple_bytes]);
+        tuples.push(at..at + tuple_bytes);
         at += tuple_bytes;
     }
     if tuples.len() != header.tuple_count as usize {
@@ -552,7 +586,7 @@ pub fn decode_block(bytes: &[u8]) -> Result<(BlockHeader, Vec<&[u8]>), DecodeErr
             tuples.len()
         )));
     }
-    Ok((header, tuples))
+    Ok((header, payload, tuples))
 }
 
 /// The snapshot trailer's counts.

@@ -310,21 +310,15 @@ impl SnapshotReader {
             0,
         );
         self.read_exact(&mut bytes[BLOCK_HEADER_SIZE_BYTES..])?;
-        let tuples = match decode_block(&bytes) {
-            Ok((_, tuples)) => tuples
-                .iter()
-                .map(|tuple| {
-                    let at = tuple.as_ptr() as usize - bytes.as_ptr() as usize;
-                    at..at + tuple.len()
-                })
-                .collect(),
+        let (payload, tuples) = match decode_block(&bytes) {
+            Ok((_, payload, tuples)) => (payload, tuples),
             Err(error) => return Err(self.corrupt(start, error.to_string())),
         };
         self.block_count += 1;
         self.tuple_count += u64::from(header.tuple_count);
         Ok(Some(SnapshotBlock {
             space_id: header.space_id,
-            bytes,
+            bytes: payload,
             tuples,
         }))
     }
