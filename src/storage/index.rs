@@ -214,6 +214,21 @@ impl Index {
         }
     }
 
+    /// The entry with exactly `key`, as a walk would yield it.
+    #[inline]
+    pub fn get_entry(&self, key: &[u8]) -> Option<(IndexKey<'_>, &Tuple)> {
+        match &self.data {
+            IndexData::Tree(map) => map.get_key_value(key).map(|(k, t)| (IndexKey::Bytes(k), t)),
+            IndexData::Hash(map) => map.get_key_value(key).map(|(k, t)| (IndexKey::Bytes(k), t)),
+            IndexData::TreeUnsigned(map) => map
+                .get_key_value(&unsigned_key(key)?)
+                .map(|(k, t)| (IndexKey::Unsigned(k.to_be_bytes()), t)),
+            IndexData::HashUnsigned(map) => map
+                .get_key_value(&unsigned_key(key)?)
+                .map(|(k, t)| (IndexKey::Unsigned(k.to_be_bytes()), t)),
+        }
+    }
+
     /// Inserts or overwrites; returns the tuple previously stored under this exact key.
     pub fn insert(&mut self, key: KeyBuf, tuple: Tuple) -> Option<Tuple> {
         let spilled = spilled_len(&key);
@@ -378,7 +393,7 @@ impl Index {
             }
             IndexData::Hash(map) => match hash_iterator {
                 IteratorType::Eq => {
-                    IndexIter::HashOne(map.get_key_value(key).map(|(k, t)| (IndexKey::Bytes(k), t)))
+                    IndexIter::One(map.get_key_value(key).map(|(k, t)| (IndexKey::Bytes(k), t)))
                 }
                 IteratorType::Gt if !key.is_empty() => {
                     let mut entries = map.iter();
@@ -393,7 +408,7 @@ impl Index {
             IndexData::HashUnsigned(map) => {
                 let wanted = unsigned_key(key);
                 match hash_iterator {
-                    IteratorType::Eq => IndexIter::HashOne(
+                    IteratorType::Eq => IndexIter::One(
                         wanted
                             .and_then(|k| map.get_key_value(&k))
                             .map(|(k, t)| (IndexKey::Unsigned(k.to_be_bytes()), t)),
@@ -463,7 +478,7 @@ pub enum IndexIter<'a> {
         entries: btree_map::Range<'a, u64, Tuple>,
         descending: bool,
     },
-    HashOne(Option<(IndexKey<'a>, &'a Tuple)>),
+    One(Option<(IndexKey<'a>, &'a Tuple)>),
     Hash(hash_map::Iter<'a, KeyBuf, Tuple>),
     HashUnsigned(hash_map::Iter<'a, u64, Tuple>),
 }
@@ -497,7 +512,7 @@ impl<'a> Iterator for IndexIter<'a> {
                 };
                 Some((IndexKey::Unsigned(key.to_be_bytes()), tuple))
             }
-            IndexIter::HashOne(entry) => entry.take(),
+            IndexIter::One(entry) => entry.take(),
             IndexIter::Hash(entries) => entries.next().map(|(k, t)| (IndexKey::Bytes(k), t)),
             IndexIter::HashUnsigned(entries) => entries
                 .next()

@@ -184,6 +184,11 @@ impl Space {
         let mut encoded = SearchKeyBuf::new();
         let parts = index.def.key_def.encode_search_key(key, &mut encoded)?;
         index.check_iterator(iterator, parts, &self.name)?;
+        let exact = index.def.unique && parts == index.def.key_def.part_count();
+        if exact && matches!(iterator, IteratorType::Eq | IteratorType::Req) {
+            // At most one tuple matches: a lookup, not a range walk.
+            return Ok(IndexIter::One(index.get_entry(&encoded)));
+        }
         let mut successor = SearchKeyBuf::new();
         let has_successor = prefix_successor(&encoded, &mut successor);
         let range =
