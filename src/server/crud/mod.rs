@@ -10,6 +10,12 @@
 //! * [`write`]: point ops and `*_many` batches as they run on the owner shard.
 //! * [`select`]: conditions, the scan plan, the per-shard scan and the merge.
 //! * [`result`]: `{metadata, rows}` and `fields`; [`error`]: crud's error objects.
+//! * [`on_shard`]: step 2 on a real shard, every change logged to its WAL; and the whole
+//!   call on one shard. [`wire`]: the bytes shard-side work travels as between cores.
+//!
+//! The router is `server::dispatch` (`Session::call`): a point op runs on its owner core
+//! (forwarded there as its CALL packet, which the owner plans again); a `*_many` call sends
+//! each owner its ops in one message; the rest fan out to every core and merge here.
 //!
 //! # The three steps, and the seam the router fills
 //!
@@ -43,8 +49,10 @@ pub mod bucket;
 pub mod error;
 pub mod flatten;
 pub mod mp;
+pub mod on_shard;
 pub mod result;
 pub mod select;
+pub mod wire;
 pub mod write;
 
 #[cfg(test)]
@@ -54,7 +62,7 @@ use crate::protocol::reply;
 use crate::protocol::reply::ErrorEntry as ReplyErrorEntry;
 use crate::protocol::ErrorCode;
 use crate::storage::msgpack::{write_array_len, write_str, write_uint};
-use crate::storage::{Engine, Space, StorageError};
+use crate::storage::{Engine, Space};
 pub use args::{Func, Raised};
 use error::CrudError;
 use result::Columns;
@@ -415,16 +423,17 @@ fn plan_many(
     Ok(Plan::Many(plan))
 }
 
-fn box_error(func: Func, error: &StorageError) -> CrudError {
+fn box_error(func: Func, error: &dyn std::fmt::Display) -> CrudError {
     func_error(func, format!("Failed to {}: {error}", func.verb()))
 }
 
 /// Step 3 of a point op: `[{metadata, rows}, nil]`, `[nil, nil]` with noreturn, or
-/// `[nil, err]`.
-pub fn finish_point(
+/// `[nil, err]`. The error is a box error (a `StorageError`, or its text when the op ran on
+/// another core).
+pub fn finish_point<E: std::fmt::Display>(
     space: &Space,
     plan: &PointPlan,
-    outcome: Result<Option<Vec<u8>>, StorageError>,
+    outcome: Result<Option<Vec<u8>>, E>,
 ) -> Vec<u8> {
     let row = match outcome {
         Ok(row) => row,
@@ -504,10 +513,10 @@ pub fn finish_many(
 }
 
 /// Step 3 of a select: merges the shards' runs.
-pub fn finish_select(
+pub fn finish_select<E: std::fmt::Display>(
     space: &Space,
     planned: &Planned,
-    shards: Vec<Result<ShardRows, StorageError>>,
+    shards: Vec<Result<ShardRows, E>>,
 ) -> Vec<u8> {
     let mut runs = Vec::with_capacity(shards.len());
     for shard in shards {
@@ -524,12 +533,12 @@ pub fn finish_select(
 }
 
 /// Step 3 of min / max.
-pub fn finish_border(
+pub fn finish_border<E: std::fmt::Display>(
     space: &Space,
     func: Func,
     plan: &SelectPlan,
     columns: &Columns,
-    shards: Vec<Result<ShardRows, StorageError>>,
+    shards: Vec<Result<ShardRows, E>>,
 ) -> Vec<u8> {
     let mut runs = Vec::with_capacity(shards.len());
     for shard in shards {
@@ -546,7 +555,9 @@ pub fn finish_border(
 }
 
 /// Step 3 of count: `[n, nil]`.
-pub fn finish_count(counts: impl IntoIterator<Item = Result<u64, StorageError>>) -> Vec<u8> {
+pub fn finish_count<E: std::fmt::Display>(
+    counts: impl IntoIterator<Item = Result<u64, E>>,
+) -> Vec<u8> {
     let mut total = 0u64;
     for count in counts {
         match count {
