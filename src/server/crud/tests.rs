@@ -1234,8 +1234,8 @@ fn crud_changes_are_logged_and_recover_exactly() {
         .expect("executor")
         .run(async {
             let mut engine = schema::build_engine(&server_config, 1 << 30).expect("engine");
-            let lsn_next =
-                durability::recover_shard(&server_config, 0, fingerprint, &mut engine).expect("recover");
+            let lsn_next = durability::recover_shard(&server_config, 0, fingerprint, &mut engine)
+                .expect("recover");
             let wal = durability::start_wal(&server_config, 0, fingerprint, lsn_next).expect("wal");
             let mut shard = Shard::new(0, engine, wal);
             let mut out = Vec::new();
