@@ -325,8 +325,14 @@ impl Session {
         let start = out.len();
         let commit = {
             let mut shard = self.core.shard.borrow_mut();
-            let reply = on_shard::run_planned(&mut shard, &self.core.crud, plan);
-            crud::encode_reply(out, sync, SCHEMA_VERSION, &reply);
+            on_shard::run_planned_into(
+                &mut shard,
+                &self.core.crud,
+                plan,
+                sync,
+                SCHEMA_VERSION,
+                out,
+            );
             shard.take_commit()
         };
         if let Some(commit) = commit {

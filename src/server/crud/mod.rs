@@ -105,24 +105,35 @@ pub fn is_crud_function(function_name: &str) -> bool {
 /// Writes the whole IPROTO reply packet for `reply`.
 pub fn encode_reply(out: &mut Vec<u8>, sync: u64, schema_version: u64, crud_reply: &CrudReply) {
     match crud_reply {
-        CrudReply::Values(values) => {
-            let mark = reply::begin_packet(out);
-            reply::write_reply_header(
-                out,
-                crate::protocol::codes::request_type::OK,
-                sync,
-                schema_version,
-            );
-            out.push(0x81);
-            out.push(crate::protocol::codes::body_key::DATA as u8);
-            out.extend_from_slice(values);
-            reply::finish_packet(out, mark);
-        }
+        CrudReply::Values(values) => encode_values_reply(out, sync, schema_version, |out| {
+            out.extend_from_slice(values)
+        }),
         CrudReply::Raised(raised) => {
             let entry = ReplyErrorEntry::new(raised.code, &raised.message);
             reply::encode_error_stack(out, sync, schema_version, &[entry]);
         }
     }
+}
+
+/// Writes a success reply packet whose values (`{0x30: values}`) `write_values` appends in
+/// place, with no intermediate buffer.
+pub fn encode_values_reply(
+    out: &mut Vec<u8>,
+    sync: u64,
+    schema_version: u64,
+    write_values: impl FnOnce(&mut Vec<u8>),
+) {
+    let mark = reply::begin_packet(out);
+    reply::write_reply_header(
+        out,
+        crate::protocol::codes::request_type::OK,
+        sync,
+        schema_version,
+    );
+    out.push(0x81);
+    out.push(crate::protocol::codes::body_key::DATA as u8);
+    write_values(out);
+    reply::finish_packet(out, mark);
 }
 
 /// A planned call: what must run where (see the module docs for the seam).
@@ -435,17 +446,34 @@ pub fn finish_point<E: std::fmt::Display>(
     plan: &PointPlan,
     outcome: Result<Option<Vec<u8>>, E>,
 ) -> Vec<u8> {
+    let mut values = Vec::new();
+    write_point_values(&mut values, space, plan, outcome);
+    values
+}
+
+/// [`finish_point`], appending the values to `out`.
+pub fn write_point_values<E: std::fmt::Display>(
+    out: &mut Vec<u8>,
+    space: &Space,
+    plan: &PointPlan,
+    outcome: Result<Option<Vec<u8>>, E>,
+) {
     let row = match outcome {
         Ok(row) => row,
-        Err(error) => return returned_error(&box_error(plan.func, &error)),
+        Err(error) => return out.extend_from_slice(&returned_error(&box_error(plan.func, &error))),
     };
+    write_array_len(out, 2);
     if plan.noreturn {
-        return two(mp::NIL, mp::NIL);
+        out.extend_from_slice(mp::NIL);
+    } else {
+        let row = row.as_deref();
+        let rows: &[&[u8]] = match &row {
+            Some(row) => std::slice::from_ref(row),
+            None => &[],
+        };
+        result::write_result(out, &space.format, &plan.columns, Some(rows));
     }
-    let mut result = Vec::new();
-    let rows: Vec<&[u8]> = row.iter().map(Vec::as_slice).collect();
-    result::write_result(&mut result, &space.format, &plan.columns, Some(&rows));
-    two(&result, mp::NIL)
+    out.extend_from_slice(mp::NIL);
 }
 
 /// Step 3 of a `*_many` call; `items` are the batch outcomes in the order of `plan.ops`.

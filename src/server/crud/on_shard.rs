@@ -13,8 +13,9 @@ use super::select::{self, ShardRows};
 use super::wire::Part;
 use super::write::{self, BatchItem, PointOp};
 use super::{
-    encode_reply, finish_border, finish_count, finish_len, finish_many, finish_point,
-    finish_select, finish_truncate, plan, CrudConfig, CrudReply, Func, Plan, PointPlan, Raised,
+    encode_reply, encode_values_reply, finish_border, finish_count, finish_len, finish_many,
+    finish_point, finish_select, finish_truncate, plan, write_point_values, CrudConfig, CrudReply,
+    Func, Plan, PointPlan, Raised,
 };
 use crate::protocol::ErrorCode;
 use crate::shard::{Shard, Written};
@@ -42,7 +43,7 @@ pub fn run_point(
     let applied = match shard
         .engine
         .space_mut(plan.space_id)
-        .and_then(|space| write::apply(space, &plan.op))
+        .and_then(|space| write::apply_point(space, &plan.op))
     {
         Ok(applied) => applied,
         Err(error) => return Ok(Err(error)),
@@ -217,6 +218,34 @@ pub fn run_planned(shard: &mut Shard, config: &CrudConfig, plan: &Plan) -> CrudR
     CrudReply::Values(values)
 }
 
+/// [`run_planned`], appending the IPROTO reply packet to `out`; a point op's values are
+/// written in place (the hot path: no intermediate buffer).
+pub fn run_planned_into(
+    shard: &mut Shard,
+    config: &CrudConfig,
+    plan: &Plan,
+    sync: u64,
+    schema_version: u64,
+    out: &mut Vec<u8>,
+) {
+    let Plan::Point(point) = plan else {
+        let reply = run_planned(shard, config, plan);
+        return encode_reply(out, sync, schema_version, &reply);
+    };
+    match run_point(shard, point) {
+        Ok(outcome) => {
+            let space = shard.engine.space(point.space_id).expect("planned");
+            encode_values_reply(out, sync, schema_version, |out| {
+                write_point_values(out, space, point, outcome)
+            });
+        }
+        Err(error) => {
+            log_refused(shard, &error);
+            encode_reply(out, sync, schema_version, &wal_refused());
+        }
+    }
+}
+
 /// A whole crud CALL on this one shard: plan, run, finish, and the IPROTO reply appended to
 /// `out`. The caller awaits `shard.take_commit()` before sending it.
 pub fn execute_on_shard(
@@ -228,9 +257,8 @@ pub fn execute_on_shard(
     args: &[u8],
     out: &mut Vec<u8>,
 ) {
-    let reply = match plan(&shard.engine, config, function_name, args) {
-        Ok(plan) => run_planned(shard, config, &plan),
-        Err(raised) => CrudReply::Raised(raised),
-    };
-    encode_reply(out, sync, schema_version, &reply);
+    match plan(&shard.engine, config, function_name, args) {
+        Ok(plan) => run_planned_into(shard, config, &plan, sync, schema_version, out),
+        Err(raised) => encode_reply(out, sync, schema_version, &CrudReply::Raised(raised)),
+    }
 }

@@ -111,39 +111,65 @@ fn undo_for(old: Option<Vec<u8>>, key: Vec<u8>) -> Undo {
     }
 }
 
-/// Runs one op on the space of its owner shard.
+/// Runs one op on the space of its owner shard, keeping its undo (for a batch).
 pub fn apply(space: &mut Space, op: &PointOp) -> Result<Applied, StorageError> {
+    apply_with(space, op, true)
+}
+
+/// [`apply`] without the undo (`Undo::Nothing`): a lone point op is never rolled back, so
+/// it skips the lookup and copy of the old tuple that an undo costs.
+pub fn apply_point(space: &mut Space, op: &PointOp) -> Result<Applied, StorageError> {
+    apply_with(space, op, false)
+}
+
+fn apply_with(space: &mut Space, op: &PointOp, keep_undo: bool) -> Result<Applied, StorageError> {
+    let old_of = |space: &Space, key: &[u8]| keep_undo.then(|| existing(space, key)).flatten();
+    let key_of = |space: &Space, tuple: &[u8]| {
+        if keep_undo {
+            primary_key_of(space, tuple)
+        } else {
+            Vec::new()
+        }
+    };
+    let undo_of = |old: Option<Vec<u8>>, key: Vec<u8>| {
+        if keep_undo {
+            undo_for(old, key)
+        } else {
+            Undo::Nothing
+        }
+    };
     Ok(match op {
         PointOp::Insert { tuple } => {
             let new = space.insert(tuple)?;
+            let key = key_of(space, new.data());
             Applied {
-                undo: Undo::Delete(primary_key_of(space, new.data())),
+                undo: undo_of(None, key),
                 row: Some(new.data().to_vec()),
                 written: Some(Written::Stored(new)),
             }
         }
         PointOp::Replace { tuple } => {
-            let key = primary_key_of(space, tuple);
-            let old = existing(space, &key);
+            let key = key_of(space, tuple);
+            let old = old_of(space, &key);
             let new = space.replace(tuple)?;
             Applied {
                 row: Some(new.data().to_vec()),
-                undo: undo_for(old, key),
+                undo: undo_of(old, key),
                 written: Some(Written::Stored(new)),
             }
         }
         PointOp::Upsert { tuple, ops } => {
-            let key = primary_key_of(space, tuple);
-            let old = existing(space, &key);
+            let key = key_of(space, tuple);
+            let old = old_of(space, &key);
             let stored = space.upsert_stored(tuple, ops, CRUD_INDEX_BASE)?;
             Applied {
                 row: None,
-                undo: undo_for(old, key),
+                undo: undo_of(old, key),
                 written: stored.map(Written::Stored),
             }
         }
         PointOp::Update { key, ops } => {
-            let old = existing(space, key);
+            let old = old_of(space, key);
             let new = space.update(0, key, ops, CRUD_INDEX_BASE)?;
             Applied {
                 undo: match (&new, old) {
@@ -158,7 +184,10 @@ pub fn apply(space: &mut Space, op: &PointOp) -> Result<Applied, StorageError> {
             let old = space.delete(0, key)?;
             let row = old.as_ref().map(|tuple| tuple.data().to_vec());
             Applied {
-                undo: row.clone().map_or(Undo::Nothing, Undo::Restore),
+                undo: match &row {
+                    Some(row) if keep_undo => Undo::Restore(row.clone()),
+                    _ => Undo::Nothing,
+                },
                 row,
                 written: old.map(Written::Deleted),
             }
