@@ -4,6 +4,9 @@
 //! A request for another core's data travels as its IPROTO packet bytes inside a batch (see
 //! [`batch`]); the owner runs it through the same `Shard::execute` and answers with the
 //! encoded reply inside one reply batch, so a hop changes nothing in what the client sees.
+//! crud calls ride the same batches (`Kind::Crud*`): a point op as its CALL packet, a
+//! `*_many` call's share as `crud::wire` ops, a fanned-out call's part as its CALL packet;
+//! their writes are awaited in the WAL like any other before the reply batch leaves.
 //!
 //! Batching, per peer:
 //!

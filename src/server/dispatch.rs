@@ -9,6 +9,10 @@
 //! of them at once and splices each reply into its place. A request that must see every
 //! earlier reply first (a fan-out select) finishes the queued ones before it starts.
 //!
+//! A crud CALL (`crud.*`) is planned here and routed the same way: a point op to its owner
+//! (spliced like any forwarded request), a `*_many` call and a fan-out (select, count, ...)
+//! awaited in place after the queued requests finish.
+//!
 //! On the local path nothing allocates: decoding borrows from the packet, keys are encoded
 //! on the stack, the reply is written in place. Only error replies format their messages.
 
