@@ -1,9 +1,17 @@
-//! The per-operation table: each operation twice, `raw` (the storage API directly) and
-//! `proto` (an encoded IPROTO packet through decode, execute and reply encoding, the
-//! path a request takes inside a shard), so the cost the protocol layer adds is visible.
+//! The per-operation table: each operation as `raw` (the storage API directly), `proto`
+//! (an encoded IPROTO packet through decode, execute and reply encoding, the path a
+//! request takes inside a shard) and, for the crud ops, `crud_<op>` (an IPROTO CALL of
+//! `crud.<op>` through decode and `crud::on_shard::execute_on_shard`: plan, apply, logging
+//! hook, `{metadata, rows}` reply — the shape of the `proto` rows, which is what a
+//! one-shard server and the owner of a forwarded crud point op run), so the cost the
+//! protocol layer and the crud layer add is visible. No WAL in any row (`wal_mode = none`).
+//!
+//! crud calls are written as the Python connector sends them: `opts` an empty map, the
+//! tuples' `bucket_id` nil (crud computes it), update/upsert ops 1-based.
 //!
 //! `cargo bench --bench operations` (100,000 `kv` tuples; `-- --tuples N` for more).
-//! Rows read `operations/<op>_<raw|proto>  ns/op  op/s  B/op  allocs/op`.
+//! Rows read `operations/<op>_<raw|proto>` or `operations/crud_<op>`, then
+//! `ns/op  op/s  B/op  allocs/op`.
 
 mod common;
 
@@ -14,6 +22,7 @@ use tarn::config::Config;
 use tarn::protocol::client;
 use tarn::protocol::decode_packet;
 use tarn::protocol::request::{Select, Update, Upsert};
+use tarn::server::crud::{on_shard, CrudConfig};
 use tarn::server::schema;
 use tarn::shard::Shard;
 use tarn::storage::msgpack::{write_array_len, write_str, write_uint};
@@ -59,6 +68,74 @@ fn loaded_shard(tuples: u64) -> Shard {
 fn split<T>(mut inputs: Vec<T>) -> (Vec<T>, Vec<T>) {
     let timed = inputs.split_off(WARMUP);
     (inputs, timed)
+}
+
+/// A crud tuple as the connector sends it: bucket_id nil.
+fn crud_tuple(id: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_array_len(&mut out, 3);
+    write_uint(&mut out, id);
+    out.push(0xc0);
+    write_str(&mut out, &[b'v'; 100]);
+    out
+}
+
+/// `[["+", 2, 1]]`: add one to bucket_id (crud numbers fields from 1).
+fn crud_plus_one() -> Vec<u8> {
+    vec![0x91, 0x93, 0xa1, b'+', 0x02, 0x01]
+}
+
+/// A `crud.<function>` CALL packet with args `["kv", <values>..., {}]`.
+fn crud_call(function: &str, values: &[&[u8]]) -> Vec<u8> {
+    let mut args = Vec::new();
+    write_array_len(&mut args, values.len() as u32 + 2);
+    write_str(&mut args, b"kv");
+    for value in values {
+        args.extend_from_slice(value);
+    }
+    args.push(0x80);
+    let mut out = Vec::new();
+    client::encode_call(&mut out, 1, &format!("crud.{function}"), &args);
+    out
+}
+
+fn uint(value: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_uint(&mut out, value);
+    out
+}
+
+/// Times the crud path for pre-encoded CALL packets: decode, plan, run, encode the reply.
+fn measure_crud(name: &str, shard: &mut Shard, packets: Vec<Vec<u8>>) {
+    let config = CrudConfig {
+        bucket_count: 3000,
+        instance_uuid: "aaaaaaaa-0000-4000-8000-000000000001".into(),
+    };
+    let (warmup, timed) = split(packets);
+    let mut out = Vec::with_capacity(64 * 1024);
+    common::measure(
+        &format!("operations/crud_{name}"),
+        &warmup,
+        &timed,
+        |packet| {
+            out.clear();
+            let (header, request) = decode_packet(&packet[5..]).expect("decodes");
+            let tarn::protocol::request::Request::Call(call) = request else {
+                panic!("a CALL")
+            };
+            on_shard::execute_on_shard(
+                shard,
+                &config,
+                header.sync,
+                1,
+                call.function_name,
+                call.args,
+                &mut out,
+            );
+            debug_assert!(out.len() > 20, "a reply with data");
+            black_box(&out);
+        },
+    );
 }
 
 /// Times the protocol path for pre-encoded packets: decode, execute, encode the reply.
@@ -133,6 +210,13 @@ fn main() {
         &mut shard,
         ids.iter().map(|&id| select(&key(id), 0, 1)).collect(),
     );
+    measure_crud(
+        "get",
+        &mut shard,
+        ids.iter()
+            .map(|&id| crud_call("get", &[&uint(id)]))
+            .collect(),
+    );
 
     // select-range: GE, limit 10
     let ids = existing(&mut rng);
@@ -164,6 +248,13 @@ fn main() {
         &mut shard,
         ids.iter()
             .map(|&id| packet(&|out| client::encode_replace(out, 1, KV, &kv_tuple(id))))
+            .collect(),
+    );
+    measure_crud(
+        "replace",
+        &mut shard,
+        ids.iter()
+            .map(|&id| crud_call("replace", &[&crud_tuple(id)]))
             .collect(),
     );
 
@@ -202,6 +293,14 @@ fn main() {
         &mut shard,
         ids.iter().map(|&id| update(id)).collect(),
     );
+    let crud_ops = crud_plus_one();
+    measure_crud(
+        "update",
+        &mut shard,
+        ids.iter()
+            .map(|&id| crud_call("update", &[&uint(id), &crud_ops]))
+            .collect(),
+    );
 
     // upsert (existing keys: the ops apply)
     let ids = existing(&mut rng);
@@ -235,10 +334,18 @@ fn main() {
         &mut shard,
         ids.iter().map(|&id| upsert(id)).collect(),
     );
+    measure_crud(
+        "upsert",
+        &mut shard,
+        ids.iter()
+            .map(|&id| crud_call("upsert", &[&crud_tuple(id), &crud_ops]))
+            .collect(),
+    );
 
     // insert (new keys), then delete exactly those keys
     let raw_ids: Vec<u64> = (tuples..tuples + total as u64).collect();
     let proto_ids: Vec<u64> = (tuples + total as u64..tuples + 2 * total as u64).collect();
+    let crud_ids: Vec<u64> = (tuples + 2 * total as u64..tuples + 3 * total as u64).collect();
     let (warmup, timed) = split(raw_ids.iter().map(|&id| kv_tuple(id)).collect());
     common::measure("operations/insert_raw", &warmup, &timed, |tuple| {
         black_box(shard.engine.space_mut(KV).unwrap().insert(tuple).unwrap());
@@ -251,6 +358,14 @@ fn main() {
             .map(|&id| packet(&|out| client::encode_insert(out, 1, KV, &kv_tuple(id))))
             .collect(),
     );
+    measure_crud(
+        "insert",
+        &mut shard,
+        crud_ids
+            .iter()
+            .map(|&id| crud_call("insert", &[&crud_tuple(id)]))
+            .collect(),
+    );
     let (warmup, timed) = split(raw_ids.iter().map(|&id| key(id)).collect());
     common::measure("operations/delete_raw", &warmup, &timed, |key| {
         black_box(shard.engine.space_mut(KV).unwrap().delete(0, key).unwrap());
@@ -261,6 +376,14 @@ fn main() {
         proto_ids
             .iter()
             .map(|&id| packet(&|out| client::encode_delete(out, 1, KV, 0, &key(id))))
+            .collect(),
+    );
+    measure_crud(
+        "delete",
+        &mut shard,
+        crud_ids
+            .iter()
+            .map(|&id| crud_call("delete", &[&uint(id)]))
             .collect(),
     );
 
@@ -312,5 +435,20 @@ fn main() {
             }
             black_box(&out);
         },
+    );
+    measure_crud(
+        "replace_many10",
+        &mut shard,
+        batches
+            .iter()
+            .map(|ids| {
+                let mut list = Vec::new();
+                write_array_len(&mut list, ids.len() as u32);
+                for &id in ids {
+                    list.extend_from_slice(&crud_tuple(id));
+                }
+                crud_call("replace_many", &[&list])
+            })
+            .collect(),
     );
 }

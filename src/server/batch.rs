@@ -4,8 +4,11 @@
 //! Request batch, one entry per request, in the order they were queued:
 //!
 //! ```text
-//! [kind u8][ticket u32 LE][limit u32 LE][packet length u32 LE][IPROTO packet (header+body)]
+//! [kind u8][ticket u32 LE][limit u32 LE][packet length u32 LE][packet]
 //! ```
+//!
+//! The packet is an IPROTO packet (header+body), except for [`Kind::CrudOps`], whose
+//! "packet" is `crud::wire` ops.
 //!
 //! Reply batch, one entry per request of the batch it answers, in the same order:
 //!
@@ -13,8 +16,10 @@
 //! [ticket u32 LE][reply length u32 LE][reply bytes]
 //! ```
 //!
-//! The reply bytes are a whole IPROTO reply packet for [`Kind::Execute`], or the scan entries
-//! of `Shard::scan` for [`Kind::Scan`]. Pure functions over byte buffers: no executors here.
+//! The reply bytes are a whole IPROTO reply packet for [`Kind::Execute`] and
+//! [`Kind::CrudCall`], the scan entries of `Shard::scan` for [`Kind::Scan`], and the
+//! `crud::wire` encodings for [`Kind::CrudOps`] and [`Kind::CrudPart`]. Pure functions over
+//! byte buffers: no executors here.
 
 /// What the owner does with a request entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,6 +29,15 @@ pub enum Kind {
     Execute = 0,
     /// Scan the SELECT packet's range, at most `limit` entries, and answer with the entries.
     Scan = 1,
+    /// Run a crud CALL packet (a point op this core owns) here and answer with the IPROTO
+    /// reply.
+    CrudCall = 2,
+    /// Run the `crud::wire` ops (this core's share of a `*_many` call) and answer with their
+    /// outcomes.
+    CrudOps = 3,
+    /// Run this core's part of a fanned-out crud CALL packet (select, count, min/max, len,
+    /// truncate) and answer with the `crud::wire` part.
+    CrudPart = 4,
 }
 
 const REQUEST_HEADER_BYTES: usize = 1 + 4 + 4 + 4;
@@ -69,6 +83,9 @@ impl<'a> Iterator for Requests<'a> {
         let kind = match self.rest[0] {
             0 => Kind::Execute,
             1 => Kind::Scan,
+            2 => Kind::CrudCall,
+            3 => Kind::CrudOps,
+            4 => Kind::CrudPart,
             other => panic!("request batch: unknown kind {other}"),
         };
         let ticket = read_u32(&self.rest[1..]);

@@ -4,6 +4,9 @@
 //! A request for another core's data travels as its IPROTO packet bytes inside a batch (see
 //! [`batch`]); the owner runs it through the same `Shard::execute` and answers with the
 //! encoded reply inside one reply batch, so a hop changes nothing in what the client sees.
+//! crud calls ride the same batches (`Kind::Crud*`): a point op as its CALL packet, a
+//! `*_many` call's share as `crud::wire` ops, a fanned-out call's part as its CALL packet;
+//! their writes are awaited in the WAL like any other before the reply batch leaves.
 //!
 //! Batching, per peer:
 //!
@@ -25,6 +28,7 @@
 use crate::protocol::decode_packet;
 use crate::protocol::request::Request;
 use crate::server::batch::{self, Kind};
+use crate::server::crud::{self, CrudConfig};
 use crate::server::durability;
 use crate::server::inbox::Inbox;
 use crate::server::schema::{self, SCHEMA_VERSION};
@@ -137,6 +141,8 @@ pub struct Core {
     pub shard: RefCell<Shard>,
     pub shard_count: usize,
     pub shared: Arc<Shared>,
+    /// What crud needs of the server, built once.
+    pub crud: CrudConfig,
     id: usize,
     senders: Senders<Envelope>,
     outgoing: RefCell<Vec<Outgoing>>,
@@ -170,6 +176,7 @@ impl Core {
         let core = Rc::new(Core {
             shard: RefCell::new(Shard::new(id, engine, wal)),
             shard_count,
+            crud: CrudConfig::new(&shared.config, &shared.instance_uuid),
             shared,
             id,
             senders,
@@ -300,21 +307,15 @@ impl Core {
             let mut shard = self.shard.borrow_mut();
             for entry in batch::requests(&requests) {
                 let mark = batch::begin_reply(&mut replies, entry.ticket);
-                let decoded = decode_packet(entry.packet);
-                // The accepting core decoded the same bytes before sending them.
-                debug_assert!(decoded.is_ok(), "a forwarded packet does not decode");
-                match (entry.kind, decoded) {
-                    (Kind::Execute, Ok((header, request))) => {
-                        shard.execute(header.sync, SCHEMA_VERSION, &request, &mut replies);
-                        if let Some(commit) = shard.take_commit() {
-                            unacknowledged.push((entry.ticket, header.sync, commit));
-                        }
+                if let Some(sync) = self.serve_entry(&mut shard, &entry, &mut replies) {
+                    if let Some(commit) = shard.take_commit() {
+                        unacknowledged.push(Unacknowledged {
+                            ticket: entry.ticket,
+                            kind: entry.kind,
+                            sync,
+                            commit,
+                        });
                     }
-                    (Kind::Scan, Ok((_, Request::Select(select)))) => {
-                        // The accepting core checked the same scan, so it cannot fail here.
-                        let _ = shard.scan(&select, entry.limit as usize, &mut replies);
-                    }
-                    _ => {}
                 }
                 batch::finish_reply(&mut replies, mark);
             }
@@ -328,9 +329,9 @@ impl Core {
         let core = self.clone();
         glommio::spawn_local(async move {
             let mut failed = Vec::new();
-            for (ticket, sync, commit) in unacknowledged {
-                if commit.await.is_err() {
-                    failed.push((ticket, sync));
+            for write in unacknowledged {
+                if write.commit.await.is_err() {
+                    failed.push((write.ticket, write.kind, write.sync));
                 }
             }
             if !failed.is_empty() {
@@ -341,17 +342,85 @@ impl Core {
         .detach();
     }
 
-    /// A copy of a reply batch where the replies of `failed` writes (by ticket) are WAL
-    /// error replies instead.
-    fn replace_failed_replies(&self, replies: &[u8], failed: &[(u32, u64)]) -> Vec<u8> {
+    /// Runs one request entry on this core's shard and appends its reply bytes; returns the
+    /// sync its commit (if it wrote) answers for.
+    fn serve_entry(
+        &self,
+        shard: &mut Shard,
+        entry: &batch::RequestEntry<'_>,
+        replies: &mut Vec<u8>,
+    ) -> Option<u64> {
+        if entry.kind == Kind::CrudOps {
+            let ops = crud::wire::decode_ops(entry.packet);
+            let items = crud::on_shard::run_ops(
+                shard,
+                ops.space_id,
+                &ops.ops,
+                ops.stop_on_error,
+                ops.rollback_on_error,
+            );
+            if let Err(error) = &items {
+                tracing::error!(shard = shard.id, %error, "WAL write refused; the crud call fails");
+            }
+            crud::wire::encode_items(replies, items.as_deref().ok());
+            return Some(0);
+        }
+        let decoded = decode_packet(entry.packet);
+        // The accepting core decoded the same bytes before sending them.
+        debug_assert!(decoded.is_ok(), "a forwarded packet does not decode");
+        let (header, request) = decoded.ok()?;
+        match (entry.kind, request) {
+            (Kind::Execute, request) => {
+                shard.execute(header.sync, SCHEMA_VERSION, &request, replies);
+            }
+            (Kind::Scan, Request::Select(select)) => {
+                // The accepting core checked the same scan, so it cannot fail here.
+                let _ = shard.scan(&select, entry.limit as usize, replies);
+            }
+            (Kind::CrudCall, Request::Call(call)) => crud::on_shard::execute_on_shard(
+                shard,
+                &self.crud,
+                header.sync,
+                SCHEMA_VERSION,
+                call.function_name,
+                call.args,
+                replies,
+            ),
+            (Kind::CrudPart, Request::Call(call)) => {
+                // The accepting core planned the same call, so it plans here too.
+                let part =
+                    match crud::plan(&shard.engine, &self.crud, call.function_name, call.args) {
+                        Ok(plan) => crud::on_shard::run_part(shard, &plan),
+                        Err(_) => Ok(crud::wire::Part::Done),
+                    };
+                if let Err(error) = &part {
+                    tracing::error!(shard = shard.id, %error, "WAL write refused; the crud call fails");
+                }
+                crud::wire::encode_part(replies, part.as_ref().ok());
+            }
+            _ => debug_assert!(
+                false,
+                "request kind {:?} does not fit its packet",
+                entry.kind
+            ),
+        }
+        Some(header.sync)
+    }
+
+    /// A copy of a reply batch where the replies of `failed` writes (by ticket) say that the
+    /// WAL refused them instead.
+    fn replace_failed_replies(&self, replies: &[u8], failed: &[(u32, Kind, u64)]) -> Vec<u8> {
         let mut rebuilt = self.take_buffer();
         for (ticket, bytes) in batch::replies(replies) {
             let mark = batch::begin_reply(&mut rebuilt, ticket);
             match failed
                 .iter()
-                .find(|(failed_ticket, _)| *failed_ticket == ticket)
+                .find(|(failed_ticket, _, _)| *failed_ticket == ticket)
             {
-                Some(&(_, sync)) => wal_failure_reply(&mut rebuilt, sync),
+                Some(&(_, Kind::CrudOps | Kind::CrudPart, _)) => {
+                    rebuilt.push(crud::wire::WAL_REFUSED)
+                }
+                Some(&(_, _, sync)) => wal_failure_reply(&mut rebuilt, sync),
                 None => rebuilt.extend_from_slice(bytes),
             }
             batch::finish_reply(&mut rebuilt, mark);
@@ -438,6 +507,14 @@ impl Core {
             spare.push(buffer);
         }
     }
+}
+
+/// A forwarded write whose reply waits for its WAL commit.
+struct Unacknowledged {
+    ticket: u32,
+    kind: Kind,
+    sync: u64,
+    commit: crate::wal::Commit,
 }
 
 /// The reply to a write whose WAL row could not be written: never an acknowledgement.

@@ -9,14 +9,19 @@
 //! of them at once and splices each reply into its place. A request that must see every
 //! earlier reply first (a fan-out select) finishes the queued ones before it starts.
 //!
+//! A crud CALL (`crud.*`) is planned here and routed the same way: a point op to its owner
+//! (spliced like any forwarded request), a `*_many` call and a fan-out (select, count, ...)
+//! awaited in place after the queued requests finish.
+//!
 //! On the local path nothing allocates: decoding borrows from the packet, keys are encoded
 //! on the stack, the reply is written in place. Only error replies format their messages.
 
 use crate::protocol::reply::{self, DataReply, ErrorEntry};
-use crate::protocol::request::{Request, Select};
+use crate::protocol::request::{Call, Request, Select};
 use crate::protocol::{decode_packet, ErrorCode, PacketError, ProtocolError};
 use crate::server::batch::Kind;
 use crate::server::core::Core;
+use crate::server::crud::{self, on_shard, wire, CrudReply, Plan};
 use crate::server::inbox::Inbox;
 use crate::server::schema::{self, SpacePlacement, SCHEMA_VERSION};
 use crate::server::session::{Access, AuthError};
@@ -114,7 +119,7 @@ impl Session {
             Request::Ping => reply::encode_ok(out, sync, SCHEMA_VERSION),
             Request::Id(_) => reply::encode_id_reply(out, sync, SCHEMA_VERSION, 3, &[], None),
             Request::Auth(auth) => self.authenticate(&auth, sync, out),
-            Request::Call(call) => self.call(call.function_name, sync, out).await,
+            Request::Call(call) => self.call(packet, &call, sync, out).await,
             Request::Eval(_) => unsupported(out, sync, "Lua (EVAL)"),
             Request::Execute(_) | Request::Prepare(_) => unsupported(out, sync, "SQL"),
             Request::Begin(_) | Request::Commit | Request::Rollback => {
@@ -231,7 +236,8 @@ impl Session {
         false
     }
 
-    async fn call(&mut self, function_name: &str, sync: u64, out: &mut Vec<u8>) {
+    async fn call(&mut self, packet: &[u8], call: &Call<'_>, sync: u64, out: &mut Vec<u8>) {
+        let function_name = call.function_name;
         let grants = &self.core.shared.users.get(self.user_id).grants;
         if !grants.execute {
             return access_denied(
@@ -242,6 +248,11 @@ impl Session {
                 function_name,
                 self.user_name(),
             );
+        }
+        if crud::is_crud_function(function_name) {
+            // crud runs its box operations as vshard's storage user, not the caller: the
+            // execute grant is the only check, as on a Tarantool router.
+            return self.crud(packet, call, sync, out).await;
         }
         match function_name {
             "box.info" | "box.info.call" => self.box_info(sync, out),
@@ -271,6 +282,216 @@ impl Session {
                 &format!("Procedure '{function_name}' is not defined"),
             ),
         }
+    }
+
+    /// A crud CALL (spec §18): planned here, then run where its data is (see `server::crud`).
+    async fn crud(&mut self, packet: &[u8], call: &Call<'_>, sync: u64, out: &mut Vec<u8>) {
+        let planned = {
+            let shard = self.core.shard.borrow();
+            crud::plan(
+                &shard.engine,
+                &self.core.crud,
+                call.function_name,
+                call.args,
+            )
+        };
+        let plan = match planned {
+            Ok(plan) => plan,
+            Err(raised) => {
+                return crud::encode_reply(out, sync, SCHEMA_VERSION, &CrudReply::Raised(raised))
+            }
+        };
+        match &plan {
+            Plan::Reply(_) => self.crud_here(&plan, sync, out),
+            Plan::Point(point) => {
+                let owner = self.crud_owner(point.space_id, &point.op);
+                if owner == self.core.id() {
+                    self.crud_here(&plan, sync, out);
+                } else {
+                    let slot = self
+                        .core
+                        .queue(owner, Kind::CrudCall, 0, packet, &self.inbox);
+                    self.pending.push(Pending {
+                        at: out.len(),
+                        slot,
+                    });
+                }
+            }
+            _ if self.core.shard_count == 1 => self.crud_here(&plan, sync, out),
+            Plan::Many(_) => self.crud_many(&plan, sync, out).await,
+            _ => self.crud_fan_out(packet, &plan, sync, out).await,
+        }
+    }
+
+    /// Runs a crud plan wholly on this core's shard; the reply waits for its commit like a
+    /// local IPROTO write.
+    fn crud_here(&mut self, plan: &Plan, sync: u64, out: &mut Vec<u8>) {
+        let start = out.len();
+        let commit = {
+            let mut shard = self.core.shard.borrow_mut();
+            on_shard::run_planned_into(
+                &mut shard,
+                &self.core.crud,
+                plan,
+                sync,
+                SCHEMA_VERSION,
+                out,
+            );
+            shard.take_commit()
+        };
+        if let Some(commit) = commit {
+            self.unacknowledged.push(Unacknowledged {
+                commit,
+                start,
+                end: out.len(),
+                sync,
+            });
+        }
+    }
+
+    /// The core that owns a crud point op's key; this one when the key does not parse (the
+    /// local shard then reports the error).
+    fn crud_owner(&self, space_id: u32, op: &crud::write::PointOp) -> usize {
+        if self.core.shard_count == 1 {
+            return 0;
+        }
+        match schema::placement_of(&self.core.shared.config, space_id) {
+            SpacePlacement::Shard0 => return 0,
+            SpacePlacement::Everywhere => return self.core.id(),
+            SpacePlacement::ByPrimaryKey => {}
+        }
+        let shard = self.core.shard.borrow();
+        let Ok(space) = shard.engine.space(space_id) else {
+            return self.core.id();
+        };
+        let mut key = SearchKeyBuf::new();
+        match op.placement_key(space, &mut key) {
+            Ok(()) => crate::server::shard_of_key(&key, self.core.shard_count),
+            Err(_) => self.core.id(),
+        }
+    }
+
+    /// A `*_many` call on several cores: each owner gets its ops, in order, in one message
+    /// (`Kind::CrudOps`); the outcomes go back to their positions and are finished here.
+    /// Earlier queued requests finish first, so the reply keeps its place.
+    async fn crud_many(&mut self, plan: &Plan, sync: u64, out: &mut Vec<u8>) {
+        let Plan::Many(many) = plan else {
+            unreachable!("crud_many takes a Many plan")
+        };
+        self.finish(out).await;
+        let shard_count = self.core.shard_count;
+        let me = self.core.id();
+        // positions[core] = the indexes into `many.ops` that core owns, in order.
+        let mut positions: Vec<Vec<usize>> = vec![Vec::new(); shard_count];
+        for (at, op) in many.ops.iter().enumerate() {
+            positions[self.crud_owner(many.space_id, op)].push(at);
+        }
+        // Slots are 0.. in the order queued: the inbox was empty after `finish`.
+        let mut slots: Vec<(usize, u32)> = Vec::new();
+        let mut payload = Vec::new();
+        for peer in (0..shard_count).filter(|&peer| peer != me && !positions[peer].is_empty()) {
+            payload.clear();
+            let ops = positions[peer].iter().map(|&at| &many.ops[at]);
+            wire::encode_ops(
+                &mut payload,
+                many.space_id,
+                many.stop_on_error,
+                many.rollback_on_error,
+                ops,
+            );
+            let slot = self
+                .core
+                .queue(peer, Kind::CrudOps, 0, &payload, &self.inbox);
+            slots.push((peer, slot));
+        }
+        let mut items = vec![crud::write::BatchItem::NotPerformed; many.ops.len()];
+        let (local, commit) = {
+            let mut shard = self.core.shard.borrow_mut();
+            let ops: Vec<_> = positions[me]
+                .iter()
+                .map(|&at| many.ops[at].clone())
+                .collect();
+            let local = on_shard::run_ops(
+                &mut shard,
+                many.space_id,
+                &ops,
+                many.stop_on_error,
+                many.rollback_on_error,
+            );
+            (local, shard.take_commit())
+        };
+        let mut durable = match local {
+            Ok(local) => {
+                place(&mut items, &positions[me], local);
+                true
+            }
+            Err(_) => false,
+        };
+        if !slots.is_empty() {
+            self.inbox.wait().await;
+            for &(peer, slot) in &slots {
+                match wire::decode_items(self.inbox.replies().get(slot)) {
+                    Some(remote) => place(&mut items, &positions[peer], remote),
+                    None => durable = false,
+                }
+            }
+            self.inbox.clear();
+        }
+        if let Some(commit) = commit {
+            durable &= commit.await.is_ok();
+        }
+        let reply = if durable {
+            let shard = self.core.shard.borrow();
+            let space = shard.engine.space(many.space_id).expect("planned");
+            CrudReply::Values(crud::finish_many(space, &self.core.crud, many, &items))
+        } else {
+            on_shard::wal_refused()
+        };
+        crud::encode_reply(out, sync, SCHEMA_VERSION, &reply);
+    }
+
+    /// A crud call on every core (select, count, min/max, len, truncate): each runs its part
+    /// of the CALL packet (`Kind::CrudPart`), this core merges. Earlier queued requests
+    /// finish first, so the call sees their writes and the reply keeps its place.
+    async fn crud_fan_out(&mut self, packet: &[u8], plan: &Plan, sync: u64, out: &mut Vec<u8>) {
+        self.finish(out).await;
+        let me = self.core.id();
+        for peer in (0..self.core.shard_count).filter(|&peer| peer != me) {
+            // Slots are 0.. in peer order: the inbox was empty after `finish`.
+            self.core
+                .queue(peer, Kind::CrudPart, 0, packet, &self.inbox);
+        }
+        let (local, commit) = {
+            let mut shard = self.core.shard.borrow_mut();
+            let local = on_shard::run_part(&mut shard, plan);
+            (local, shard.take_commit())
+        };
+        self.inbox.wait().await;
+        let mut parts = Vec::with_capacity(self.core.shard_count);
+        let mut durable = match local {
+            Ok(part) => {
+                parts.push(part);
+                true
+            }
+            Err(_) => false,
+        };
+        for slot in 0..(self.core.shard_count - 1) as u32 {
+            match wire::decode_part(self.inbox.replies().get(slot)) {
+                Some(part) => parts.push(part),
+                None => durable = false,
+            }
+        }
+        self.inbox.clear();
+        if let Some(commit) = commit {
+            durable &= commit.await.is_ok();
+        }
+        let reply = if durable {
+            let shard = self.core.shard.borrow();
+            CrudReply::Values(on_shard::finish_parts(&shard.engine, plan, parts))
+        } else {
+            on_shard::wal_refused()
+        };
+        crud::encode_reply(out, sync, SCHEMA_VERSION, &reply);
     }
 
     /// `box.info` as connection pools read it: `ro` false, `status` "running".
@@ -484,6 +705,18 @@ fn merge(select: &Select<'_>, streams: &mut [ScanEntries<'_>], sync: u64, out: &
         data.push_raw(out, tuple);
     }
     data.finish(out);
+}
+
+/// Puts one core's outcomes (in the order of its ops) back at the ops' positions.
+fn place(
+    items: &mut [crud::write::BatchItem],
+    positions: &[usize],
+    outcomes: Vec<crud::write::BatchItem>,
+) {
+    assert_eq!(positions.len(), outcomes.len(), "one outcome per op sent");
+    for (&at, outcome) in positions.iter().zip(outcomes) {
+        items[at] = outcome;
+    }
 }
 
 /// Moves the bytes of `out` apart so that each pending reply lands at its `at`, in one pass

@@ -30,8 +30,10 @@ pub struct Shard {
     pub arena: Bump,
 }
 
-/// What a write changed, as the WAL records it: a whole new tuple, or a deleted key.
-enum Written {
+/// What a write changed, as the WAL records it: a whole new tuple, or a deleted tuple
+/// (logged by its primary key).
+#[derive(Debug, Clone)]
+pub enum Written {
     Stored(Tuple),
     Deleted(Tuple),
 }
@@ -160,8 +162,11 @@ impl Shard {
         data.finish(out);
     }
 
-    /// Appends the change to the WAL (if there is one) and keeps its commit.
-    fn log(&mut self, space_id: u32, written: &Written) -> std::result::Result<(), WalError> {
+    /// Appends the change to the WAL (if there is one) and keeps its commit for
+    /// [`Shard::take_commit`]. Rows are durable in LSN order, so after several calls the
+    /// kept (last) commit covers every row logged since the last take. For writers that
+    /// change the engine themselves (crud) and must log exactly what `execute` would.
+    pub fn log(&mut self, space_id: u32, written: &Written) -> std::result::Result<(), WalError> {
         let Some(wal) = &self.wal else {
             return Ok(());
         };

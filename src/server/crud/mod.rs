@@ -10,6 +10,12 @@
 //! * [`write`]: point ops and `*_many` batches as they run on the owner shard.
 //! * [`select`]: conditions, the scan plan, the per-shard scan and the merge.
 //! * [`result`]: `{metadata, rows}` and `fields`; [`error`]: crud's error objects.
+//! * [`on_shard`]: step 2 on a real shard, every change logged to its WAL; and the whole
+//!   call on one shard. [`wire`]: the bytes shard-side work travels as between cores.
+//!
+//! The router is `server::dispatch` (`Session::call`): a point op runs on its owner core
+//! (forwarded there as its CALL packet, which the owner plans again); a `*_many` call sends
+//! each owner its ops in one message; the rest fan out to every core and merge here.
 //!
 //! # The three steps, and the seam the router fills
 //!
@@ -43,8 +49,10 @@ pub mod bucket;
 pub mod error;
 pub mod flatten;
 pub mod mp;
+pub mod on_shard;
 pub mod result;
 pub mod select;
+pub mod wire;
 pub mod write;
 
 #[cfg(test)]
@@ -54,7 +62,7 @@ use crate::protocol::reply;
 use crate::protocol::reply::ErrorEntry as ReplyErrorEntry;
 use crate::protocol::ErrorCode;
 use crate::storage::msgpack::{write_array_len, write_str, write_uint};
-use crate::storage::{Engine, Space, StorageError};
+use crate::storage::{Engine, Space};
 pub use args::{Func, Raised};
 use error::CrudError;
 use result::Columns;
@@ -97,24 +105,35 @@ pub fn is_crud_function(function_name: &str) -> bool {
 /// Writes the whole IPROTO reply packet for `reply`.
 pub fn encode_reply(out: &mut Vec<u8>, sync: u64, schema_version: u64, crud_reply: &CrudReply) {
     match crud_reply {
-        CrudReply::Values(values) => {
-            let mark = reply::begin_packet(out);
-            reply::write_reply_header(
-                out,
-                crate::protocol::codes::request_type::OK,
-                sync,
-                schema_version,
-            );
-            out.push(0x81);
-            out.push(crate::protocol::codes::body_key::DATA as u8);
-            out.extend_from_slice(values);
-            reply::finish_packet(out, mark);
-        }
+        CrudReply::Values(values) => encode_values_reply(out, sync, schema_version, |out| {
+            out.extend_from_slice(values)
+        }),
         CrudReply::Raised(raised) => {
             let entry = ReplyErrorEntry::new(raised.code, &raised.message);
             reply::encode_error_stack(out, sync, schema_version, &[entry]);
         }
     }
+}
+
+/// Writes a success reply packet whose values (`{0x30: values}`) `write_values` appends in
+/// place, with no intermediate buffer.
+pub fn encode_values_reply(
+    out: &mut Vec<u8>,
+    sync: u64,
+    schema_version: u64,
+    write_values: impl FnOnce(&mut Vec<u8>),
+) {
+    let mark = reply::begin_packet(out);
+    reply::write_reply_header(
+        out,
+        crate::protocol::codes::request_type::OK,
+        sync,
+        schema_version,
+    );
+    out.push(0x81);
+    out.push(crate::protocol::codes::body_key::DATA as u8);
+    write_values(out);
+    reply::finish_packet(out, mark);
 }
 
 /// A planned call: what must run where (see the module docs for the seam).
@@ -415,28 +434,46 @@ fn plan_many(
     Ok(Plan::Many(plan))
 }
 
-fn box_error(func: Func, error: &StorageError) -> CrudError {
+fn box_error(func: Func, error: &dyn std::fmt::Display) -> CrudError {
     func_error(func, format!("Failed to {}: {error}", func.verb()))
 }
 
 /// Step 3 of a point op: `[{metadata, rows}, nil]`, `[nil, nil]` with noreturn, or
-/// `[nil, err]`.
-pub fn finish_point(
+/// `[nil, err]`. The error is a box error (a `StorageError`, or its text when the op ran on
+/// another core).
+pub fn finish_point<E: std::fmt::Display>(
     space: &Space,
     plan: &PointPlan,
-    outcome: Result<Option<Vec<u8>>, StorageError>,
+    outcome: Result<Option<Vec<u8>>, E>,
 ) -> Vec<u8> {
+    let mut values = Vec::new();
+    write_point_values(&mut values, space, plan, outcome);
+    values
+}
+
+/// [`finish_point`], appending the values to `out`.
+pub fn write_point_values<E: std::fmt::Display>(
+    out: &mut Vec<u8>,
+    space: &Space,
+    plan: &PointPlan,
+    outcome: Result<Option<Vec<u8>>, E>,
+) {
     let row = match outcome {
         Ok(row) => row,
-        Err(error) => return returned_error(&box_error(plan.func, &error)),
+        Err(error) => return out.extend_from_slice(&returned_error(&box_error(plan.func, &error))),
     };
+    write_array_len(out, 2);
     if plan.noreturn {
-        return two(mp::NIL, mp::NIL);
+        out.extend_from_slice(mp::NIL);
+    } else {
+        let row = row.as_deref();
+        let rows: &[&[u8]] = match &row {
+            Some(row) => std::slice::from_ref(row),
+            None => &[],
+        };
+        result::write_result(out, &space.format, &plan.columns, Some(rows));
     }
-    let mut result = Vec::new();
-    let rows: Vec<&[u8]> = row.iter().map(Vec::as_slice).collect();
-    result::write_result(&mut result, &space.format, &plan.columns, Some(&rows));
-    two(&result, mp::NIL)
+    out.extend_from_slice(mp::NIL);
 }
 
 /// Step 3 of a `*_many` call; `items` are the batch outcomes in the order of `plan.ops`.
@@ -504,10 +541,10 @@ pub fn finish_many(
 }
 
 /// Step 3 of a select: merges the shards' runs.
-pub fn finish_select(
+pub fn finish_select<E: std::fmt::Display>(
     space: &Space,
     planned: &Planned,
-    shards: Vec<Result<ShardRows, StorageError>>,
+    shards: Vec<Result<ShardRows, E>>,
 ) -> Vec<u8> {
     let mut runs = Vec::with_capacity(shards.len());
     for shard in shards {
@@ -524,12 +561,12 @@ pub fn finish_select(
 }
 
 /// Step 3 of min / max.
-pub fn finish_border(
+pub fn finish_border<E: std::fmt::Display>(
     space: &Space,
     func: Func,
     plan: &SelectPlan,
     columns: &Columns,
-    shards: Vec<Result<ShardRows, StorageError>>,
+    shards: Vec<Result<ShardRows, E>>,
 ) -> Vec<u8> {
     let mut runs = Vec::with_capacity(shards.len());
     for shard in shards {
@@ -546,7 +583,9 @@ pub fn finish_border(
 }
 
 /// Step 3 of count: `[n, nil]`.
-pub fn finish_count(counts: impl IntoIterator<Item = Result<u64, StorageError>>) -> Vec<u8> {
+pub fn finish_count<E: std::fmt::Display>(
+    counts: impl IntoIterator<Item = Result<u64, E>>,
+) -> Vec<u8> {
     let mut total = 0u64;
     for count in counts {
         match count {

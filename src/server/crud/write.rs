@@ -5,8 +5,13 @@
 //! A batch keeps, for each applied op, what undoes it, so `rollback_on_error` can restore
 //! the shard exactly (Tarantool does it with a transaction; tarn's shard has none, and a
 //! shard runs one batch to the end before anything else touches it).
+//!
+//! Every change (an op, or an undo) reports what it wrote as a [`Written`], in the order it
+//! happened, for the caller to log to the shard's WAL with `Shard::log` — exactly the rows
+//! an IPROTO request making the same change would log.
 
 use super::mp;
+use crate::shard::Written;
 use crate::storage::key::SearchKeyBuf;
 use crate::storage::msgpack::write_array_len;
 use crate::storage::{Engine, Space, StorageError};
@@ -60,11 +65,13 @@ pub enum Undo {
     Restore(Vec<u8>),
 }
 
-/// An applied op: the row it returns (new, old or found tuple) and its undo.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// An applied op: the row it returns (new, old or found tuple), its undo, and the change
+/// to log (none for a read, or a write that changed nothing).
+#[derive(Debug, Clone)]
 pub struct Applied {
     pub row: Option<Vec<u8>>,
     pub undo: Undo,
+    pub written: Option<Written>,
 }
 
 /// The primary key of a tuple as a msgpack array (for lookups before a write).
@@ -104,69 +111,107 @@ fn undo_for(old: Option<Vec<u8>>, key: Vec<u8>) -> Undo {
     }
 }
 
-/// Runs one op on the space of its owner shard.
+/// Runs one op on the space of its owner shard, keeping its undo (for a batch).
 pub fn apply(space: &mut Space, op: &PointOp) -> Result<Applied, StorageError> {
+    apply_with(space, op, true)
+}
+
+/// [`apply`] without the undo (`Undo::Nothing`): a lone point op is never rolled back, so
+/// it skips the lookup and copy of the old tuple that an undo costs.
+pub fn apply_point(space: &mut Space, op: &PointOp) -> Result<Applied, StorageError> {
+    apply_with(space, op, false)
+}
+
+fn apply_with(space: &mut Space, op: &PointOp, keep_undo: bool) -> Result<Applied, StorageError> {
+    let old_of = |space: &Space, key: &[u8]| keep_undo.then(|| existing(space, key)).flatten();
+    let key_of = |space: &Space, tuple: &[u8]| {
+        if keep_undo {
+            primary_key_of(space, tuple)
+        } else {
+            Vec::new()
+        }
+    };
+    let undo_of = |old: Option<Vec<u8>>, key: Vec<u8>| {
+        if keep_undo {
+            undo_for(old, key)
+        } else {
+            Undo::Nothing
+        }
+    };
     Ok(match op {
         PointOp::Insert { tuple } => {
             let new = space.insert(tuple)?;
+            let key = key_of(space, new.data());
             Applied {
-                undo: Undo::Delete(primary_key_of(space, new.data())),
+                undo: undo_of(None, key),
                 row: Some(new.data().to_vec()),
+                written: Some(Written::Stored(new)),
             }
         }
         PointOp::Replace { tuple } => {
-            let key = primary_key_of(space, tuple);
-            let old = existing(space, &key);
+            let key = key_of(space, tuple);
+            let old = old_of(space, &key);
             let new = space.replace(tuple)?;
             Applied {
                 row: Some(new.data().to_vec()),
-                undo: undo_for(old, key),
+                undo: undo_of(old, key),
+                written: Some(Written::Stored(new)),
             }
         }
         PointOp::Upsert { tuple, ops } => {
-            let key = primary_key_of(space, tuple);
-            let old = existing(space, &key);
-            space.upsert(tuple, ops, CRUD_INDEX_BASE)?;
+            let key = key_of(space, tuple);
+            let old = old_of(space, &key);
+            let stored = space.upsert_stored(tuple, ops, CRUD_INDEX_BASE)?;
             Applied {
                 row: None,
-                undo: undo_for(old, key),
+                undo: undo_of(old, key),
+                written: stored.map(Written::Stored),
             }
         }
         PointOp::Update { key, ops } => {
-            let old = existing(space, key);
+            let old = old_of(space, key);
             let new = space.update(0, key, ops, CRUD_INDEX_BASE)?;
             Applied {
                 undo: match (&new, old) {
                     (Some(_), Some(old)) => Undo::Restore(old),
                     _ => Undo::Nothing,
                 },
-                row: new.map(|tuple| tuple.data().to_vec()),
+                row: new.as_ref().map(|tuple| tuple.data().to_vec()),
+                written: new.map(Written::Stored),
             }
         }
         PointOp::Delete { key } => {
-            let old = space.delete(0, key)?.map(|tuple| tuple.data().to_vec());
+            let old = space.delete(0, key)?;
+            let row = old.as_ref().map(|tuple| tuple.data().to_vec());
             Applied {
-                undo: old.clone().map_or(Undo::Nothing, Undo::Restore),
-                row: old,
+                undo: match &row {
+                    Some(row) if keep_undo => Undo::Restore(row.clone()),
+                    _ => Undo::Nothing,
+                },
+                row,
+                written: old.map(Written::Deleted),
             }
         }
         PointOp::Get { key } => Applied {
             row: space.get(0, key)?.map(|tuple| tuple.data().to_vec()),
             undo: Undo::Nothing,
+            written: None,
         },
     })
 }
 
-/// Puts the shard back as it was before the op that returned `undo`.
-pub fn undo(space: &mut Space, undo: &Undo) {
+/// Puts the shard back as it was before the op that returned `undo`; returns the change
+/// to log.
+pub fn undo(space: &mut Space, undo: &Undo) -> Option<Written> {
     let outcome = match undo {
-        Undo::Nothing => Ok(()),
-        Undo::Delete(key) => space.delete(0, key).map(drop),
-        Undo::Restore(old) => space.replace(old).map(drop),
+        Undo::Nothing => Ok(None),
+        Undo::Delete(key) => space.delete(0, key).map(|old| old.map(Written::Deleted)),
+        Undo::Restore(old) => space.replace(old).map(|new| Some(Written::Stored(new))),
     };
     // The tuple was in the space a moment ago (or the key was absent): restoring it only
     // fails if the quota shrank in between, which a single-threaded shard cannot see.
     debug_assert!(outcome.is_ok(), "undo failed: {outcome:?}");
+    outcome.ok().flatten()
 }
 
 /// What became of one op of a batch.
@@ -174,7 +219,8 @@ pub fn undo(space: &mut Space, undo: &Undo) {
 pub enum BatchItem {
     /// Applied; the row it returns.
     Done(Option<Vec<u8>>),
-    Failed(StorageError),
+    /// Failed with this box error message (text only, so an outcome can cross cores).
+    Failed(String),
     /// Skipped because an earlier op failed and `stop_on_error` was set.
     NotPerformed,
     /// Applied, then undone because an op failed and `rollback_on_error` was set.
@@ -192,13 +238,34 @@ pub fn apply_batch(
     stop_on_error: bool,
     rollback_on_error: bool,
 ) -> Vec<BatchItem> {
+    let mut written = Vec::new();
+    apply_batch_logged(
+        engine,
+        space_id,
+        ops,
+        stop_on_error,
+        rollback_on_error,
+        &mut written,
+    )
+}
+
+/// [`apply_batch`], appending every change it made (ops and undos, in order) to `written`.
+pub fn apply_batch_logged(
+    engine: &mut Engine,
+    space_id: u32,
+    ops: &[PointOp],
+    stop_on_error: bool,
+    rollback_on_error: bool,
+    written: &mut Vec<Written>,
+) -> Vec<BatchItem> {
     let space = match engine.space_mut(space_id) {
         Ok(space) => space,
         Err(error) => {
+            let message = error.to_string();
             return ops
                 .iter()
-                .map(|_| BatchItem::Failed(error.clone()))
-                .collect()
+                .map(|_| BatchItem::Failed(message.clone()))
+                .collect();
         }
     };
     let mut items = Vec::with_capacity(ops.len());
@@ -213,16 +280,17 @@ pub fn apply_batch(
             Ok(applied) => {
                 undos.push((items.len(), applied.undo));
                 items.push(BatchItem::Done(applied.row));
+                written.extend(applied.written);
             }
             Err(error) => {
                 failed = true;
-                items.push(BatchItem::Failed(error));
+                items.push(BatchItem::Failed(error.to_string()));
             }
         }
     }
     if failed && rollback_on_error {
         for (at, undo_op) in undos.iter().rev() {
-            undo(space, undo_op);
+            written.extend(undo(space, undo_op));
             items[*at] = BatchItem::RolledBack;
         }
     }

@@ -1,0 +1,264 @@
+//! Step 2 on a real shard: a planned call's work run on the [`Shard`] that holds the data,
+//! with every change logged to that shard's WAL through `Shard::log` — the same rows an
+//! IPROTO request making the change logs. The caller takes `shard.take_commit()` and awaits
+//! it before the answer leaves, as for any write.
+//!
+//! Also the whole call on one shard ([`execute_on_shard`]): what a one-shard server runs,
+//! what the owner of a forwarded point op runs, and what the benchmark times.
+//!
+//! When the WAL refuses a row the change stays in memory (as with `Shard::execute`) but is
+//! never acknowledged: the call raises `ER_WAL_IO` instead.
+
+use super::select::{self, ShardRows};
+use super::wire::Part;
+use super::write::{self, BatchItem, PointOp};
+use super::{
+    encode_reply, encode_values_reply, finish_border, finish_count, finish_len, finish_many,
+    finish_point, finish_select, finish_truncate, plan, write_point_values, CrudConfig, CrudReply,
+    Func, Plan, PointPlan, Raised,
+};
+use crate::protocol::ErrorCode;
+use crate::shard::{Shard, Written};
+use crate::storage::{Engine, IteratorType, StorageError, Tuple};
+use crate::wal::WalError;
+
+/// The answer to a call whose WAL rows could not be written: never an acknowledgement.
+pub fn wal_refused() -> CrudReply {
+    CrudReply::Raised(Raised {
+        code: ErrorCode::ER_WAL_IO,
+        message: "Failed to write to disk".to_string(),
+    })
+}
+
+fn log_refused(shard: &Shard, error: &WalError) {
+    tracing::error!(shard = shard.id, %error, "WAL write refused; the crud call fails");
+}
+
+/// A point op on its owner shard: the op's outcome (a box error is an outcome), or the
+/// WAL's refusal of its row.
+pub fn run_point(
+    shard: &mut Shard,
+    plan: &PointPlan,
+) -> Result<Result<Option<Vec<u8>>, StorageError>, WalError> {
+    let applied = match shard
+        .engine
+        .space_mut(plan.space_id)
+        .and_then(|space| write::apply_point(space, &plan.op))
+    {
+        Ok(applied) => applied,
+        Err(error) => return Ok(Err(error)),
+    };
+    if let Some(written) = &applied.written {
+        shard.log(plan.space_id, written)?;
+    }
+    Ok(Ok(applied.row))
+}
+
+/// A `*_many` call's ops for this shard, in order (`write::apply_batch`), each change
+/// logged.
+pub fn run_ops(
+    shard: &mut Shard,
+    space_id: u32,
+    ops: &[PointOp],
+    stop_on_error: bool,
+    rollback_on_error: bool,
+) -> Result<Vec<BatchItem>, WalError> {
+    let mut written = Vec::new();
+    let items = write::apply_batch_logged(
+        &mut shard.engine,
+        space_id,
+        ops,
+        stop_on_error,
+        rollback_on_error,
+        &mut written,
+    );
+    for change in &written {
+        shard.log(space_id, change)?;
+    }
+    Ok(items)
+}
+
+/// This shard's part of a fanned-out call: select, min/max, count, len or truncate.
+pub fn run_part(shard: &mut Shard, plan: &Plan) -> Result<Part, WalError> {
+    let rows = |found: Result<ShardRows, StorageError>| match found {
+        Ok(rows) => Part::Rows(rows),
+        Err(error) => Part::Failed(error.to_string()),
+    };
+    Ok(match plan {
+        Plan::Select(planned) => rows(select::scan_shard(&shard.engine, &planned.plan)),
+        Plan::Border { plan, .. } => rows(select::scan_shard(&shard.engine, plan)),
+        Plan::Count(plan) => match select::count_shard(&shard.engine, plan) {
+            Ok(count) => Part::Count(count),
+            Err(error) => Part::Failed(error.to_string()),
+        },
+        Plan::Len { space_id } => Part::Count(
+            shard
+                .engine
+                .space(*space_id)
+                .map_or(0, |space| space.len() as u64),
+        ),
+        Plan::Truncate { space_id } => {
+            truncate_logged(shard, *space_id)?;
+            Part::Done
+        }
+        Plan::Reply(_) | Plan::Point(_) | Plan::Many(_) => {
+            debug_assert!(false, "not a fanned-out plan: {plan:?}");
+            Part::Done
+        }
+    })
+}
+
+/// Empties a space. The WAL has no truncate row, so every tuple is logged as deleted first
+/// (one row each; the rows share one WAL write); recovery then replays the same emptying.
+fn truncate_logged(shard: &mut Shard, space_id: u32) -> Result<(), WalError> {
+    let Ok(space) = shard.engine.space(space_id) else {
+        return Ok(());
+    };
+    if shard.wal.is_some() {
+        let tuples: Vec<Tuple> = match space.select(0, IteratorType::All as u32, &[0x90]) {
+            Ok(entries) => entries.map(|(_, tuple)| tuple.clone()).collect(),
+            Err(_) => Vec::new(),
+        };
+        for tuple in tuples {
+            shard.log(space_id, &Written::Deleted(tuple))?;
+        }
+    }
+    if let Ok(space) = shard.engine.space_mut(space_id) {
+        space.truncate();
+    }
+    Ok(())
+}
+
+/// Step 3 of a fanned-out call, from every shard's part (any order: the merge sorts).
+pub fn finish_parts(engine: &Engine, plan: &Plan, parts: Vec<Part>) -> Vec<u8> {
+    let rows = |parts: Vec<Part>| -> Vec<Result<ShardRows, String>> {
+        parts
+            .into_iter()
+            .map(|part| match part {
+                Part::Rows(rows) => Ok(rows),
+                Part::Failed(message) => Err(message),
+                other => Err(format!("unexpected shard part {other:?}")),
+            })
+            .collect()
+    };
+    let counts = |parts: Vec<Part>| -> Vec<Result<u64, String>> {
+        parts
+            .into_iter()
+            .map(|part| match part {
+                Part::Count(count) => Ok(count),
+                Part::Failed(message) => Err(message),
+                other => Err(format!("unexpected shard part {other:?}")),
+            })
+            .collect()
+    };
+    let space_of = |space_id: u32| engine.space(space_id).expect("planned on this space");
+    match plan {
+        Plan::Select(planned) => {
+            finish_select(space_of(planned.plan.space_id), planned, rows(parts))
+        }
+        Plan::Border { plan, columns } => {
+            let func = if plan.iterator == IteratorType::Le {
+                Func::Max
+            } else {
+                Func::Min
+            };
+            finish_border(space_of(plan.space_id), func, plan, columns, rows(parts))
+        }
+        Plan::Count(_) => finish_count(counts(parts)),
+        Plan::Len { .. } => finish_len(counts(parts).into_iter().flatten().sum()),
+        Plan::Truncate { .. } => finish_truncate(),
+        Plan::Reply(_) | Plan::Point(_) | Plan::Many(_) => {
+            unreachable!("not a fanned-out plan: {plan:?}")
+        }
+    }
+}
+
+/// Runs a planned call wholly on this shard (every part of it is here) and returns its
+/// answer; changes are logged, their commit left in `shard.take_commit()`.
+pub fn run_planned(shard: &mut Shard, config: &CrudConfig, plan: &Plan) -> CrudReply {
+    let values = match plan {
+        Plan::Reply(values) => values.clone(),
+        Plan::Point(point) => match run_point(shard, point) {
+            Ok(outcome) => {
+                let space = shard.engine.space(point.space_id).expect("planned");
+                finish_point(space, point, outcome)
+            }
+            Err(error) => {
+                log_refused(shard, &error);
+                return wal_refused();
+            }
+        },
+        Plan::Many(many) => {
+            let ran = run_ops(
+                shard,
+                many.space_id,
+                &many.ops,
+                many.stop_on_error,
+                many.rollback_on_error,
+            );
+            match ran {
+                Ok(items) => {
+                    let space = shard.engine.space(many.space_id).expect("planned");
+                    finish_many(space, config, many, &items)
+                }
+                Err(error) => {
+                    log_refused(shard, &error);
+                    return wal_refused();
+                }
+            }
+        }
+        _ => match run_part(shard, plan) {
+            Ok(part) => finish_parts(&shard.engine, plan, vec![part]),
+            Err(error) => {
+                log_refused(shard, &error);
+                return wal_refused();
+            }
+        },
+    };
+    CrudReply::Values(values)
+}
+
+/// [`run_planned`], appending the IPROTO reply packet to `out`; a point op's values are
+/// written in place (the hot path: no intermediate buffer).
+pub fn run_planned_into(
+    shard: &mut Shard,
+    config: &CrudConfig,
+    plan: &Plan,
+    sync: u64,
+    schema_version: u64,
+    out: &mut Vec<u8>,
+) {
+    let Plan::Point(point) = plan else {
+        let reply = run_planned(shard, config, plan);
+        return encode_reply(out, sync, schema_version, &reply);
+    };
+    match run_point(shard, point) {
+        Ok(outcome) => {
+            let space = shard.engine.space(point.space_id).expect("planned");
+            encode_values_reply(out, sync, schema_version, |out| {
+                write_point_values(out, space, point, outcome)
+            });
+        }
+        Err(error) => {
+            log_refused(shard, &error);
+            encode_reply(out, sync, schema_version, &wal_refused());
+        }
+    }
+}
+
+/// A whole crud CALL on this one shard: plan, run, finish, and the IPROTO reply appended to
+/// `out`. The caller awaits `shard.take_commit()` before sending it.
+pub fn execute_on_shard(
+    shard: &mut Shard,
+    config: &CrudConfig,
+    sync: u64,
+    schema_version: u64,
+    function_name: &str,
+    args: &[u8],
+    out: &mut Vec<u8>,
+) {
+    match plan(&shard.engine, config, function_name, args) {
+        Ok(plan) => run_planned_into(shard, config, &plan, sync, schema_version, out),
+        Err(raised) => encode_reply(out, sync, schema_version, &CrudReply::Raised(raised)),
+    }
+}
