@@ -3,13 +3,13 @@
 
 mod common;
 
-use common::client::Client;
+use common::Client;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tarn::protocol::client::{self, decode_reply};
 use tarn::protocol::request::Select;
-use tarn::storage::msgpack::{self, write_array_len, write_str, write_uint, Value};
+use tarn::storage::msgpack::{self, Value};
 
 const WRITERS: u64 = 4;
 const ROWS_PER_WRITER: u64 = 50_000;
@@ -18,12 +18,7 @@ const ACKNOWLEDGED_BEFORE_CRASH: usize = 20_000;
 const WINDOW: u64 = 32;
 
 fn kv_tuple(id: u64) -> Vec<u8> {
-    let mut out = Vec::new();
-    write_array_len(&mut out, 3);
-    write_uint(&mut out, id);
-    write_uint(&mut out, id % 3000);
-    write_str(&mut out, format!("value-{id}").as_bytes());
-    out
+    common::kv_tuple(id, &format!("value-{id}"))
 }
 
 /// Writes rows `first..first + count` with a window of replaces in flight, adding to
@@ -34,7 +29,7 @@ fn write_rows(
     count: u64,
     acknowledged: &Mutex<BTreeSet<u64>>,
 ) {
-    let mut client = Client::connect(server);
+    let mut client = Client::connect_to(server);
     let mut next = first;
     let end = first + count;
     let mut in_flight = 0;
@@ -45,7 +40,7 @@ fn write_rows(
             next += 1;
             in_flight += 1;
         }
-        if (!batch.is_empty() && client.send(&batch).is_err()) || in_flight == 0 {
+        if (!batch.is_empty() && client.try_send(&batch).is_err()) || in_flight == 0 {
             return;
         }
         let Some(packet) = client.read_packet() else {
@@ -59,7 +54,7 @@ fn write_rows(
 }
 
 fn all_rows(server: std::net::SocketAddr) -> Vec<(u64, Vec<u8>)> {
-    let mut client = Client::connect(server);
+    let mut client = Client::connect_to(server);
     let mut request = Vec::new();
     client::encode_select(
         &mut request,
@@ -76,7 +71,7 @@ fn all_rows(server: std::net::SocketAddr) -> Vec<(u64, Vec<u8>)> {
             after_tuple: None,
         },
     );
-    client.send(&request).expect("send");
+    client.send(&request);
     let packet = client.read_packet().expect("reply");
     let reply = decode_reply(&packet).expect("decodes");
     let mut data = reply.data().expect("data");
@@ -121,10 +116,10 @@ fn crash_mid_stream(snapshot_mid_stream: bool) {
     };
     if snapshot_mid_stream {
         wait_for(ACKNOWLEDGED_BEFORE_CRASH / 4);
-        let mut admin = Client::connect(addr);
+        let mut admin = Client::connect_to(addr);
         let mut call = Vec::new();
         client::encode_call(&mut call, 77, "box.snapshot", &[0x90]);
-        admin.send(&call).expect("send");
+        admin.send(&call);
         let reply = admin.read_packet().expect("snapshot reply");
         assert!(!decode_reply(&reply).unwrap().is_error());
     }

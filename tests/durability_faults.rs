@@ -4,12 +4,12 @@
 
 mod common;
 
-use common::client::Client;
+use common::Client;
 use common::Server;
 use std::path::{Path, PathBuf};
 use tarn::protocol::client::{self, decode_reply};
 use tarn::protocol::request::Select;
-use tarn::storage::msgpack::{self, write_array_len, write_str, write_uint, Value};
+use tarn::storage::msgpack::{self, Value};
 
 const SHIPPED: &str = include_str!("../conf/tarn.toml");
 
@@ -19,23 +19,18 @@ fn write_mode() -> [&'static str; 2] {
 
 /// Replaces `ids` one at a time, each acknowledged before the next, so each is one batch.
 fn write_one_by_one(server: &Server, ids: std::ops::RangeInclusive<u64>) {
-    let mut client = Client::connect(server.addr);
+    let mut client = Client::connect(server);
     for id in ids {
-        let mut tuple = Vec::new();
-        write_array_len(&mut tuple, 3);
-        write_uint(&mut tuple, id);
-        write_uint(&mut tuple, id % 3000);
-        write_str(&mut tuple, b"value");
         let mut request = Vec::new();
-        client::encode_replace(&mut request, id, 512, &tuple);
-        client.send(&request).expect("send");
+        client::encode_replace(&mut request, id, 512, &common::kv_tuple(id, "value"));
+        client.send(&request);
         let reply = client.read_packet().expect("reply");
         assert!(!decode_reply(&reply).unwrap().is_error());
     }
 }
 
 fn ids(server: &Server) -> Vec<u64> {
-    let mut client = Client::connect(server.addr);
+    let mut client = Client::connect(server);
     let mut request = Vec::new();
     let select = Select {
         space_id: 512,
@@ -49,7 +44,7 @@ fn ids(server: &Server) -> Vec<u64> {
         after_tuple: None,
     };
     client::encode_select(&mut request, 1, &select);
-    client.send(&request).expect("send");
+    client.send(&request);
     let packet = client.read_packet().expect("reply");
     let reply = decode_reply(&packet).unwrap();
     let mut data = reply.data().expect("data");

@@ -160,3 +160,82 @@ fn sigterm_stops_the_server_cleanly() {
     let _client = Client::connect(&server);
     assert_eq!(server.stop(), Some(0));
 }
+
+/// The shipped config with these limits instead of its own.
+fn limited_config(max_connections: u32, max_packet_size: &str) -> String {
+    let shipped = include_str!("../conf/tarn.toml");
+    let limited = shipped
+        .replace(
+            "max_connections = 10000",
+            &format!("max_connections = {max_connections}"),
+        )
+        .replace(
+            r#"max_packet_size = "16MiB""#,
+            &format!(r#"max_packet_size = "{max_packet_size}""#),
+        );
+    assert_ne!(limited, shipped, "the shipped config still has these keys");
+    limited
+}
+
+#[test]
+fn a_packet_over_max_packet_size_closes_only_its_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::Server::try_start_with(dir.path(), &limited_config(100, "1KiB"), 2, &[])
+        .expect("starts");
+    let mut healthy = Client::connect(&server);
+    let mut big = Client::connect(&server);
+    let mut request = Vec::new();
+    client::encode_replace(&mut request, 3, 512, &kv_tuple(1, &"x".repeat(2000)));
+    big.send(&request);
+    assert!(
+        big.read_packet().is_none(),
+        "the oversized packet's connection is closed"
+    );
+    let mut ping = Vec::new();
+    client::encode_ping(&mut ping, 4);
+    healthy.send(&ping);
+    assert_eq!(
+        decode_reply(&healthy.read_packet().unwrap())
+            .unwrap()
+            .sync(),
+        4
+    );
+}
+
+#[test]
+fn connections_over_max_connections_are_closed_and_the_others_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = common::Server::try_start_with(dir.path(), &limited_config(2, "16MiB"), 1, &[])
+        .expect("starts");
+    let mut first = Client::connect(&server);
+    let mut second = Client::connect(&server);
+    // The third is accepted by the kernel and closed by tarn before its greeting.
+    let mut third = std::net::TcpStream::connect(server.addr).expect("tcp connect");
+    third
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    let mut byte = [0u8; 1];
+    assert_eq!(
+        std::io::Read::read(&mut third, &mut byte).unwrap_or(0),
+        0,
+        "closed without a greeting"
+    );
+    let mut ping = Vec::new();
+    client::encode_ping(&mut ping, 8);
+    for client in [&mut first, &mut second] {
+        client.send(&ping);
+        assert_eq!(
+            decode_reply(&client.read_packet().unwrap()).unwrap().sync(),
+            8
+        );
+    }
+    // A slot frees when a client leaves.
+    drop(first);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let mut fourth = Client::connect(&server);
+    fourth.send(&ping);
+    assert_eq!(
+        decode_reply(&fourth.read_packet().unwrap()).unwrap().sync(),
+        8
+    );
+}

@@ -18,8 +18,6 @@ password = "secret"
 grants = ["read", "write", "execute"]
 "#;
 
-pub mod client;
-
 pub struct Server {
     child: Child,
     pub addr: SocketAddr,
@@ -167,7 +165,11 @@ pub struct Client {
 
 impl Client {
     pub fn connect(server: &Server) -> Client {
-        let mut stream = TcpStream::connect(server.addr).expect("connect");
+        Client::connect_to(server.addr)
+    }
+
+    pub fn connect_to(addr: SocketAddr) -> Client {
+        let mut stream = TcpStream::connect(addr).expect("connect");
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
@@ -182,6 +184,11 @@ impl Client {
 
     pub fn send(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).expect("write");
+    }
+
+    /// `send` for a server that may be gone (a crash test kills it mid-stream).
+    pub fn try_send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.stream.write_all(bytes)
     }
 
     /// Reads one reply packet (status, sync, raw packet bytes); `None` on close.
