@@ -235,6 +235,20 @@ pub fn write_array_len(out: &mut Vec<u8>, len: u32) {
     }
 }
 
+/// Writes a map header of the shortest form.
+#[inline]
+pub fn write_map_len(out: &mut Vec<u8>, len: u32) {
+    if len < 16 {
+        out.push(0x80 | len as u8);
+    } else if len <= u16::MAX as u32 {
+        out.push(0xde);
+        out.extend_from_slice(&(len as u16).to_be_bytes());
+    } else {
+        out.push(0xdf);
+        out.extend_from_slice(&len.to_be_bytes());
+    }
+}
+
 /// Writes an unsigned integer of the shortest form.
 #[inline]
 pub fn write_uint(out: &mut Vec<u8>, value: u64) {

@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 
 /// A load generator for tarn modelled on ScyllaDB's perf-simple-query.
 ///
@@ -64,7 +64,7 @@ pub struct Args {
 
     /// Durability of the in-process server's writes (in-process mode only).
     #[arg(long, value_enum)]
-    pub wal: Option<WalMode>,
+    pub wal: Option<tarn::config::WalMode>,
 
     /// Write parameters, per-second samples, summaries and error count as JSON to FILE.
     #[arg(long, value_name = "FILE")]
@@ -107,23 +107,6 @@ pub struct Args {
     /// Rows depend only on --random-seed and the id.
     #[arg(long, value_name = "N")]
     pub load_customers: Option<u64>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum WalMode {
-    None,
-    Write,
-    Fsync,
-}
-
-impl WalMode {
-    pub fn name(self) -> &'static str {
-        match self {
-            WalMode::None => "none",
-            WalMode::Write => "write",
-            WalMode::Fsync => "fsync",
-        }
-    }
 }
 
 /// What each operation does; exactly one per run.

@@ -55,11 +55,12 @@ use tarn::server::{shard_of_key, start_cores};
 use tarn::storage::key::SearchKeyBuf;
 use tarn::storage::msgpack::{write_array_len, write_uint};
 
-use crate::cli::{Budget, Config, Operation, WalMode};
+use crate::cli::{Budget, Config, Operation};
 use crate::connect::describe;
 use crate::driver::{Driver, DriverError, MeshReport, Outcome, Progress, Scope};
 use crate::histogram::Histogram;
 use crate::workload::{encode_operation, KeyGenerator, KV_SPACE_ID};
+use tarn::config::WalMode;
 
 /// Requests per round while populating, whatever --concurrency says.
 const POPULATE_ROUND: usize = 256;
@@ -126,11 +127,7 @@ impl Driver for InProcess {
         let mut config = tarn::config::Config::from_toml_str(tarn::config::SHIPPED_CONFIG_TOML)
             .map_err(|e| DriverError::Setup(format!("shipped config: {e}")))?;
         config.data_dir = data_dir.path.clone();
-        config.durability.wal_mode = match plan.wal {
-            WalMode::None => tarn::config::WalMode::None,
-            WalMode::Write => tarn::config::WalMode::Write,
-            WalMode::Fsync => tarn::config::WalMode::Fsync,
-        };
+        config.durability.wal_mode = plan.wal;
         let outputs = {
             let (plan, progress) = (plan.clone(), progress.clone());
             start_cores(config, plan.shards, move |core| {

@@ -70,18 +70,7 @@ pub fn lua_type(raw: &[u8]) -> &'static str {
     }
 }
 
-/// Writes a map header of the shortest form.
-pub fn write_map_len(out: &mut Vec<u8>, len: u32) {
-    if len < 16 {
-        out.push(0x80 | len as u8);
-    } else if len <= u16::MAX as u32 {
-        out.push(0xde);
-        out.extend_from_slice(&(len as u16).to_be_bytes());
-    } else {
-        out.push(0xdf);
-        out.extend_from_slice(&len.to_be_bytes());
-    }
-}
+pub use crate::storage::msgpack::write_map_len;
 
 /// An array of already-encoded values.
 pub fn array_of<'a>(items: impl ExactSizeIterator<Item = &'a [u8]>) -> Vec<u8> {
