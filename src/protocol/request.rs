@@ -263,7 +263,14 @@ impl<'a> BodyMap<'a> {
     fn next(&mut self) -> Result<Option<(u64, &'a [u8])>, ProtocolError> {
         while self.remaining > 0 {
             self.remaining -= 1;
-            let key = read_value(&mut self.rest).map_err(|_| self.error.clone())?;
+            // Keys are small unsigned integers: one byte, read without the general decoder.
+            let key = match self.rest.split_first() {
+                Some((&key, rest)) if key < 0x80 => {
+                    self.rest = rest;
+                    Value::Uint(key as u64)
+                }
+                _ => read_value(&mut self.rest).map_err(|_| self.error.clone())?,
+            };
             let value = take_value(&mut self.rest).map_err(|_| self.error.clone())?;
             if let Value::Uint(key) = key {
                 return Ok(Some((key, value)));

@@ -138,7 +138,8 @@ fn be_len(buf: &mut &[u8], width: usize) -> Result<usize> {
 /// Reads one value (a container's header only) and advances `buf` past it.
 #[inline]
 pub fn read_value<'a>(buf: &mut &'a [u8]) -> Result<Value<'a>> {
-    let marker = take_array::<1>(buf)?[0];
+    let (&marker, rest) = buf.split_first().ok_or(MsgpackError::Truncated)?;
+    *buf = rest;
     Ok(match marker {
         0x00..=0x7f => Value::Uint(marker as u64),
         0x80..=0x8f => Value::Map((marker & 0x0f) as u32),
@@ -191,6 +192,13 @@ pub fn skip_value(buf: &mut &[u8]) -> Result<()> {
     let mut pending: u64 = 1;
     while pending > 0 {
         pending -= 1;
+        // One-byte values (small integers, nil, booleans) are most of what requests carry.
+        if let Some((&marker, rest)) = buf.split_first() {
+            if matches!(marker, 0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3) {
+                *buf = rest;
+                continue;
+            }
+        }
         match read_value(buf)? {
             Value::Array(n) => pending += n as u64,
             Value::Map(n) => pending += 2 * n as u64,
