@@ -64,7 +64,11 @@ fn ids(server: &Server) -> Vec<u64> {
 }
 
 fn wal_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("data/shard-0"))
+    shard_wal_files(dir, 0)
+}
+
+fn shard_wal_files(dir: &Path, shard: u32) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join(format!("data/shard-{shard}")))
         .expect("shard dir")
         .map(|entry| entry.unwrap().path())
         .filter(|path| path.extension().is_some_and(|ext| ext == "wal"))
@@ -172,4 +176,24 @@ fn a_changed_schema_is_refused_with_what_differs() {
         log.contains(r#"{"name": "value", "type": "unsigned"}"#),
         "{log}"
     );
+}
+
+#[test]
+fn one_damaged_shard_stops_the_whole_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_in(dir.path(), 2, "", &write_mode());
+    write_one_by_one(&server, 1..=100);
+    assert_eq!(server.stop(), Some(0));
+    let file = shard_wal_files(dir.path(), 1)
+        .pop()
+        .expect("shard 1 has a WAL file");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x5a;
+    std::fs::write(&file, &bytes).unwrap();
+    let log = match Server::try_start_with(dir.path(), SHIPPED, 2, &write_mode()) {
+        Ok(_) => panic!("a server missing a shard must not serve"),
+        Err(log) => log,
+    };
+    assert!(log.contains("recovery of shard 1 failed"), "{log}");
 }

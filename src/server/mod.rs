@@ -112,6 +112,8 @@ pub enum ServerError {
         path: std::path::PathBuf,
         reason: String,
     },
+    #[error("another shard failed to start")]
+    PeerFailed,
     #[error("recovery of shard {shard_id} failed: {reason} (start with --force-recovery to skip damaged data)")]
     Recovery { shard_id: usize, reason: String },
 }
@@ -151,20 +153,26 @@ where
     let per_core = Arc::new(per_core);
     let finished = Arc::new(AtomicUsize::new(0));
     let joined = Arc::new(AtomicUsize::new(0));
+    let any_failed = Arc::new(AtomicBool::new(false));
     let handles = LocalExecutorPoolBuilder::new(PoolPlacement::MaxSpread(shard_count, None))
         .on_all_shards(move || {
             let (shared, mesh) = (shared.clone(), mesh.clone());
             let (per_core, finished) = (per_core.clone(), finished.clone());
-            let joined = joined.clone();
+            let (joined, any_failed) = (joined.clone(), any_failed.clone());
             async move {
                 let core = core::Core::join(shared, mesh).await;
                 // No core starts its work (e.g. listening) before every shard has recovered;
-                // a core that failed counts too, so the others do not wait forever.
+                // a core that failed counts too, so the others do not wait forever, and then
+                // none starts: a server missing a shard must not serve.
+                if core.is_err() {
+                    any_failed.store(true, Ordering::Release);
+                }
                 joined.fetch_add(1, Ordering::AcqRel);
                 while joined.load(Ordering::Acquire) < shard_count {
                     glommio::timer::sleep(Duration::from_millis(1)).await;
                 }
                 let output = match core {
+                    Ok(_) if any_failed.load(Ordering::Acquire) => Err(ServerError::PeerFailed),
                     Ok(core) => Ok(per_core(core).await),
                     Err(error) => Err(error),
                 };
@@ -177,13 +185,25 @@ where
         })
         .map_err(|error| ServerError::Executors(error.to_string()))?;
     let mut outputs = Vec::with_capacity(shard_count);
+    let mut first_error = None;
     for result in handles.join_all() {
         match result {
-            Ok(output) => outputs.push(output?),
-            Err(error) => return Err(ServerError::Executors(error.to_string())),
+            Ok(Ok(output)) => outputs.push(output),
+            // The failing core's own error says what went wrong; report that one.
+            Ok(Err(ServerError::PeerFailed)) => {}
+            Ok(Err(error)) => {
+                first_error.get_or_insert(error);
+            }
+            Err(error) => {
+                first_error.get_or_insert(ServerError::Executors(error.to_string()));
+            }
         }
     }
-    Ok(outputs)
+    match first_error {
+        Some(error) => Err(error),
+        None if outputs.len() < shard_count => Err(ServerError::PeerFailed),
+        None => Ok(outputs),
+    }
 }
 
 /// Runs the server until SIGINT or SIGTERM.
