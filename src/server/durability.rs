@@ -222,6 +222,8 @@ pub async fn checkpoint_loop(core: Rc<Core>, mut lsn_last: u64) {
         }
         if let Some(wal) = &core.shard.borrow().wal {
             lsn_last = wal.lsn_next() - 1;
+            // Rows after the checkpoint begin a new file: the older ones become removable.
+            wal.rotate();
         }
         match take_snapshot(&core, &shared.config, fingerprint, lsn_last).await {
             Ok(()) => {}

@@ -748,3 +748,52 @@ fn recovery_into_a_real_engine_bulk_loads_and_replays() {
     );
     assert!(space.get(0, &key(2)).expect("get").is_none());
 }
+
+#[test]
+fn rotation_begins_a_file_at_the_next_lsn_even_with_nothing_to_write() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_path_buf();
+    let config = WriterConfig {
+        max_file_size_bytes: 1 << 20,
+        ..writer_config(false)
+    };
+    let wal_file_lsns = |dir: &Path| -> Vec<u64> {
+        let listing = crate::wal::dir::list(dir).expect("list");
+        listing.wal_files.iter().map(|(lsn, _)| *lsn).collect()
+    };
+    let files_after_idle_rotations = run_glommio(async move {
+        let writer = WalWriter::start(GlommioSink::new(&path), config);
+        let append = |k: u8| {
+            writer
+                .append(RowKind::Replace, 512, &tuple(k, 1))
+                .expect("append")
+        };
+        for k in 1..=3 {
+            append(k).await.expect("durable");
+        }
+        // Nothing waits to be written: the new file is created at once, empty; a second
+        // rotation of that still empty file changes nothing.
+        writer.rotate();
+        glommio::timer::sleep(std::time::Duration::from_millis(50)).await;
+        writer.rotate();
+        glommio::timer::sleep(std::time::Duration::from_millis(50)).await;
+        let files = wal_file_lsns(&path);
+        append(4).await.expect("durable");
+        // A row waiting when the rotation is asked for begins the new file.
+        let pending = append(5);
+        writer.rotate();
+        pending.await.expect("durable");
+        writer.close().await.expect("close");
+        files
+    });
+    assert_eq!(files_after_idle_rotations, vec![1, 4]);
+    assert_eq!(wal_file_lsns(dir.path()), vec![1, 4, 5]);
+    let lsns = |lsn_first: u64| {
+        let file = WalFile::open(&dir.path().join(wal_file_name(lsn_first))).expect("opens");
+        assert_eq!(file.header.lsn, lsn_first);
+        lsns_read(&file, ReadMode::Strict).0
+    };
+    assert_eq!(lsns(1), vec![1, 2, 3]);
+    assert_eq!(lsns(4), vec![4]);
+    assert_eq!(lsns(5), vec![5]);
+}

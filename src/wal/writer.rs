@@ -88,6 +88,8 @@ struct State {
     generation_open: u64,
     generation_durable: u64,
     poisoned: Option<String>,
+    /// The next flush starts a new file (asked for at a checkpoint).
+    rotation_requested: bool,
     closing: bool,
     flusher_done: bool,
     /// Commit and close futures waiting for a flush; all are woken after each, and re-check.
@@ -131,6 +133,7 @@ impl WalWriter {
                 generation_open: 1,
                 generation_durable: 0,
                 poisoned: None,
+                rotation_requested: false,
                 closing: false,
                 flusher_done: false,
                 waiters: Vec::new(),
@@ -164,6 +167,18 @@ impl WalWriter {
             generation,
             lsn,
         })
+    }
+
+    /// Starts a new file with the next row, or at once (an empty file) if nothing waits to be
+    /// written. Called when a checkpoint is taken at `lsn_next() - 1`: the rows after it then
+    /// begin a file, so recovery from that checkpoint skips every older file without reading
+    /// it, and garbage collection can remove them.
+    pub fn rotate(&self) {
+        let mut state = self.shared.state.borrow_mut();
+        state.rotation_requested = true;
+        if let Some(waker) = state.flusher_waker.take() {
+            waker.wake();
+        }
     }
 
     /// The LSN the next append gets.
@@ -275,6 +290,8 @@ struct Flush {
     lsn_first: u64,
     lsn_last: u64,
     bytes: Vec<u8>,
+    /// Begin a new file with this flush (a requested rotation).
+    start_file: bool,
 }
 
 /// Waits for rows, takes them all, writes them; stops after closing or a failure.
@@ -286,8 +303,9 @@ async fn run_flusher<S: Sink>(shared: Rc<Shared>, mut sink: S, config: WriterCon
             lsn_first,
             lsn_last,
             bytes,
+            start_file,
         } = flush;
-        let result = write_flush(&mut sink, &config, &mut file, lsn_first, bytes).await;
+        let result = write_flush(&mut sink, &config, &mut file, start_file, lsn_first, bytes).await;
         let mut state = shared.state.borrow_mut();
         match result {
             Ok(written) => {
@@ -326,7 +344,8 @@ async fn run_flusher<S: Sink>(shared: Rc<Shared>, mut sink: S, config: WriterCon
 
 fn take_flush(shared: &Shared, cx: &mut Context<'_>) -> Poll<Option<Flush>> {
     let mut state = shared.state.borrow_mut();
-    if state.builder.is_empty() {
+    let rotation_only = state.builder.is_empty() && state.rotation_requested && !state.closing;
+    if state.builder.is_empty() && !rotation_only {
         if state.closing {
             return Poll::Ready(None);
         }
@@ -335,9 +354,14 @@ fn take_flush(shared: &Shared, cx: &mut Context<'_>) -> Poll<Option<Flush>> {
     }
     let flush = Flush {
         generation: state.generation_open,
-        lsn_first: state.lsn_first_unflushed,
+        lsn_first: if rotation_only {
+            state.lsn_next
+        } else {
+            state.lsn_first_unflushed
+        },
         lsn_last: state.lsn_next - 1,
         bytes: state.builder.take(),
+        start_file: std::mem::take(&mut state.rotation_requested),
     };
     state.generation_open += 1;
     state.lsn_first_unflushed = state.lsn_next;
@@ -360,14 +384,24 @@ async fn write_flush<S: Sink>(
     sink: &mut S,
     config: &WriterConfig,
     file: &mut FileProgress,
+    start_file: bool,
     lsn_first: u64,
     flush_bytes: Vec<u8>,
 ) -> io::Result<Written> {
     let flush_size_bytes = flush_bytes.len() as u64;
-    // A file always gets at least one flush, so an oversized flush still makes progress.
+    // A file always gets at least one flush, so an oversized flush still makes progress;
+    // for the same reason a rotation of a file with no rows yet is already done.
+    let file_has_rows = file.size_bytes > FILE_HEADER_SIZE_BYTES as u64;
     let started_file = !file.open
-        || (file.size_bytes > FILE_HEADER_SIZE_BYTES as u64
-            && file.size_bytes + flush_size_bytes > config.max_file_size_bytes);
+        || (file_has_rows
+            && (start_file || file.size_bytes + flush_size_bytes > config.max_file_size_bytes));
+    if flush_bytes.is_empty() && !started_file {
+        return Ok(Written {
+            bytes: 0,
+            synced: false,
+            started_file,
+        });
+    }
     let bytes = if started_file {
         sink.start_file(lsn_first).await?;
         file.open = true;
