@@ -6,12 +6,14 @@
 //!
 //! Knows nothing of formats or quotas; the space decides what goes in.
 
+use crate::storage::bulk::EncodedKeys;
 use crate::storage::error::{Result, StorageError};
 use crate::storage::field_type::FieldType;
 use crate::storage::key::{KeyBuf, KeyDef, KeyPart};
 use crate::storage::msgpack::{self, Value};
 use crate::storage::range::{IteratorType, KeyRange};
 use crate::storage::tuple::{FieldMap, SpaceFormat, Tuple};
+use smallvec::{Array, SmallVec};
 use std::collections::{btree_map, hash_map, BTreeMap, HashMap};
 use std::ops::Bound;
 
@@ -194,12 +196,12 @@ impl Index {
 
     /// Encodes the entry key of `tuple`. A field of the wrong type or a missing required
     /// field is Tarantool's 23 / 39 error.
-    pub fn encode_tuple_key(
+    pub fn encode_tuple_key<A: Array<Item = u8>>(
         &self,
         tuple: &Tuple,
         field_map: &FieldMap,
         format: &SpaceFormat,
-        out: &mut KeyBuf,
+        out: &mut SmallVec<A>,
     ) -> Result<()> {
         encode_tuple_key(&self.entry_key_def, tuple, field_map, format, out)
     }
@@ -267,30 +269,60 @@ impl Index {
         self.spilled_key_bytes = 0;
     }
 
-    /// Replaces the contents with `entries`, sorting once and building the tree from the
-    /// sorted run (no one-by-one inserts). Fails with 3 on a duplicate in a unique index.
-    pub fn bulk_build(&mut self, mut entries: Vec<Entry>, space_name: &str) -> Result<()> {
-        entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        if let Some(pair) = entries.windows(2).find(|pair| pair[0].0 == pair[1].0) {
+    /// Replaces the contents with `tuples`, whose keys (`keys[i]` of `tuples[i]`) are sorted
+    /// once; the tree is then filled from sorted input. A unique index refuses two tuples with
+    /// one key (Tarantool's duplicate error) and keeps its contents.
+    pub fn bulk_build(
+        &mut self,
+        keys: &EncodedKeys,
+        tuples: &[Tuple],
+        space_name: &str,
+    ) -> Result<()> {
+        debug_assert_eq!(keys.len(), tuples.len());
+        let sorted = keys.sort();
+        if let Some((a, b)) = sorted.first_duplicate {
             return Err(StorageError::TupleFound {
                 index: self.def.name.clone(),
                 space: space_name.into(),
-                old_tuple: crate::storage::text::msgpack_to_text(pair[0].1.data()).into(),
-                new_tuple: crate::storage::text::msgpack_to_text(pair[1].1.data()).into(),
+                old_tuple: crate::storage::text::msgpack_to_text(tuples[a].data()).into(),
+                new_tuple: crate::storage::text::msgpack_to_text(tuples[b].data()).into(),
             });
         }
-        self.spilled_key_bytes = entries.iter().map(|(key, _)| spilled_len(key)).sum();
-        let unsigned = || {
-            entries
-                .iter()
-                .map(|(key, tuple)| (expect_unsigned(key), tuple.clone()))
-        };
-        // Sorted input makes the tree's own sort a single linear pass.
+        self.spilled_key_bytes = keys.iter().map(spilled_len).sum();
+        // Cloning the handles in their own order touches each tuple's count sequentially;
+        // the gather below then moves handles without touching tuples, and its loads are
+        // independent of each other, so the CPU overlaps their cache misses.
+        let mut handles: Vec<Option<Tuple>> = tuples.iter().cloned().map(Some).collect();
+        let entries = sorted.order.iter().map(|&position| {
+            let tuple = handles[position].take();
+            (
+                keys.get(position),
+                tuple.expect("the sort yields each position once"),
+            )
+        });
+        // Keys are allocated in sorted order, so the tree's own pass over its sorted input
+        // reads them sequentially.
         self.data = match &self.data {
-            IndexData::Tree(_) => IndexData::Tree(entries.into_iter().collect()),
-            IndexData::TreeUnsigned(_) => IndexData::TreeUnsigned(unsigned().collect()),
-            IndexData::Hash(_) => IndexData::Hash(entries.into_iter().collect()),
-            IndexData::HashUnsigned(_) => IndexData::HashUnsigned(unsigned().collect()),
+            IndexData::Tree(_) => IndexData::Tree(
+                entries
+                    .map(|(key, tuple)| (KeyBuf::from_slice(key), tuple))
+                    .collect(),
+            ),
+            IndexData::TreeUnsigned(_) => IndexData::TreeUnsigned(
+                entries
+                    .map(|(key, tuple)| (expect_unsigned(key), tuple))
+                    .collect(),
+            ),
+            IndexData::Hash(_) => IndexData::Hash(
+                entries
+                    .map(|(key, tuple)| (KeyBuf::from_slice(key), tuple))
+                    .collect(),
+            ),
+            IndexData::HashUnsigned(_) => IndexData::HashUnsigned(
+                entries
+                    .map(|(key, tuple)| (expect_unsigned(key), tuple))
+                    .collect(),
+            ),
         };
         Ok(())
     }
@@ -439,12 +471,12 @@ fn expect_unsigned(key: &[u8]) -> u64 {
 }
 
 /// Encodes the key of `key_def` taken from `tuple`'s fields.
-pub fn encode_tuple_key(
+pub fn encode_tuple_key<A: Array<Item = u8>>(
     key_def: &KeyDef,
     tuple: &Tuple,
     field_map: &FieldMap,
     format: &SpaceFormat,
-    out: &mut KeyBuf,
+    out: &mut SmallVec<A>,
 ) -> Result<()> {
     for part in &key_def.parts {
         let slot = field_map

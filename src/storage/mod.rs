@@ -7,8 +7,10 @@
 //! * [`msgpack`] reads values; [`field_type`] classifies them; [`key`] orders them.
 //! * [`tuple`] stores them with a field map; [`index`] and [`range`] find them.
 //! * [`space`] applies insert/replace/update/upsert/delete/select; [`update`] the ops.
+//! * [`bulk`] sorts the keys of bulk index builds.
 //! * [`memory`] is the shard's byte quota; [`text`] prints values in error messages.
 
+pub mod bulk;
 pub mod engine;
 pub mod error;
 pub mod field_type;

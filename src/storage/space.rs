@@ -6,6 +6,7 @@
 //!
 //! Knows nothing of the wire or of other shards: requests arrive as msgpack byte slices.
 
+use crate::storage::bulk::EncodedKeys;
 use crate::storage::error::{Result, StorageError};
 use crate::storage::index::{Index, IndexDef, IndexIter, IndexKind};
 use crate::storage::key::{prefix_successor, KeyBuf, SearchKeyBuf};
@@ -417,17 +418,19 @@ impl Space {
     /// Rebuilds the index at `position` from `tuples`; returns the bytes of its entries.
     fn build_index(&mut self, position: usize, tuples: &[Tuple]) -> Result<usize> {
         let index = &self.indexes[position];
-        let entries = tuples
-            .iter()
-            .map(|tuple| {
-                let mut key = KeyBuf::new();
-                index.encode_tuple_key(tuple, &self.field_map, &self.format, &mut key)?;
-                Ok((key, tuple.clone()))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let entry_bytes = entries.iter().map(|(key, _)| index.entry_bytes(key)).sum();
+        let mut keys = EncodedKeys::with_capacity(tuples.len(), 16);
+        let mut scratch = SearchKeyBuf::new();
+        for tuple in tuples {
+            keys.push_with(|out| {
+                scratch.clear();
+                index.encode_tuple_key(tuple, &self.field_map, &self.format, &mut scratch)?;
+                out.extend_from_slice(&scratch);
+                Ok::<(), StorageError>(())
+            })?;
+        }
+        let entry_bytes = keys.iter().map(|key| index.entry_bytes(key)).sum();
         let name = self.name.clone();
-        self.indexes[position].bulk_build(entries, &name)?;
+        self.indexes[position].bulk_build(&keys, tuples, &name)?;
         Ok(entry_bytes)
     }
 
