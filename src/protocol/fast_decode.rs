@@ -50,7 +50,40 @@ fn header(buf: &mut &[u8]) -> Option<Header> {
 }
 
 #[inline(always)]
-fn select(mut buf: &[u8]) -> Option<Select<'_>> {
+fn select(body: &[u8]) -> Option<Select<'_>> {
+    select_in_usual_order(body).or_else(|| select_in_any_order(body))
+}
+
+/// `{SPACE_ID, INDEX_ID, LIMIT, OFFSET, ITERATOR, KEY}` in that order, as tarn's client and
+/// go-tarantool write it: one compare per key instead of a dispatch.
+#[inline(always)]
+fn select_in_usual_order(body: &[u8]) -> Option<Select<'_>> {
+    let mut buf = body.strip_prefix(&[0x86, body_key::SPACE_ID as u8])?;
+    let space_id = uint(&mut buf)? as u32;
+    let index_id = keyed_uint(&mut buf, body_key::INDEX_ID)? as u32;
+    let limit = keyed_uint(&mut buf, body_key::LIMIT)? as u32;
+    let offset = keyed_uint(&mut buf, body_key::OFFSET)? as u32;
+    let iterator = keyed_uint(&mut buf, body_key::ITERATOR)? as u32;
+    key_byte(&mut buf, body_key::KEY)?;
+    let key = array(&mut buf)?;
+    if !buf.is_empty() {
+        return None;
+    }
+    Some(Select {
+        space_id,
+        index_id,
+        limit,
+        offset,
+        iterator,
+        key,
+        fetch_position: false,
+        after_position: None,
+        after_tuple: None,
+    })
+}
+
+#[inline(always)]
+fn select_in_any_order(mut buf: &[u8]) -> Option<Select<'_>> {
     let pairs = fixmap(&mut buf)?;
     let (mut space_id, mut limit, mut key) = (None, None, None);
     let (mut index_id, mut offset, mut iterator) = (0, 0, 0);
@@ -86,7 +119,61 @@ fn select(mut buf: &[u8]) -> Option<Select<'_>> {
 /// read and type-checked whichever request it is, and only then are the mandatory ones
 /// looked for.
 #[inline(always)]
-fn dml(type_code: u64, mut buf: &[u8]) -> Option<Request<'_>> {
+fn dml(type_code: u64, body: &[u8]) -> Option<Request<'_>> {
+    dml_in_usual_order(type_code, body).or_else(|| dml_in_any_order(type_code, body))
+}
+
+/// The layouts tarn's client writes: `{SPACE_ID, TUPLE}` for INSERT and REPLACE,
+/// `{SPACE_ID, INDEX_ID, KEY}` for DELETE, `{SPACE_ID, INDEX_ID, INDEX_BASE, KEY, TUPLE}`
+/// for UPDATE.
+#[inline(always)]
+fn dml_in_usual_order(type_code: u64, body: &[u8]) -> Option<Request<'_>> {
+    let (&map, body) = body.split_first()?;
+    let mut buf = body.strip_prefix(&[body_key::SPACE_ID as u8])?;
+    let space_id = uint(&mut buf)? as u32;
+    let request = match (type_code, map) {
+        (request_type::INSERT | request_type::REPLACE, 0x82) => {
+            key_byte(&mut buf, body_key::TUPLE)?;
+            let insert = Insert {
+                space_id,
+                tuple: array(&mut buf)?,
+            };
+            if type_code == request_type::INSERT {
+                Request::Insert(insert)
+            } else {
+                Request::Replace(insert)
+            }
+        }
+        (request_type::DELETE, 0x83) => {
+            let index_id = keyed_uint(&mut buf, body_key::INDEX_ID)? as u32;
+            key_byte(&mut buf, body_key::KEY)?;
+            Request::Delete(Delete {
+                space_id,
+                index_id,
+                key: array(&mut buf)?,
+            })
+        }
+        (request_type::UPDATE, 0x85) => {
+            let index_id = keyed_uint(&mut buf, body_key::INDEX_ID)? as u32;
+            let index_base = keyed_uint(&mut buf, body_key::INDEX_BASE)? as u32;
+            key_byte(&mut buf, body_key::KEY)?;
+            let key = array(&mut buf)?;
+            key_byte(&mut buf, body_key::TUPLE)?;
+            Request::Update(Update {
+                space_id,
+                index_id,
+                key,
+                ops: array(&mut buf)?,
+                index_base,
+            })
+        }
+        _ => return None,
+    };
+    buf.is_empty().then_some(request)
+}
+
+#[inline(always)]
+fn dml_in_any_order(type_code: u64, mut buf: &[u8]) -> Option<Request<'_>> {
     let pairs = fixmap(&mut buf)?;
     let (mut space_id, mut key, mut tuple) = (None, None, None);
     let (mut index_id, mut index_base) = (0, 0);
@@ -138,6 +225,20 @@ fn fixmap(buf: &mut &[u8]) -> Option<u8> {
     }
     *buf = rest;
     Some(marker & 0x0f)
+}
+
+/// Exactly the map key `key` (a fixint).
+#[inline(always)]
+fn key_byte(buf: &mut &[u8], key: u64) -> Option<()> {
+    *buf = buf.strip_prefix(&[key as u8])?;
+    Some(())
+}
+
+/// The map key `key`, then a uint value.
+#[inline(always)]
+fn keyed_uint(buf: &mut &[u8], key: u64) -> Option<u64> {
+    key_byte(buf, key)?;
+    uint(buf)
 }
 
 /// A positive fixint: every map key the server knows is one.
