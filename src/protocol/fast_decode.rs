@@ -30,9 +30,29 @@ pub fn decode_common(packet: &[u8]) -> Option<(Header, Request<'_>)> {
     Some((header, request))
 }
 
-/// A fixmap header whose keys are the four the server reads, each with a uint value.
 #[inline(always)]
 fn header(buf: &mut &[u8]) -> Option<Header> {
+    header_in_usual_order(buf).or_else(|| header_in_any_order(buf))
+}
+
+/// `{REQUEST_TYPE, SYNC}`, what connectors send when not checking the schema version.
+#[inline(always)]
+fn header_in_usual_order(buf: &mut &[u8]) -> Option<Header> {
+    let mut cursor = buf.strip_prefix(&[0x82, header_key::REQUEST_TYPE as u8])?;
+    let request_type = uint(&mut cursor)?;
+    let sync = keyed_uint(&mut cursor, header_key::SYNC)?;
+    *buf = cursor;
+    Some(Header {
+        request_type,
+        sync,
+        schema_version: 0,
+        stream_id: 0,
+    })
+}
+
+/// A fixmap header whose keys are the four the server reads, each with a uint value.
+#[inline(always)]
+fn header_in_any_order(buf: &mut &[u8]) -> Option<Header> {
     let pairs = fixmap(buf)?;
     let mut header = Header::default();
     for _ in 0..pairs {
