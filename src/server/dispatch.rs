@@ -115,11 +115,12 @@ impl Session {
         if header.stream_id != 0 && !matches!(request, Request::Ping) {
             return unsupported(out, sync, "streams");
         }
-        match request {
+        // By reference: a Request is large, and the point paths below hand it on as it is.
+        match &request {
             Request::Ping => reply::encode_ok(out, sync, SCHEMA_VERSION),
             Request::Id(_) => reply::encode_id_reply(out, sync, SCHEMA_VERSION, 3, &[], None),
-            Request::Auth(auth) => self.authenticate(&auth, sync, out),
-            Request::Call(call) => self.call(packet, &call, sync, out).await,
+            Request::Auth(auth) => self.authenticate(auth, sync, out),
+            Request::Call(call) => self.call(packet, call, sync, out).await,
             Request::Eval(_) => unsupported(out, sync, "Lua (EVAL)"),
             Request::Execute(_) | Request::Prepare(_) => unsupported(out, sync, "SQL"),
             Request::Begin(_) | Request::Commit | Request::Rollback => {
@@ -139,7 +140,10 @@ impl Session {
             Request::Watch(_) | Request::Unwatch(_) => {}
             Request::Select(select) => {
                 if self.check_access(Access::Read, select.space_id, sync, out) {
-                    self.select(packet, &select, sync, out).await;
+                    match self.select_owner(select) {
+                        Some(owner) => self.run_on(owner, packet, &request, sync, out),
+                        None => self.fan_out_select(packet, select, sync, out).await,
+                    }
                 }
             }
             Request::Insert(_)
@@ -615,10 +619,11 @@ impl Session {
         });
     }
 
-    async fn select(&mut self, packet: &[u8], select: &Select<'_>, sync: u64, out: &mut Vec<u8>) {
+    /// The one core that can answer `select`, or `None` when every core must scan.
+    fn select_owner(&self, select: &Select<'_>) -> Option<usize> {
         let placement = schema::placement_of(&self.core.shared.config, select.space_id);
         let is_point = select.index_id == 0 && select.iterator == IteratorType::Eq as u32;
-        let target = match placement {
+        match placement {
             SpacePlacement::Everywhere => Some(self.core.id()),
             SpacePlacement::Shard0 => Some(0),
             SpacePlacement::ByPrimaryKey if self.core.shard_count == 1 => Some(0),
@@ -626,10 +631,6 @@ impl Session {
                 self.owner_of(select.space_id, Some(select.key), None)
             }
             SpacePlacement::ByPrimaryKey => None,
-        };
-        match target {
-            Some(owner) => self.run_on(owner, packet, &Request::Select(*select), sync, out),
-            None => self.fan_out_select(packet, select, sync, out).await,
         }
     }
 
