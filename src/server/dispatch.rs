@@ -551,12 +551,17 @@ impl Session {
                 "schema changes over IPROTO (edit the config file)",
             );
         }
-        let owner = match schema::placement_of(&self.core.shared.config, space_id) {
-            SpacePlacement::Shard0 => 0,
-            _ if index_id != 0 => self.core.id(),
-            _ => self
-                .owner_of(space_id, key, tuple)
-                .unwrap_or(self.core.id()),
+        // One core owns everything: no placement to look up.
+        let owner = if self.core.shard_count == 1 {
+            0
+        } else {
+            match schema::placement_of(&self.core.shared.config, space_id) {
+                SpacePlacement::Shard0 => 0,
+                _ if index_id != 0 => self.core.id(),
+                _ => self
+                    .owner_of(space_id, key, tuple)
+                    .unwrap_or(self.core.id()),
+            }
         };
         self.run_on(owner, packet, request, sync, out);
     }
@@ -621,12 +626,14 @@ impl Session {
 
     /// The one core that can answer `select`, or `None` when every core must scan.
     fn select_owner(&self, select: &Select<'_>) -> Option<usize> {
+        if self.core.shard_count == 1 {
+            return Some(0);
+        }
         let placement = schema::placement_of(&self.core.shared.config, select.space_id);
         let is_point = select.index_id == 0 && select.iterator == IteratorType::Eq as u32;
         match placement {
             SpacePlacement::Everywhere => Some(self.core.id()),
             SpacePlacement::Shard0 => Some(0),
-            SpacePlacement::ByPrimaryKey if self.core.shard_count == 1 => Some(0),
             SpacePlacement::ByPrimaryKey if is_point => {
                 self.owner_of(select.space_id, Some(select.key), None)
             }
