@@ -22,6 +22,7 @@
 //! | [`frame`] | the size prefix |
 //! | [`header`] | the header map |
 //! | [`request`] | request bodies |
+//! | `fast_decode` | one pass over header and body of the common requests |
 //! | [`reply`] | server replies |
 //! | [`auth`] | chap-sha1 |
 //! | [`client`] | request encoders and a reply decoder for tests and tools |
@@ -31,6 +32,7 @@ pub mod client;
 pub mod codes;
 pub mod error;
 pub mod error_code;
+mod fast_decode;
 pub mod frame;
 pub mod greeting;
 pub mod header;
@@ -47,7 +49,20 @@ pub use header::{decode_header, Header, PacketError};
 pub use request::{decode_body, Request};
 
 /// Steps 2 and 3 together: header, then body, with the sync kept for the error reply.
+///
+/// The common requests take a single-pass decoder; anything it does not expect, errors
+/// included, is decoded by [`decode_packet_general`], with the same result either way.
+#[inline]
 pub fn decode_packet(packet: &[u8]) -> Result<(Header, Request<'_>), PacketError> {
+    match fast_decode::decode_common(packet) {
+        Some(decoded) => Ok(decoded),
+        None => decode_packet_general(packet),
+    }
+}
+
+/// [`decode_packet`] without the fast path: the reference every packet can be checked
+/// against.
+pub fn decode_packet_general(packet: &[u8]) -> Result<(Header, Request<'_>), PacketError> {
     let (header, body) = decode_header(packet)?;
     match decode_body(header.request_type, body) {
         Ok(request) => Ok((header, request)),

@@ -61,20 +61,92 @@ pub fn finish_array(out: &mut [u8], mark: ArrayMark, count: u32) {
 /// Writes `{0: status, 1: sync, 5: schema_version}` with minimal uint encodings.
 #[inline]
 pub fn write_reply_header(out: &mut Vec<u8>, status: u64, sync: u64, schema_version: u64) {
-    out.push(0x83);
-    out.push(header_key::REQUEST_TYPE as u8);
-    write_uint(out, status);
-    out.push(header_key::SYNC as u8);
-    write_uint(out, sync);
-    out.push(header_key::SCHEMA_VERSION as u8);
-    write_uint(out, schema_version);
+    let mut head = Head::new();
+    head.put_reply_header(status, sync, schema_version);
+    out.extend_from_slice(head.bytes());
+}
+
+/// The start of a reply (size placeholder, header, the body's first bytes), assembled on
+/// the stack and appended with one copy: a push per byte costs a capacity check each.
+struct Head {
+    bytes: [u8; Head::CAPACITY],
+    len: usize,
+}
+
+impl Head {
+    /// Size prefix (5), a header of three widest uints (1 + 3 * 10), a body start (16).
+    const CAPACITY: usize = 5 + 31 + 16;
+
+    #[inline(always)]
+    fn new() -> Head {
+        Head {
+            bytes: [0; Head::CAPACITY],
+            len: 0,
+        }
+    }
+
+    #[inline(always)]
+    fn put(&mut self, bytes: &[u8]) {
+        self.bytes[self.len..self.len + bytes.len()].copy_from_slice(bytes);
+        self.len += bytes.len();
+    }
+
+    #[inline(always)]
+    fn put_uint(&mut self, value: u64) {
+        if value < 128 {
+            self.put(&[value as u8]);
+        } else if value <= u8::MAX as u64 {
+            self.put(&[0xcc, value as u8]);
+        } else if value <= u16::MAX as u64 {
+            self.put(&[0xcd]);
+            self.put(&(value as u16).to_be_bytes());
+        } else if value <= u32::MAX as u64 {
+            self.put(&[0xce]);
+            self.put(&(value as u32).to_be_bytes());
+        } else {
+            self.put(&[0xcf]);
+            self.put(&value.to_be_bytes());
+        }
+    }
+
+    #[inline(always)]
+    fn put_reply_header(&mut self, status: u64, sync: u64, schema_version: u64) {
+        self.put(&[0x83, header_key::REQUEST_TYPE as u8]);
+        self.put_uint(status);
+        self.put(&[header_key::SYNC as u8]);
+        self.put_uint(sync);
+        self.put(&[header_key::SCHEMA_VERSION as u8]);
+        self.put_uint(schema_version);
+    }
+
+    #[inline(always)]
+    fn bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+
+    /// Appends the size placeholder and the header (`body_start` after it) to `out`;
+    /// returns where the packet starts.
+    #[inline(always)]
+    fn begin_packet(
+        out: &mut Vec<u8>,
+        status: u64,
+        sync: u64,
+        schema_version: u64,
+        body_start: &[u8],
+    ) -> PacketMark {
+        let mut head = Head::new();
+        head.put(&[0xce, 0, 0, 0, 0]);
+        head.put_reply_header(status, sync, schema_version);
+        head.put(body_start);
+        let prefix_at = out.len();
+        out.extend_from_slice(head.bytes());
+        PacketMark { prefix_at }
+    }
 }
 
 /// A whole OK reply with the empty body `{}` (PING, AUTH, BEGIN, COMMIT, ...).
 pub fn encode_ok(out: &mut Vec<u8>, sync: u64, schema_version: u64) {
-    let mark = begin_packet(out);
-    write_reply_header(out, request_type::OK, sync, schema_version);
-    out.push(0x80);
+    let mark = Head::begin_packet(out, request_type::OK, sync, schema_version, &[0x80]);
     finish_packet(out, mark);
 }
 
@@ -86,10 +158,13 @@ pub fn begin_data_reply(
     schema_version: u64,
     count: u32,
 ) -> PacketMark {
-    let mark = begin_packet(out);
-    write_reply_header(out, request_type::OK, sync, schema_version);
-    out.push(0x81);
-    out.push(body_key::DATA as u8);
+    let mark = Head::begin_packet(
+        out,
+        request_type::OK,
+        sync,
+        schema_version,
+        &[0x81, body_key::DATA as u8],
+    );
     write_array_len(out, count);
     mark
 }
@@ -104,12 +179,13 @@ pub struct DataReply {
 }
 
 impl DataReply {
+    #[inline]
     pub fn begin(out: &mut Vec<u8>, sync: u64, schema_version: u64) -> DataReply {
-        let packet = begin_packet(out);
-        write_reply_header(out, request_type::OK, sync, schema_version);
-        out.push(0x81);
-        out.push(body_key::DATA as u8);
-        let array = begin_array(out);
+        const BODY_START: [u8; 7] = [0x81, body_key::DATA as u8, 0xdd, 0, 0, 0, 0];
+        let packet = Head::begin_packet(out, request_type::OK, sync, schema_version, &BODY_START);
+        let array = ArrayMark {
+            header_at: out.len() - 5,
+        };
         DataReply {
             packet,
             array,
@@ -228,10 +304,13 @@ pub fn encode_error_stack(
         stack
     };
     let top = &stack[0];
-    let mark = begin_packet(out);
-    write_reply_header(out, top.code.response_type(), sync, schema_version);
-    out.push(0x82);
-    out.push(body_key::ERROR_24 as u8);
+    let mark = Head::begin_packet(
+        out,
+        top.code.response_type(),
+        sync,
+        schema_version,
+        &[0x82, body_key::ERROR_24 as u8],
+    );
     write_str(out, top.message.as_bytes());
     out.push(body_key::ERROR as u8);
     write_error_stack(out, stack);
@@ -279,9 +358,8 @@ pub fn encode_id_reply(
     features: &[u32],
     auth_type: Option<&str>,
 ) {
-    let mark = begin_packet(out);
-    write_reply_header(out, request_type::OK, sync, schema_version);
-    out.push(if auth_type.is_some() { 0x83 } else { 0x82 });
+    let body_map = if auth_type.is_some() { 0x83 } else { 0x82 };
+    let mark = Head::begin_packet(out, request_type::OK, sync, schema_version, &[body_map]);
     out.push(body_key::VERSION as u8);
     write_uint(out, protocol_version);
     out.push(body_key::FEATURES as u8);

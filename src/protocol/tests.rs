@@ -731,3 +731,420 @@ fn valid_packets_decode() {
         decode_packet(&packet).unwrap();
     }
 }
+
+// ---- the single-pass decoder against the general one -------------------------------------
+
+/// One msgpack value for a map slot: mostly what requests carry, plus every kind of
+/// mistake (int formats, wrong types, nested containers, wide and narrow widths).
+fn any_value() -> impl Strategy<Value = Vec<u8>> {
+    value(true)
+}
+
+/// `any_value`, with the one marker msgpack never uses (0xc1) only when `allow_invalid`.
+fn value(allow_invalid: bool) -> impl Strategy<Value = Vec<u8>> {
+    let scalar = prop_oneof![
+        any::<u64>().prop_map(|n| {
+            let mut out = Vec::new();
+            crate::storage::msgpack::write_uint(&mut out, n);
+            out
+        }),
+        (0u8..0x80).prop_map(|n| vec![n]),
+        any::<u8>().prop_map(|n| vec![0xcc, n]),
+        any::<u16>().prop_map(|n| [&[0xcd][..], &n.to_be_bytes()].concat()),
+        any::<u32>().prop_map(|n| [&[0xce][..], &n.to_be_bytes()].concat()),
+        any::<u64>().prop_map(|n| [&[0xcf][..], &n.to_be_bytes()].concat()),
+        any::<i8>().prop_map(|n| vec![0xd0, n as u8]),
+        any::<i64>().prop_map(|n| {
+            let mut out = Vec::new();
+            crate::storage::msgpack::write_int(&mut out, n);
+            out
+        }),
+        Just(vec![0xc0]),
+        Just(vec![0xc3]),
+        Just(vec![if allow_invalid { 0xc1 } else { 0xc0 }]),
+        any::<f64>().prop_map(|v| [&[0xcb][..], &v.to_be_bytes()].concat()),
+        any::<f32>().prop_map(|v| [&[0xca][..], &v.to_be_bytes()].concat()),
+        proptest::collection::vec(b'a'..=b'z', 0..40).prop_map(|text| {
+            let mut out = Vec::new();
+            crate::storage::msgpack::write_str(&mut out, &text);
+            out
+        }),
+        proptest::collection::vec(any::<u8>(), 0..4)
+            .prop_map(|bytes| { [&[0xc4, bytes.len() as u8][..], &bytes].concat() }),
+        Just(vec![0x80]),
+        Just(vec![0x81, 0x01, 0x02]),
+    ];
+    scalar.prop_recursive(3, 24, 6, |inner| {
+        (proptest::collection::vec(inner, 0..6), 0u8..3).prop_map(|(items, width)| {
+            let mut out = match width {
+                0 => vec![0x90 | items.len() as u8],
+                1 => [&[0xdc][..], &(items.len() as u16).to_be_bytes()].concat(),
+                _ => [&[0xdd][..], &(items.len() as u32).to_be_bytes()].concat(),
+            };
+            for item in items {
+                out.extend_from_slice(&item);
+            }
+            out
+        })
+    })
+}
+
+/// A map key: nearly always one a request uses, sometimes an unknown or non-fixint one.
+fn any_key(known: &'static [u8]) -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        8 => proptest::sample::select(known).prop_map(|key| vec![key]),
+        1 => (0u8..0x80).prop_map(|key| vec![key]),
+        1 => proptest::sample::select(known).prop_map(|key| vec![0xcc, key]),
+        1 => Just(vec![0xa1, b'k']),
+    ]
+}
+
+/// A map of `pairs`, its header usually right, sometimes wide, sometimes miscounted.
+fn map_bytes(pairs: &[(Vec<u8>, Vec<u8>)], header: u8) -> Vec<u8> {
+    let count = pairs.len();
+    let mut out = match header {
+        0 => vec![0x80 | count as u8],
+        1 => [&[0xde][..], &(count as u16).to_be_bytes()].concat(),
+        2 => vec![0x80 | (count as u8 + 1)],
+        _ => vec![0x80 | count.saturating_sub(1) as u8],
+    };
+    for (key, value) in pairs {
+        out.extend_from_slice(key);
+        out.extend_from_slice(value);
+    }
+    out
+}
+
+/// `value` as a msgpack uint: minimal, or in a wider form when `width` asks and it fits.
+fn uint_of_width(value: u64, width: u8) -> Vec<u8> {
+    match width {
+        1 if value <= 0xff => vec![0xcc, value as u8],
+        2 if value <= 0xffff => [&[0xcd][..], &(value as u16).to_be_bytes()].concat(),
+        3 if value <= 0xffff_ffff => [&[0xce][..], &(value as u32).to_be_bytes()].concat(),
+        4 => [&[0xcf][..], &value.to_be_bytes()].concat(),
+        _ => {
+            let mut out = Vec::new();
+            crate::storage::msgpack::write_uint(&mut out, value);
+            out
+        }
+    }
+}
+
+/// Small numbers most of the time, as requests carry them; any u64 sometimes.
+fn a_number() -> impl Strategy<Value = u64> {
+    prop_oneof![0u64..200, 0u64..70_000, any::<u64>()]
+}
+
+/// What a [`common_like_packet`] is built from.
+#[derive(Debug, Clone)]
+struct Shape {
+    request_type: u8,
+    numbers: [u64; 8],
+    widths: [u8; 8],
+    present: u8,
+    key: Vec<u8>,
+    tuple: Vec<u8>,
+    order: u64,
+    deviation: u8,
+    at: usize,
+    odd_value: Vec<u8>,
+    odd_key: Vec<u8>,
+    trailer: Vec<u8>,
+}
+
+fn a_shape() -> impl Strategy<Value = Shape> {
+    const ODD_KEYS: &[u8] = &[
+        0x00, 0x01, 0x02, 0x04, 0x05, 0x0a, 0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x1f, 0x20, 0x21,
+        0x28, 0x2e, 0x2f, 0x30,
+    ];
+    (
+        (
+            proptest::sample::select(&[1u8, 2, 3, 4, 5, 1, 3, 9][..]),
+            proptest::array::uniform8(a_number()),
+            proptest::array::uniform8(0u8..5),
+            any::<u8>(),
+            any_value(),
+            any_value(),
+        ),
+        (
+            any::<u64>(),
+            0u8..16,
+            any::<usize>(),
+            any_value(),
+            any_key(ODD_KEYS),
+            proptest::collection::vec(any::<u8>(), 1..3),
+        ),
+    )
+        .prop_map(
+            |(
+                (request_type, numbers, widths, present, key, tuple),
+                (order, deviation, at, odd_value, odd_key, trailer),
+            )| Shape {
+                request_type,
+                numbers,
+                widths,
+                present,
+                key,
+                tuple,
+                order,
+                deviation,
+                at,
+                odd_value,
+                odd_key,
+                trailer,
+            },
+        )
+}
+
+/// Fisher-Yates driven by a tiny LCG: the order of map pairs, reproducible from `seed`.
+fn shuffle<T>(items: &mut [T], mut seed: u64) {
+    for i in (1..items.len()).rev() {
+        seed = seed
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        items.swap(i, (seed >> 33) as usize % (i + 1));
+    }
+}
+
+/// Packets shaped like the requests the fast path takes, in any key order and integer
+/// width, about half of them with one deviation: a value of another type, an odd or
+/// non-fixint key, a missing or repeated pair, a miscounted map, trailing bytes, a cut.
+fn common_like_packet() -> impl Strategy<Value = Vec<u8>> {
+    a_shape().prop_map(|shape| {
+        let n = |i: usize| uint_of_width(shape.numbers[i], shape.widths[i]);
+        let present = |bit: u8| shape.present & (1 << bit) != 0;
+        let mut header = vec![
+            (
+                vec![0x00],
+                uint_of_width(shape.request_type.into(), shape.widths[7] % 3),
+            ),
+            (vec![0x01], n(0)),
+        ];
+        if present(0) {
+            header.push((vec![0x05], n(1)));
+        }
+        if present(1) {
+            header.push((vec![0x0a], n(2)));
+        }
+        let mut body = vec![(vec![0x10], n(3))];
+        let optional = |bit: u8, key: u8, value: Vec<u8>| present(bit).then(|| (vec![key], value));
+        let key = (vec![0x20], shape.key.clone());
+        let tuple = (vec![0x21], shape.tuple.clone());
+        if shape.request_type == 1 {
+            body.extend(optional(2, 0x11, n(5)));
+            body.push((vec![0x12], n(4)));
+            body.extend(optional(3, 0x13, n(6)));
+            body.extend(optional(4, 0x14, n(7)));
+            body.push(key);
+        } else {
+            body.extend(optional(2, 0x11, n(5)));
+            body.extend(optional(3, 0x15, n(6)));
+            if shape.request_type != 2 && shape.request_type != 3 || present(5) {
+                body.push(key);
+            }
+            if shape.request_type != 5 || present(6) {
+                body.push(tuple);
+            }
+        }
+        // Half keep the order clients write (the fast path's first guess), half any order.
+        shuffle(&mut header, shape.order);
+        if shape.order & 1 == 0 {
+            shuffle(&mut body, shape.order >> 7);
+        }
+        let mut header_map = 0;
+        let mut body_map = 0;
+        let mut trailer: &[u8] = &[];
+        let mut cut = None;
+        let pairs = if shape.deviation % 2 == 0 {
+            &mut header
+        } else {
+            &mut body
+        };
+        let at = shape.at % pairs.len();
+        match shape.deviation {
+            0 | 1 => pairs[at].1 = shape.odd_value.clone(),
+            2 | 3 => pairs[at].0 = shape.odd_key.clone(),
+            4 | 5 => drop(pairs.remove(at)),
+            6 | 7 => pairs.push(pairs[at].clone()),
+            8 => header_map = 1 + (shape.at % 3) as u8,
+            9 => body_map = 1 + (shape.at % 3) as u8,
+            10 => trailer = &shape.trailer,
+            11 => cut = Some(shape.at),
+            _ => {}
+        }
+        let mut packet = map_bytes(&header, header_map);
+        packet.extend_from_slice(&map_bytes(&body, body_map));
+        packet.extend_from_slice(trailer);
+        if let Some(cut) = cut {
+            packet.truncate(cut % packet.len());
+        }
+        packet
+    })
+}
+
+fn a_header_value() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        4 => proptest::sample::select(&[1u8, 2, 3, 4, 5, 9, 64][..]).prop_map(|t| vec![t]),
+        1 => proptest::sample::select(&[1u8, 2, 3, 4, 5][..]).prop_map(|t| vec![0xcd, 0, t]),
+        3 => any_value(),
+    ]
+}
+
+/// Maps of random pairs after a header that is usually plausible: the fast path's shapes
+/// arise rarely, the general decoder's errors often.
+fn unstructured_packet() -> impl Strategy<Value = Vec<u8>> {
+    const HEADER_KEYS: &[u8] = &[0x00, 0x01, 0x05, 0x0a, 0x02, 0x04];
+    const BODY_KEYS: &[u8] = &[
+        0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x20, 0x21, 0x28, 0x1f, 0x2e, 0x2f,
+    ];
+    let header_pairs = proptest::collection::vec((any_key(HEADER_KEYS), a_header_value()), 0..5);
+    let body_pairs = proptest::collection::vec((any_key(BODY_KEYS), any_value()), 0..8);
+    (
+        proptest::sample::select(&[1u8, 2, 3, 4, 5, 9][..]),
+        header_pairs,
+        0u8..6,
+        body_pairs,
+        0u8..6,
+        proptest::collection::vec(any::<u8>(), 0..3),
+        any::<usize>(),
+        0u8..8,
+    )
+        .prop_map(
+            |(request_type, mut header, header_map, body, body_map, trailer, cut, damage)| {
+                if header_map < 4 {
+                    header.insert(0, (vec![0x00], vec![request_type]));
+                }
+                let mut packet = map_bytes(&header, header_map.min(3) & 1);
+                packet.extend_from_slice(&map_bytes(&body, body_map.min(3)));
+                match damage {
+                    0 => packet.extend_from_slice(&trailer),
+                    1 => packet.truncate(cut % (packet.len() + 1)),
+                    _ => {}
+                }
+                packet
+            },
+        )
+}
+
+/// The bodies the fast path is for, keys in the order connectors send them.
+fn common_packet() -> impl Strategy<Value = Vec<u8>> {
+    let key = proptest::collection::vec(any::<u64>(), 0..3).prop_map(|parts| {
+        let mut key = Vec::new();
+        crate::storage::msgpack::write_array_len(&mut key, parts.len() as u32);
+        for part in parts {
+            crate::storage::msgpack::write_uint(&mut key, part);
+        }
+        key
+    });
+    let tuple = proptest::collection::vec(value(false), 0..20).prop_map(|fields| {
+        let mut tuple = Vec::new();
+        crate::storage::msgpack::write_array_len(&mut tuple, fields.len() as u32);
+        for field in fields {
+            tuple.extend_from_slice(&field);
+        }
+        tuple
+    });
+    (
+        0u8..5,
+        any::<u64>(),
+        any::<u32>(),
+        any::<u32>(),
+        0u32..12,
+        key,
+        tuple,
+    )
+        .prop_map(|(which, sync, space_id, number, iterator, key, tuple)| {
+            let mut out = Vec::new();
+            match which {
+                0 => {
+                    let select = Select {
+                        space_id,
+                        index_id: number % 3,
+                        limit: number,
+                        offset: number / 7,
+                        iterator,
+                        key: &key,
+                        fetch_position: false,
+                        after_position: None,
+                        after_tuple: None,
+                    };
+                    encode_select(&mut out, sync, &select);
+                }
+                1 => encode_insert(&mut out, sync, space_id, &tuple),
+                2 => encode_replace(&mut out, sync, space_id, &tuple),
+                3 => {
+                    let update = Update {
+                        space_id,
+                        index_id: number % 3,
+                        key: &key,
+                        ops: &tuple,
+                        index_base: number % 2,
+                    };
+                    encode_update(&mut out, sync, &update);
+                }
+                _ => encode_delete(&mut out, sync, space_id, number % 3, &key),
+            }
+            let (packet, _) = frame::split_frame(&out).unwrap().unwrap();
+            packet.to_vec()
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(4096))]
+
+    #[test]
+    fn fast_path_agrees_on_common_like_packets(packet in common_like_packet()) {
+        prop_assert_eq!(decode_packet(&packet), decode_packet_general(&packet));
+    }
+
+    #[test]
+    fn fast_path_agrees_on_unstructured_packets(packet in unstructured_packet()) {
+        prop_assert_eq!(decode_packet(&packet), decode_packet_general(&packet));
+    }
+
+    #[test]
+    fn fast_path_agrees_on_arbitrary_bytes(
+        bytes in proptest::collection::vec(any::<u8>(), 0..64),
+        request_type in proptest::sample::select(&[1u8, 2, 3, 4, 5][..]),
+    ) {
+        prop_assert_eq!(decode_packet(&bytes), decode_packet_general(&bytes));
+        let packet = [&[0x82, 0x00, request_type, 0x01, 0x07][..], &bytes].concat();
+        prop_assert_eq!(decode_packet(&packet), decode_packet_general(&packet));
+        let packet = [&[0x82, 0x00, request_type, 0x01, 0x07, 0x82][..], &bytes].concat();
+        prop_assert_eq!(decode_packet(&packet), decode_packet_general(&packet));
+    }
+
+    #[test]
+    fn fast_path_takes_and_agrees_on_common_packets(
+        packet in common_packet(),
+        flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 0..3),
+    ) {
+        let fast = fast_decode::decode_common(&packet);
+        prop_assert!(fast.is_some(), "not taken: {:02x?}", packet);
+        prop_assert_eq!(Ok(fast.unwrap()), decode_packet_general(&packet));
+        let mut mutated = packet.clone();
+        for (at, byte) in flips {
+            let at = at % mutated.len();
+            mutated[at] = byte;
+        }
+        prop_assert_eq!(decode_packet(&mutated), decode_packet_general(&mutated));
+    }
+}
+
+#[test]
+fn fast_path_takes_what_connectors_send() {
+    // Python connector: {0: 1, 1: sync} + a select with limit 0xFFFFFFFF; with schema
+    // version and stream id in the header too.
+    let select = hex(
+        "84 00 01 01 cd 01 00 05 07 0a 00 | 86 10 cd 02 00 11 00 12 ce ff ff ff ff 13 00 14 00 \
+         20 91 a3 6b 65 79",
+    );
+    let replace = hex("82 00 03 01 01 | 82 10 cd 02 00 21 93 01 cd 0b b9 a3 61 62 63");
+    let update = hex("82 00 04 01 01 | 84 10 cd 02 00 11 00 20 91 01 21 91 93 a1 2b 01 01");
+    let delete = hex("82 00 05 01 01 | 83 10 cd 02 00 11 00 20 91 01");
+    for packet in [select, replace, update, delete] {
+        let fast = fast_decode::decode_common(&packet);
+        assert!(fast.is_some(), "not taken: {packet:02x?}");
+        assert_eq!(Ok(fast.unwrap()), decode_packet_general(&packet));
+    }
+}

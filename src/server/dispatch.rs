@@ -115,11 +115,12 @@ impl Session {
         if header.stream_id != 0 && !matches!(request, Request::Ping) {
             return unsupported(out, sync, "streams");
         }
-        match request {
+        // By reference: a Request is large, and the point paths below hand it on as it is.
+        match &request {
             Request::Ping => reply::encode_ok(out, sync, SCHEMA_VERSION),
             Request::Id(_) => reply::encode_id_reply(out, sync, SCHEMA_VERSION, 3, &[], None),
-            Request::Auth(auth) => self.authenticate(&auth, sync, out),
-            Request::Call(call) => self.call(packet, &call, sync, out).await,
+            Request::Auth(auth) => self.authenticate(auth, sync, out),
+            Request::Call(call) => self.call(packet, call, sync, out).await,
             Request::Eval(_) => unsupported(out, sync, "Lua (EVAL)"),
             Request::Execute(_) | Request::Prepare(_) => unsupported(out, sync, "SQL"),
             Request::Begin(_) | Request::Commit | Request::Rollback => {
@@ -139,7 +140,10 @@ impl Session {
             Request::Watch(_) | Request::Unwatch(_) => {}
             Request::Select(select) => {
                 if self.check_access(Access::Read, select.space_id, sync, out) {
-                    self.select(packet, &select, sync, out).await;
+                    match self.select_owner(select) {
+                        Some(owner) => self.run_on(owner, packet, &request, sync, out),
+                        None => self.fan_out_select(packet, select, sync, out).await,
+                    }
                 }
             }
             Request::Insert(_)
@@ -547,12 +551,17 @@ impl Session {
                 "schema changes over IPROTO (edit the config file)",
             );
         }
-        let owner = match schema::placement_of(&self.core.shared.config, space_id) {
-            SpacePlacement::Shard0 => 0,
-            _ if index_id != 0 => self.core.id(),
-            _ => self
-                .owner_of(space_id, key, tuple)
-                .unwrap_or(self.core.id()),
+        // One core owns everything: no placement to look up.
+        let owner = if self.core.shard_count == 1 {
+            0
+        } else {
+            match schema::placement_of(&self.core.shared.config, space_id) {
+                SpacePlacement::Shard0 => 0,
+                _ if index_id != 0 => self.core.id(),
+                _ => self
+                    .owner_of(space_id, key, tuple)
+                    .unwrap_or(self.core.id()),
+            }
         };
         self.run_on(owner, packet, request, sync, out);
     }
@@ -615,21 +624,20 @@ impl Session {
         });
     }
 
-    async fn select(&mut self, packet: &[u8], select: &Select<'_>, sync: u64, out: &mut Vec<u8>) {
+    /// The one core that can answer `select`, or `None` when every core must scan.
+    fn select_owner(&self, select: &Select<'_>) -> Option<usize> {
+        if self.core.shard_count == 1 {
+            return Some(0);
+        }
         let placement = schema::placement_of(&self.core.shared.config, select.space_id);
         let is_point = select.index_id == 0 && select.iterator == IteratorType::Eq as u32;
-        let target = match placement {
+        match placement {
             SpacePlacement::Everywhere => Some(self.core.id()),
             SpacePlacement::Shard0 => Some(0),
-            SpacePlacement::ByPrimaryKey if self.core.shard_count == 1 => Some(0),
             SpacePlacement::ByPrimaryKey if is_point => {
                 self.owner_of(select.space_id, Some(select.key), None)
             }
             SpacePlacement::ByPrimaryKey => None,
-        };
-        match target {
-            Some(owner) => self.run_on(owner, packet, &Request::Select(*select), sync, out),
-            None => self.fan_out_select(packet, select, sync, out).await,
         }
     }
 

@@ -38,6 +38,15 @@ pub enum Written {
     Deleted(Tuple),
 }
 
+impl Written {
+    /// The tuple stored or deleted.
+    pub fn tuple(&self) -> &Tuple {
+        match self {
+            Written::Stored(tuple) | Written::Deleted(tuple) => tuple,
+        }
+    }
+}
+
 /// Where [`Shard::scan`] writes its entries: a heap buffer or the shard's arena.
 pub trait ScanSink {
     fn put(&mut self, bytes: &[u8]);
@@ -84,7 +93,9 @@ impl Shard {
     ) {
         let start = out.len();
         debug_assert!(self.pending_commit.is_none(), "a commit was not awaited");
-        let (space_id, written) = match request {
+        // What each write answers with is the tuple it logs (UPSERT: nothing), so one
+        // tuple handle serves both.
+        let (space_id, written, answers_with_written) = match request {
             Request::Select(select) => {
                 if let Err(error) = self.select(select, sync, schema_version, out) {
                     out.truncate(start);
@@ -97,14 +108,16 @@ impl Shard {
                 self.engine
                     .space_mut(insert.space_id)
                     .and_then(|s| s.insert(insert.tuple))
-                    .map(|t| (Some(t.clone()), Some(Written::Stored(t)))),
+                    .map(|t| Some(Written::Stored(t))),
+                true,
             ),
             Request::Replace(replace) => (
                 replace.space_id,
                 self.engine
                     .space_mut(replace.space_id)
                     .and_then(|s| s.replace(replace.tuple))
-                    .map(|t| (Some(t.clone()), Some(Written::Stored(t)))),
+                    .map(|t| Some(Written::Stored(t))),
+                true,
             ),
             Request::Update(update) => (
                 update.space_id,
@@ -113,37 +126,40 @@ impl Shard {
                     .and_then(|s| {
                         s.update(update.index_id, update.key, update.ops, update.index_base)
                     })
-                    .map(|t| (t.clone(), t.map(Written::Stored))),
+                    .map(|t| t.map(Written::Stored)),
+                true,
             ),
             Request::Delete(delete) => (
                 delete.space_id,
                 self.engine
                     .space_mut(delete.space_id)
                     .and_then(|s| s.delete(delete.index_id, delete.key))
-                    .map(|t| (t.clone(), t.map(Written::Deleted))),
+                    .map(|t| t.map(Written::Deleted)),
+                true,
             ),
             Request::Upsert(upsert) => (
                 upsert.space_id,
                 self.engine
                     .space_mut(upsert.space_id)
                     .and_then(|s| s.upsert_stored(upsert.tuple, upsert.ops, upsert.index_base))
-                    // UPSERT always answers with no tuple.
-                    .map(|t| (None, t.map(Written::Stored))),
+                    .map(|t| t.map(Written::Stored)),
+                // UPSERT always answers with no tuple.
+                false,
             ),
             _ => {
                 debug_assert!(false, "not a data request: {request:?}");
                 return;
             }
         };
-        let (reply_tuple, written) = match written {
-            Ok(done) => done,
+        let written = match written {
+            Ok(written) => written,
             Err(error) => {
                 errors::encode_storage_error(out, sync, schema_version, &error);
                 return;
             }
         };
-        if let Some(written) = written {
-            if let Err(error) = self.log(space_id, &written) {
+        if let Some(written) = &written {
+            if let Err(error) = self.log(space_id, written) {
                 tracing::error!(shard = self.id, %error, "WAL write refused; the request fails");
                 reply::encode_error(
                     out,
@@ -156,8 +172,8 @@ impl Shard {
             }
         }
         let mut data = DataReply::begin(out, sync, schema_version);
-        if let Some(tuple) = reply_tuple {
-            data.push_raw(out, tuple.data());
+        if let (Some(written), true) = (&written, answers_with_written) {
+            data.push_raw(out, written.tuple().data());
         }
         data.finish(out);
     }
