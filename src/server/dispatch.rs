@@ -667,11 +667,10 @@ impl Session {
             let shard = self.core.shard.borrow();
             let replies = self.inbox.replies();
             let arena = &shard.arena;
-            let mut local = bumpalo::collections::Vec::new_in(arena);
+            let mut local = arena.bytes();
             let scanned = shard.scan(select, wanted as usize, &mut local);
             debug_assert!(scanned.is_ok(), "checked above");
-            let mut streams =
-                bumpalo::collections::Vec::with_capacity_in(self.core.shard_count, arena);
+            let mut streams = arena.vec_with_capacity(self.core.shard_count);
             streams.push(ScanEntries::new(&local));
             for slot in 0..(self.core.shard_count - 1) as u32 {
                 streams.push(ScanEntries::new(replies.get(slot)));

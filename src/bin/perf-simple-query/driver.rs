@@ -88,6 +88,17 @@ pub struct WorkerProgress {
     pub errors: AtomicU64,
     /// Glommio task runs on this worker's executor (in-process only).
     pub tasks: AtomicU64,
+    /// Allocations in this worker's shard arena (in-process only).
+    pub arena_allocations: AtomicU64,
+}
+
+/// What all workers have done so far; the in-process counts are `None` over the network.
+#[derive(Debug, Clone, Copy)]
+pub struct Totals {
+    pub operations: u64,
+    pub errors: u64,
+    pub tasks: Option<u64>,
+    pub arena_allocations: Option<u64>,
 }
 
 #[derive(Default)]
@@ -208,15 +219,19 @@ impl Progress {
         self.first_error.lock().unwrap().clone()
     }
 
-    /// Totals over all workers: (operations, errors, tasks if counted).
-    pub fn totals(&self) -> (u64, u64, Option<u64>) {
-        let (operations, errors, tasks) = self.workers.iter().fold((0, 0, 0), |(o, e, t), w| {
-            (
-                o + w.operations.load(Ordering::Relaxed),
-                e + w.errors.load(Ordering::Relaxed),
-                t + w.tasks.load(Ordering::Relaxed),
-            )
-        });
-        (operations, errors, self.counts_tasks.then_some(tasks))
+    /// Totals over all workers.
+    pub fn totals(&self) -> Totals {
+        let sum = |field: fn(&WorkerProgress) -> &AtomicU64| {
+            self.workers
+                .iter()
+                .map(|worker| field(worker).load(Ordering::Relaxed))
+                .sum::<u64>()
+        };
+        Totals {
+            operations: sum(|w| &w.operations),
+            errors: sum(|w| &w.errors),
+            tasks: self.counts_tasks.then(|| sum(|w| &w.tasks)),
+            arena_allocations: self.counts_tasks.then(|| sum(|w| &w.arena_allocations)),
+        }
     }
 }

@@ -153,7 +153,7 @@ impl Driver for InProcess {
             latency_ns.merge(&core.latency_ns);
             mesh = add_mesh(mesh, core.mesh);
         }
-        let (operations, _, _) = progress.totals();
+        let operations = progress.totals().operations;
         Ok(Outcome {
             latency_ns: Some(latency_ns),
             populated_keys: plan.partitions,
@@ -445,6 +445,10 @@ impl Load {
                 .operations
                 .fetch_add(operations as u64, Ordering::Relaxed);
             counts.tasks.fetch_add(tasks, Ordering::Relaxed);
+            let arena_allocations = self.session.core().shard.borrow().arena.allocations();
+            counts
+                .arena_allocations
+                .store(arena_allocations, Ordering::Relaxed);
             if errors > 0 {
                 counts.errors.fetch_add(errors, Ordering::Relaxed);
             }

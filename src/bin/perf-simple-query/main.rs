@@ -197,9 +197,8 @@ fn print_counter_notes(progress: &Progress, scope: Scope) {
     }
     if scope == Scope::Process {
         println!(
-            "arena-allocs/op is n/a: the shard's bumpalo arena keeps no allocation count (only \
-             chunk bytes), is used only by fan-out selects and reset before they return; its \
-             chunks come from the heap, so they are in allocs/op"
+            "arena-allocs/op counts allocations in the shards' scratch arenas (used by \
+             fan-out selects; their chunks come from the heap, so they are in allocs/op too)"
         );
         println!(
             "tasks/op counts glommio task runs on the shard executors (executor_stats); \

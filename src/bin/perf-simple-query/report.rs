@@ -20,7 +20,7 @@ pub struct Sample {
     pub operations: u64,
     pub errors: u64,
     pub allocations: u64,
-    /// Bump allocations in the shards' arenas: always `None` (bumpalo keeps no count).
+    /// Allocations in the shards' scratch arenas; `None` over the network.
     pub arena_allocations: Option<u64>,
     /// Glommio task runs on the shard executors; `None` where not counted (--connect).
     pub tasks: Option<u64>,

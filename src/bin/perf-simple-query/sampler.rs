@@ -33,18 +33,20 @@ struct Snapshot {
     operations: u64,
     errors: u64,
     tasks: Option<u64>,
+    arena_allocations: Option<u64>,
     allocations: u64,
     counters: Readings,
 }
 
 fn snapshot(progress: &Progress) -> Snapshot {
     let counters = progress.read_counters();
-    let (operations, errors, tasks) = progress.totals();
+    let totals = progress.totals();
     Snapshot {
         at: Instant::now(),
-        operations,
-        errors,
-        tasks,
+        operations: totals.operations,
+        errors: totals.errors,
+        tasks: totals.tasks,
+        arena_allocations: totals.arena_allocations,
         allocations: allocations(),
         counters,
     }
@@ -82,7 +84,10 @@ pub fn measure(progress: &Progress, budget: Budget) -> Vec<Sample> {
             operations: now.operations - previous.operations,
             errors: now.errors - previous.errors,
             allocations: now.allocations - previous.allocations,
-            arena_allocations: None,
+            arena_allocations: now
+                .arena_allocations
+                .zip(previous.arena_allocations)
+                .map(|(now, then)| now - then),
             tasks: now.tasks.zip(previous.tasks).map(|(now, then)| now - then),
             counters: now.counters.since(&previous.counters),
             partial: interval < 0.99,
