@@ -667,7 +667,12 @@ impl Session {
             let shard = self.core.shard.borrow();
             let replies = self.inbox.replies();
             let arena = &shard.arena;
-            let mut local = arena.bytes();
+            // Sized for typical tuples, so a scan seldom grows it; bump space is cheap.
+            let typical_entry_bytes = 256;
+            let capacity = (wanted as usize)
+                .saturating_mul(typical_entry_bytes)
+                .min(64 << 10);
+            let mut local = arena.bytes_with_capacity(capacity);
             let scanned = shard.scan(select, wanted as usize, &mut local);
             debug_assert!(scanned.is_ok(), "checked above");
             let mut streams = arena.vec_with_capacity(self.core.shard_count);

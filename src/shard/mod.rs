@@ -42,10 +42,13 @@ pub struct ShardArena {
 }
 
 impl ShardArena {
-    /// An empty growable byte buffer in the arena; its first byte allocates.
-    pub fn bytes(&self) -> ArenaBytes<'_> {
+    /// A growable byte buffer in the arena with room for `capacity` bytes.
+    pub fn bytes_with_capacity(&self, capacity: usize) -> ArenaBytes<'_> {
+        if capacity > 0 {
+            self.allocations.set(self.allocations.get() + 1);
+        }
         ArenaBytes {
-            bytes: bumpalo::collections::Vec::new_in(&self.bump),
+            bytes: bumpalo::collections::Vec::with_capacity_in(capacity, &self.bump),
             allocations: &self.allocations,
         }
     }
