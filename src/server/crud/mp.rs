@@ -30,6 +30,55 @@ pub fn array_items(raw: &[u8]) -> Option<Vec<&[u8]>> {
     Some(items)
 }
 
+/// Whether `raw` starts with a whole array (every element readable), without collecting
+/// its elements.
+pub fn is_whole_array(raw: &[u8]) -> bool {
+    let mut cursor = raw;
+    let Ok(Value::Array(count)) = msgpack::read_value(&mut cursor) else {
+        return false;
+    };
+    (0..count).all(|_| msgpack::skip_value(&mut cursor).is_ok())
+}
+
+/// The key and value bytes of a map's pairs, borrowed in place: what [`map_items`] holds,
+/// without the Vec. Only made by [`map_pairs`], which checked the whole map first.
+#[derive(Debug, Clone)]
+pub struct MapPairs<'a> {
+    rest: &'a [u8],
+    remaining: u32,
+}
+
+impl<'a> Iterator for MapPairs<'a> {
+    type Item = (&'a [u8], &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.remaining == 0 {
+            return None;
+        }
+        self.remaining -= 1;
+        let key = msgpack::take_value(&mut self.rest).ok()?;
+        let value = msgpack::take_value(&mut self.rest).ok()?;
+        Some((key, value))
+    }
+}
+
+/// The pairs of a map, or `None` if `raw` is not a whole map (as [`map_items`]).
+pub fn map_pairs(raw: &[u8]) -> Option<MapPairs<'_>> {
+    let mut cursor = raw;
+    let Ok(Value::Map(count)) = msgpack::read_value(&mut cursor) else {
+        return None;
+    };
+    let pairs = MapPairs {
+        rest: cursor,
+        remaining: count,
+    };
+    let mut check = cursor;
+    for _ in 0..u64::from(count) * 2 {
+        msgpack::skip_value(&mut check).ok()?;
+    }
+    Some(pairs)
+}
+
 /// The raw bytes of each key and value of a map, or `None` if `raw` is not a whole map.
 pub fn map_items(raw: &[u8]) -> Option<Vec<(&[u8], &[u8])>> {
     let mut cursor = raw;
