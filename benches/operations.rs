@@ -137,10 +137,7 @@ fn uint(value: u64) -> Vec<u8> {
 
 /// Times the crud path for pre-encoded CALL packets: decode, plan, run, encode the reply.
 fn measure_crud(name: &str, shard: &mut Shard, packets: Vec<Vec<u8>>) {
-    let config = CrudConfig {
-        bucket_count: 3000,
-        instance_uuid: "aaaaaaaa-0000-4000-8000-000000000001".into(),
-    };
+    let config = CrudConfig::for_instance(3000, "aaaaaaaa-0000-4000-8000-000000000001");
     let (warmup, timed) = split(packets);
     let mut out = Vec::with_capacity(64 * 1024);
     measure(
