@@ -470,7 +470,7 @@ fn split_args<'a>(args: &'a [u8], items: &mut [&'a [u8]]) -> bool {
         return false;
     };
     for at in 0..count as usize {
-        let Ok(item) = msgpack::take_value(&mut cursor) else {
+        let Some(item) = mp::take(&mut cursor) else {
             return false;
         };
         if let Some(slot) = items.get_mut(at) {
@@ -482,7 +482,9 @@ fn split_args<'a>(args: &'a [u8], items: &mut [&'a [u8]]) -> bool {
 
 fn parse_opts(func: Func, raw: &[u8], position: usize) -> Result<Opts<'_>, Raised> {
     let mut opts = Opts::default();
-    if mp::is_nil(raw) {
+    // No options (as the connector sends most calls): nil, `{}`, or an empty table sent
+    // as an array.
+    if matches!(raw, [0xc0 | 0x80 | 0x90, ..]) || mp::is_nil(raw) {
         return Ok(opts);
     }
     let Some(pairs) = mp::map_pairs(raw) else {

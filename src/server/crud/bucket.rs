@@ -39,6 +39,9 @@ pub fn bucket_id_of_parts<'a>(
 fn append_lua_tostring(crc: u32, raw: &[u8]) -> u32 {
     const EXACT_DOUBLE_MAX: u64 = 1 << 53;
     let mut digits = [0u8; 21];
+    if let Some(u) = super::mp::uint(raw).filter(|&u| u <= EXACT_DOUBLE_MAX) {
+        return crc32c::crc32c_append(crc, decimal(u, false, &mut digits));
+    }
     match super::mp::value(raw) {
         Value::Uint(u) if u <= EXACT_DOUBLE_MAX => {
             crc32c::crc32c_append(crc, decimal(u, false, &mut digits))

@@ -132,8 +132,8 @@ pub fn set_bucket_id<'t>(
     // anything that trailed it.
     let bucket_field = bucket_field as usize;
     let count = fields.count.max(bucket_field + 1);
-    let mut out = SmallVec::with_capacity(tuple.len() + 4 + (count - fields.count));
-    write_array_len_into(&mut out, count as u32);
+    let mut out = Vec::with_capacity(tuple.len() + 4 + (count - fields.count));
+    msgpack::write_array_len(&mut out, count as u32);
     match fields.bucket_id {
         Some((start, end)) => {
             out.extend_from_slice(&tuple[fields.first..start]);
@@ -146,7 +146,7 @@ pub fn set_bucket_id<'t>(
             out.extend_from_slice(bucket_id);
         }
     }
-    Ok(OpBytes::Built(out))
+    Ok(out.into())
 }
 
 /// Where a tuple's fields are, for [`set_bucket_id`]: byte offsets into it.
@@ -179,7 +179,7 @@ impl<'t> TupleFields<'t> {
         };
         for field_no in 0..fields.count {
             let start = tuple.len() - cursor.len();
-            let value = msgpack::take_value(&mut cursor).ok()?;
+            let value = mp::take(&mut cursor)?;
             if field_no == bucket_field {
                 fields.bucket_id = Some((start, start + value.len()));
             }
@@ -218,19 +218,6 @@ fn encode_uint(value: u64, buffer: &mut [u8; 9]) -> &[u8] {
     &buffer[..len]
 }
 
-/// `write_array_len` into an inline buffer.
-fn write_array_len_into(out: &mut SmallVec<[u8; 24]>, len: u32) {
-    if len < 16 {
-        out.push(0x90 | len as u8);
-    } else if len <= u32::from(u16::MAX) {
-        out.push(0xdc);
-        out.extend_from_slice(&(len as u16).to_be_bytes());
-    } else {
-        out.push(0xdd);
-        out.extend_from_slice(&len.to_be_bytes());
-    }
-}
-
 fn same_number(a: &[u8], b: &[u8]) -> bool {
     let as_f64 = |raw: &[u8]| match mp::value(raw) {
         Value::Uint(u) => Some(u as f64),
@@ -245,7 +232,7 @@ fn same_number(a: &[u8], b: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::msgpack::{write_array_len, write_uint};
+    use crate::storage::msgpack::write_uint;
 
     #[test]
     fn encodes_as_write_uint_does() {
@@ -253,17 +240,6 @@ mod tests {
             let mut expected = Vec::new();
             write_uint(&mut expected, value);
             assert_eq!(encode_uint(value, &mut [0; 9]), &expected[..], "{value}");
-        }
-    }
-
-    #[test]
-    fn array_headers_as_write_array_len_writes_them() {
-        for len in [0, 1, 15, 16, 65_535, 65_536] {
-            let mut expected = Vec::new();
-            write_array_len(&mut expected, len);
-            let mut out = SmallVec::new();
-            write_array_len_into(&mut out, len);
-            assert_eq!(&out[..], &expected[..], "{len}");
         }
     }
 }

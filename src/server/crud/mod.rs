@@ -222,6 +222,16 @@ fn func_error(func: Func, err: impl Into<String>) -> CrudError {
 }
 
 fn space_or_error<'e>(engine: &'e Engine, func: Func, name: &[u8]) -> Result<&'e Space, CrudError> {
+    // Compared as bytes: a name that matches a space's is that space's text.
+    let found = mp::str_bytes(name).and_then(|name| {
+        engine
+            .spaces()
+            .iter()
+            .find(|space| space.name.as_bytes() == name)
+    });
+    if let Some(space) = found {
+        return Ok(space);
+    }
     let name = mp::as_str(name).unwrap_or_default();
     engine
         .space_by_name(name)

@@ -578,12 +578,19 @@ pub fn merge_rows(plan: &SelectPlan, shards: Vec<ShardRows>) -> Vec<Vec<u8>> {
 /// A msgpack array of a scalar key, for functions that take `key` as scalar or array; an
 /// array key is used as sent.
 pub fn key_array(key: &[u8]) -> OpBytes<'_> {
-    if mp::is_whole_array(key) {
+    if matches!(key.first(), Some(0x90..=0x9f | 0xdc | 0xdd)) && mp::is_whole_array(key) {
         return key.into();
     }
+    // A one-element array header (as `write_array_len` writes it), then the key.
+    const ONE: u8 = 0x91;
+    let mut inline = [0u8; 24];
+    if let Some(room) = inline.get_mut(1..=key.len()) {
+        room.copy_from_slice(key);
+        inline[0] = ONE;
+        return OpBytes::Built(smallvec::SmallVec::from_buf_and_len(inline, key.len() + 1));
+    }
     let mut out = smallvec::SmallVec::with_capacity(key.len() + 1);
-    // A one-element array header (as `write_array_len` writes it).
-    out.push(0x91);
+    out.push(ONE);
     out.extend_from_slice(key);
     OpBytes::Built(out)
 }
