@@ -41,8 +41,12 @@
 //!    [`finish_count`], [`finish_len`], [`finish_truncate`] return the CALL's values; the
 //!    connection wraps them with [`encode_reply`].
 //!
-//! Cost sketch: a point op allocates its owned op (tuple or key) and its returned row,
-//! plus the reply; a select holds at most `first` rows per shard before the merge.
+//! Cost sketch: a point op borrows its arguments from the CALL packet and writes its reply
+//! from the stored tuple, its metadata copied from a per-space encoding
+//! ([`result::MetadataCache`]); beyond the reply it allocates what storage does (the new
+//! tuple), plus one copy of a tuple whose nil `bucket_id` it fills in (`crud.get` and
+//! `crud.delete` allocate nothing; tests/crud_allocations.rs holds the counts). A select
+//! holds at most `first` rows per shard before the merge.
 
 pub mod args;
 pub mod bucket;
