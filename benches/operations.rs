@@ -9,7 +9,9 @@
 //! crud calls are written as the Python connector sends them: `opts` an empty map, the
 //! tuples' `bucket_id` nil (crud computes it), update/upsert ops 1-based.
 //!
-//! `cargo bench --bench operations` (100,000 `kv` tuples; `-- --tuples N` for more).
+//! `cargo bench --bench operations` (100,000 `kv` tuples; `-- --tuples N` for more,
+//! `-- --timed N` for N timed iterations per row instead of 200,000, `-- --only A,B` for
+//! the rows whose name ends in A or B).
 //! Rows read `operations/<op>_<raw|proto>` or `operations/crud_<op>`, then
 //! `ns/op  op/s  B/op  allocs/op`.
 
@@ -31,6 +33,34 @@ use tarn::storage::Engine;
 const KV: u32 = 512;
 const WARMUP: usize = 20_000;
 const TIMED: usize = 200_000;
+
+/// Warm-up and timed iterations per row: `-- --timed N` shrinks a run for a profiler
+/// (callgrind runs the bench some 50 times slower), keeping the warm-up a tenth of it.
+static ITERATIONS: std::sync::OnceLock<(usize, usize)> = std::sync::OnceLock::new();
+
+fn iterations() -> (usize, usize) {
+    *ITERATIONS.get_or_init(|| match arg_after("--timed") {
+        Some(timed) => (timed / 10, timed),
+        None => (WARMUP, TIMED),
+    })
+}
+
+/// Runs a row unless `-- --only A,B` names others (rows whose name ends in none of the
+/// texts are skipped), so a profile can hold the rows it compares alone.
+fn measure<T>(name: &str, warmup: &[T], timed: &[T], op: impl FnMut(&T)) {
+    let only = std::env::args().skip_while(|arg| arg != "--only").nth(1);
+    if only.is_some_and(|only| !only.split(',').any(|text| name.ends_with(text))) {
+        return;
+    }
+    common::measure(name, warmup, timed, op);
+}
+
+fn arg_after(flag: &str) -> Option<usize> {
+    std::env::args()
+        .skip_while(|arg| arg != flag)
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+}
 
 fn kv_tuple(id: u64) -> Vec<u8> {
     let mut out = Vec::new();
@@ -66,7 +96,7 @@ fn loaded_shard(tuples: u64) -> Shard {
 }
 
 fn split<T>(mut inputs: Vec<T>) -> (Vec<T>, Vec<T>) {
-    let timed = inputs.split_off(WARMUP);
+    let timed = inputs.split_off(iterations().0);
     (inputs, timed)
 }
 
@@ -107,13 +137,10 @@ fn uint(value: u64) -> Vec<u8> {
 
 /// Times the crud path for pre-encoded CALL packets: decode, plan, run, encode the reply.
 fn measure_crud(name: &str, shard: &mut Shard, packets: Vec<Vec<u8>>) {
-    let config = CrudConfig {
-        bucket_count: 3000,
-        instance_uuid: "aaaaaaaa-0000-4000-8000-000000000001".into(),
-    };
+    let config = CrudConfig::for_instance(3000, "aaaaaaaa-0000-4000-8000-000000000001");
     let (warmup, timed) = split(packets);
     let mut out = Vec::with_capacity(64 * 1024);
-    common::measure(
+    measure(
         &format!("operations/crud_{name}"),
         &warmup,
         &timed,
@@ -142,7 +169,7 @@ fn measure_crud(name: &str, shard: &mut Shard, packets: Vec<Vec<u8>>) {
 fn measure_proto(name: &str, shard: &mut Shard, packets: Vec<Vec<u8>>) {
     let (warmup, timed) = split(packets);
     let mut out = Vec::with_capacity(64 * 1024);
-    common::measure(
+    measure(
         &format!("operations/{name}_proto"),
         &warmup,
         &timed,
@@ -157,14 +184,13 @@ fn measure_proto(name: &str, shard: &mut Shard, packets: Vec<Vec<u8>>) {
 }
 
 fn main() {
-    let tuples: u64 = std::env::args()
-        .skip_while(|arg| arg != "--tuples")
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(100_000);
-    let total = WARMUP + TIMED;
+    let tuples = arg_after("--tuples").map_or(100_000, |n| n as u64);
+    let (warmup_count, timed_count) = iterations();
+    let total = warmup_count + timed_count;
     let mut rng = StdRng::seed_from_u64(7);
-    println!("# {tuples} kv tuples, {WARMUP} warm-up + {TIMED} timed iterations per row");
+    println!(
+        "# {tuples} kv tuples, {warmup_count} warm-up + {timed_count} timed iterations per row"
+    );
     let mut shard = loaded_shard(tuples);
     let existing =
         |rng: &mut StdRng| -> Vec<u64> { (0..total).map(|_| rng.gen_range(0..tuples)).collect() };
@@ -180,7 +206,7 @@ fn main() {
     // Raw rows copy the tuples they find, as any caller of the storage API does with them;
     // the proto rows do the same into the reply, so the difference is the protocol's.
     let mut copied = Vec::with_capacity(64 * 1024);
-    common::measure("operations/get_raw", &warmup, &timed, |key| {
+    measure("operations/get_raw", &warmup, &timed, |key| {
         copied.clear();
         let tuple = shard.engine.space(KV).unwrap().get(0, key).unwrap();
         copied.extend_from_slice(tuple.expect("present").data());
@@ -221,7 +247,7 @@ fn main() {
     // select-range: GE, limit 10
     let ids = existing(&mut rng);
     let (warmup, timed) = split(ids.iter().map(|&id| key(id)).collect());
-    common::measure("operations/select_range_raw", &warmup, &timed, |key| {
+    measure("operations/select_range_raw", &warmup, &timed, |key| {
         let rows = shard
             .engine
             .space(KV)
@@ -240,7 +266,7 @@ fn main() {
     // replace (existing keys)
     let ids = existing(&mut rng);
     let (warmup, timed) = split(ids.iter().map(|&id| kv_tuple(id)).collect());
-    common::measure("operations/replace_raw", &warmup, &timed, |tuple| {
+    measure("operations/replace_raw", &warmup, &timed, |tuple| {
         black_box(shard.engine.space_mut(KV).unwrap().replace(tuple).unwrap());
     });
     measure_proto(
@@ -262,7 +288,7 @@ fn main() {
     let ops = plus_one();
     let ids = existing(&mut rng);
     let (warmup, timed) = split(ids.iter().map(|&id| key(id)).collect());
-    common::measure("operations/update_raw", &warmup, &timed, |key| {
+    measure("operations/update_raw", &warmup, &timed, |key| {
         black_box(
             shard
                 .engine
@@ -305,7 +331,7 @@ fn main() {
     // upsert (existing keys: the ops apply)
     let ids = existing(&mut rng);
     let (warmup, timed) = split(ids.iter().map(|&id| kv_tuple(id)).collect());
-    common::measure("operations/upsert_raw", &warmup, &timed, |tuple| {
+    measure("operations/upsert_raw", &warmup, &timed, |tuple| {
         shard
             .engine
             .space_mut(KV)
@@ -347,7 +373,7 @@ fn main() {
     let proto_ids: Vec<u64> = (tuples + total as u64..tuples + 2 * total as u64).collect();
     let crud_ids: Vec<u64> = (tuples + 2 * total as u64..tuples + 3 * total as u64).collect();
     let (warmup, timed) = split(raw_ids.iter().map(|&id| kv_tuple(id)).collect());
-    common::measure("operations/insert_raw", &warmup, &timed, |tuple| {
+    measure("operations/insert_raw", &warmup, &timed, |tuple| {
         black_box(shard.engine.space_mut(KV).unwrap().insert(tuple).unwrap());
     });
     measure_proto(
@@ -367,7 +393,7 @@ fn main() {
             .collect(),
     );
     let (warmup, timed) = split(raw_ids.iter().map(|&id| key(id)).collect());
-    common::measure("operations/delete_raw", &warmup, &timed, |key| {
+    measure("operations/delete_raw", &warmup, &timed, |key| {
         black_box(shard.engine.space_mut(KV).unwrap().delete(0, key).unwrap());
     });
     measure_proto(
@@ -397,7 +423,7 @@ fn main() {
             .map(|ids| ids.iter().map(|&id| kv_tuple(id)).collect::<Vec<_>>())
             .collect(),
     );
-    common::measure(
+    measure(
         "operations/batch10_raw",
         &warmup,
         &timed,
@@ -421,7 +447,7 @@ fn main() {
             .collect(),
     );
     let mut out = Vec::with_capacity(64 * 1024);
-    common::measure(
+    measure(
         "operations/batch10_proto",
         &warmup,
         &timed,

@@ -378,7 +378,7 @@ impl Session {
     /// A `*_many` call on several cores: each owner gets its ops, in order, in one message
     /// (`Kind::CrudOps`); the outcomes go back to their positions and are finished here.
     /// Earlier queued requests finish first, so the reply keeps its place.
-    async fn crud_many(&mut self, plan: &Plan, sync: u64, out: &mut Vec<u8>) {
+    async fn crud_many(&mut self, plan: &Plan<'_>, sync: u64, out: &mut Vec<u8>) {
         let Plan::Many(many) = plan else {
             unreachable!("crud_many takes a Many plan")
         };
@@ -457,7 +457,7 @@ impl Session {
     /// A crud call on every core (select, count, min/max, len, truncate): each runs its part
     /// of the CALL packet (`Kind::CrudPart`), this core merges. Earlier queued requests
     /// finish first, so the call sees their writes and the reply keeps its place.
-    async fn crud_fan_out(&mut self, packet: &[u8], plan: &Plan, sync: u64, out: &mut Vec<u8>) {
+    async fn crud_fan_out(&mut self, packet: &[u8], plan: &Plan<'_>, sync: u64, out: &mut Vec<u8>) {
         self.finish(out).await;
         let me = self.core.id();
         for peer in (0..self.core.shard_count).filter(|&peer| peer != me) {

@@ -411,11 +411,15 @@ pub struct Opts<'a> {
     pub yield_every: Option<f64>,
 }
 
+/// The most positional arguments a crud function takes (upsert's and update's three).
+const MAX_POSITIONAL: usize = 3;
+
 /// A call's arguments, split and checked: `positional[i]` is argument `#i+1` (nil when
-/// omitted), `opts` the options argument.
+/// omitted), `opts` the options argument. Borrowed from the packet, and held in place
+/// rather than in a Vec: a point call allocates nothing to read its arguments.
 #[derive(Debug, Clone)]
 pub struct Args<'a> {
-    pub positional: Vec<&'a [u8]>,
+    pub positional: [&'a [u8]; MAX_POSITIONAL],
     pub opts: Opts<'a>,
 }
 
@@ -433,32 +437,59 @@ fn bad_argument(argument: &str, expected: &str, got: &str) -> Raised {
 
 /// Splits and checks the arguments of `func` (a msgpack array, the CALL's TUPLE).
 pub fn parse<'a>(func: Func, args: &'a [u8]) -> Result<Args<'a>, Raised> {
-    let items = mp::array_items(args)
-        .ok_or_else(|| Raised::lua("bad argument #1 to nil (string expected, got no value)"))?;
     let positional_types = func.positional();
-    let mut positional = Vec::with_capacity(positional_types.len());
+    debug_assert!(positional_types.len() <= MAX_POSITIONAL);
+    // The positional arguments, then the options; arguments past those are ignored, but
+    // must still be readable (a torn array is rejected as a whole).
+    let mut items = [mp::NIL; MAX_POSITIONAL + 1];
+    if !split_args(args, &mut items) {
+        return Err(Raised::lua(
+            "bad argument #1 to nil (string expected, got no value)",
+        ));
+    }
+    let mut positional = [mp::NIL; MAX_POSITIONAL];
     for (at, expected) in positional_types.iter().enumerate() {
-        let raw = items.get(at).copied().unwrap_or(mp::NIL);
+        let raw = items[at];
         let got = mp::lua_type(raw);
         if !expected.accepts(got) {
             return Err(bad_argument(&format!("#{}", at + 1), expected.name(), got));
         }
-        positional.push(raw);
+        positional[at] = raw;
     }
     let opts_position = positional_types.len();
-    let opts_raw = items.get(opts_position).copied().unwrap_or(mp::NIL);
-    let opts = parse_opts(func, opts_raw, opts_position + 1)?;
+    let opts = parse_opts(func, items[opts_position], opts_position + 1)?;
     Ok(Args { positional, opts })
+}
+
+/// Fills `items` with the first elements of the array `args` (the rest stay nil); false
+/// when `args` is not a whole array.
+fn split_args<'a>(args: &'a [u8], items: &mut [&'a [u8]]) -> bool {
+    use crate::storage::msgpack::{self, Value};
+    let mut cursor = args;
+    let Ok(Value::Array(count)) = msgpack::read_value(&mut cursor) else {
+        return false;
+    };
+    for at in 0..count as usize {
+        let Some(item) = mp::take(&mut cursor) else {
+            return false;
+        };
+        if let Some(slot) = items.get_mut(at) {
+            *slot = item;
+        }
+    }
+    true
 }
 
 fn parse_opts(func: Func, raw: &[u8], position: usize) -> Result<Opts<'_>, Raised> {
     let mut opts = Opts::default();
-    if mp::is_nil(raw) {
+    // No options (as the connector sends most calls): nil, `{}`, or an empty table sent
+    // as an array.
+    if matches!(raw, [0xc0 | 0x80 | 0x90, ..]) || mp::is_nil(raw) {
         return Ok(opts);
     }
-    let Some(pairs) = mp::map_items(raw) else {
+    let Some(pairs) = mp::map_pairs(raw) else {
         // An empty Lua table may arrive as an empty array.
-        if mp::array_items(raw).is_some_and(|items| items.is_empty()) {
+        if matches!(mp::value(raw), crate::storage::msgpack::Value::Array(0)) {
             return Ok(opts);
         }
         return Err(bad_argument(

@@ -5,10 +5,12 @@
 //! first), then a key that names no field is an error; `bucket_id` may always be omitted.
 //! Trailing nils are dropped, as Tarantool's Lua encoder drops a table's trailing holes.
 
-use super::bucket::bucket_id_of;
+use super::bucket::bucket_id_of_parts;
 use super::mp;
-use crate::storage::msgpack::{write_array_len, write_uint, Value};
+use super::write::OpBytes;
+use crate::storage::msgpack::{self, Value};
 use crate::storage::Space;
+use smallvec::SmallVec;
 
 pub const BUCKET_ID_FIELD: &str = "bucket_id";
 
@@ -91,64 +93,129 @@ pub fn flatten_error_text(message: &str) -> String {
 /// crud's formula over the primary key. A tuple that already holds a different bucket_id
 /// than `opts.bucket_id` is crud's ShardingError. Spaces without the field pass unchanged.
 /// Errors are the full `err` text.
-pub fn set_bucket_id(
+///
+/// A tuple that needs no change is returned as the caller's bytes; a filled one is the
+/// caller's bytes with only the field (and the array header) rewritten.
+pub fn set_bucket_id<'t>(
     space: &Space,
-    tuple: &[u8],
+    tuple: &'t [u8],
     opts_bucket_id: Option<&[u8]>,
     bucket_count: u32,
-) -> Result<Vec<u8>, String> {
+) -> Result<OpBytes<'t>, String> {
     let Some(bucket_field) = space.format.field_no_by_name(BUCKET_ID_FIELD) else {
-        return Ok(tuple.to_vec());
+        return Ok(tuple.into());
     };
-    let bucket_field = bucket_field as usize;
-    let Some(mut fields) = mp::tuple_fields(tuple, usize::MAX) else {
+    let Some(fields) = TupleFields::read(space, tuple, bucket_field as usize) else {
         // Not an array: storage will name the problem.
-        return Ok(tuple.to_vec());
+        return Ok(tuple.into());
     };
     let present = fields
-        .get(bucket_field)
-        .copied()
-        .filter(|value| !mp::is_nil(value));
-    let computed;
+        .bucket_id
+        .filter(|&(start, end)| !mp::is_nil(&tuple[start..end]));
+    let mut computed = [0u8; 9];
     let bucket_id: &[u8] = match (present, opts_bucket_id) {
-        (Some(present), Some(given)) if !same_number(present, given) => {
+        (Some((start, end)), Some(given)) if !same_number(&tuple[start..end], given) => {
             return Err(format!(
                 "Failed to get bucket ID: ShardingError: Tuple and opts.bucket_id contain different bucket_id values: {} and {}",
-                crate::storage::text::msgpack_to_text(present),
+                crate::storage::text::msgpack_to_text(&tuple[start..end]),
                 crate::storage::text::msgpack_to_text(given)
             ));
         }
-        (Some(_), _) => return Ok(tuple.to_vec()),
+        (Some(_), _) => return Ok(tuple.into()),
         (None, Some(given)) => given,
         (None, None) => {
-            let pk_parts: Vec<&[u8]> = space.indexes()[0]
-                .def
-                .key_def
-                .parts
-                .iter()
-                .map(|part| {
-                    fields
-                        .get(part.field_no as usize)
-                        .copied()
-                        .unwrap_or(mp::NIL)
-                })
-                .collect();
-            let mut encoded = Vec::new();
-            write_uint(&mut encoded, bucket_id_of(&pk_parts, bucket_count));
-            computed = encoded;
-            &computed
+            let bucket_id = bucket_id_of_parts(fields.pk_parts.iter().copied(), bucket_count);
+            encode_uint(bucket_id, &mut computed)
         }
     };
-    if fields.len() <= bucket_field {
-        fields.resize(bucket_field + 1, mp::NIL);
+    // The array is rewritten with a fresh header, as long as it needs to be, and without
+    // anything that trailed it.
+    let bucket_field = bucket_field as usize;
+    let count = fields.count.max(bucket_field + 1);
+    let mut out = Vec::with_capacity(tuple.len() + 4 + (count - fields.count));
+    msgpack::write_array_len(&mut out, count as u32);
+    match fields.bucket_id {
+        Some((start, end)) => {
+            out.extend_from_slice(&tuple[fields.first..start]);
+            out.extend_from_slice(bucket_id);
+            out.extend_from_slice(&tuple[end..fields.end]);
+        }
+        None => {
+            out.extend_from_slice(&tuple[fields.first..fields.end]);
+            out.resize(out.len() + (bucket_field - fields.count), mp::NIL[0]);
+            out.extend_from_slice(bucket_id);
+        }
     }
-    fields[bucket_field] = bucket_id;
-    let mut out = Vec::with_capacity(tuple.len() + 4);
-    write_array_len(&mut out, fields.len() as u32);
-    for field in fields {
-        out.extend_from_slice(field);
+    Ok(out.into())
+}
+
+/// Where a tuple's fields are, for [`set_bucket_id`]: byte offsets into it.
+struct TupleFields<'t> {
+    count: usize,
+    /// The first field's start and the last field's end.
+    first: usize,
+    end: usize,
+    /// The bucket_id field's bytes, when the tuple is long enough to have it.
+    bucket_id: Option<(usize, usize)>,
+    /// The primary key's values, in key part order (nil for fields the tuple lacks).
+    pk_parts: SmallVec<[&'t [u8]; 4]>,
+}
+
+impl<'t> TupleFields<'t> {
+    /// `None` when `tuple` is not a whole array.
+    fn read(space: &Space, tuple: &'t [u8], bucket_field: usize) -> Option<TupleFields<'t>> {
+        let parts = &space.indexes()[0].def.key_def.parts;
+        let mut cursor = tuple;
+        let Ok(Value::Array(count)) = msgpack::read_value(&mut cursor) else {
+            return None;
+        };
+        let first = tuple.len() - cursor.len();
+        let mut fields = TupleFields {
+            count: count as usize,
+            first,
+            end: first,
+            bucket_id: None,
+            pk_parts: parts.iter().map(|_| mp::NIL).collect(),
+        };
+        for field_no in 0..fields.count {
+            let start = tuple.len() - cursor.len();
+            let value = mp::take(&mut cursor)?;
+            if field_no == bucket_field {
+                fields.bucket_id = Some((start, start + value.len()));
+            }
+            for (part, slot) in parts.iter().zip(fields.pk_parts.iter_mut()) {
+                if part.field_no as usize == field_no {
+                    *slot = value;
+                }
+            }
+        }
+        fields.end = tuple.len() - cursor.len();
+        Some(fields)
     }
-    Ok(out)
+}
+
+/// msgpack's shortest encoding of an unsigned integer (as `write_uint`), into `buffer`.
+fn encode_uint(value: u64, buffer: &mut [u8; 9]) -> &[u8] {
+    let len = if value < 0x80 {
+        buffer[0] = value as u8;
+        1
+    } else if value <= u64::from(u8::MAX) {
+        buffer[..2].copy_from_slice(&[0xcc, value as u8]);
+        2
+    } else if value <= u64::from(u16::MAX) {
+        buffer[0] = 0xcd;
+        buffer[1..3].copy_from_slice(&(value as u16).to_be_bytes());
+        3
+    } else if value <= u64::from(u32::MAX) {
+        buffer[0] = 0xce;
+        buffer[1..5].copy_from_slice(&(value as u32).to_be_bytes());
+        5
+    } else {
+        buffer[0] = 0xcf;
+        buffer[1..9].copy_from_slice(&value.to_be_bytes());
+        9
+    };
+    &buffer[..len]
 }
 
 fn same_number(a: &[u8], b: &[u8]) -> bool {
@@ -160,4 +227,19 @@ fn same_number(a: &[u8], b: &[u8]) -> bool {
         _ => None,
     };
     a == b || matches!((as_f64(a), as_f64(b)), (Some(x), Some(y)) if x == y)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::msgpack::write_uint;
+
+    #[test]
+    fn encodes_as_write_uint_does() {
+        for value in [0, 1, 127, 128, 255, 256, 65_535, 65_536, 1 << 32, u64::MAX] {
+            let mut expected = Vec::new();
+            write_uint(&mut expected, value);
+            assert_eq!(encode_uint(value, &mut [0; 9]), &expected[..], "{value}");
+        }
+    }
 }

@@ -41,8 +41,12 @@
 //!    [`finish_count`], [`finish_len`], [`finish_truncate`] return the CALL's values; the
 //!    connection wraps them with [`encode_reply`].
 //!
-//! Cost sketch: a point op allocates its owned op (tuple or key) and its returned row,
-//! plus the reply; a select holds at most `first` rows per shard before the merge.
+//! Cost sketch: a point op borrows its arguments from the CALL packet and writes its reply
+//! from the stored tuple, its metadata copied from a per-space encoding
+//! ([`result::MetadataCache`]); beyond the reply it allocates what storage does (the new
+//! tuple), plus one copy of a tuple whose nil `bucket_id` it fills in (`crud.get` and
+//! `crud.delete` allocate nothing; tests/crud_allocations.rs holds the counts). A select
+//! holds at most `first` rows per shard before the merge.
 
 pub mod args;
 pub mod bucket;
@@ -67,7 +71,7 @@ pub use args::{Func, Raised};
 use error::CrudError;
 use result::Columns;
 use select::{Planned, SelectPlan, ShardRows};
-use write::{BatchItem, PointOp};
+use write::{BatchItem, OpBytes, PointOp};
 
 /// What crud needs to know of the server.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,14 +81,21 @@ pub struct CrudConfig {
     /// The uuid crud would name the replicaset (and instance) by: `storage_info` keys,
     /// `*_many` error texts.
     pub instance_uuid: String,
+    /// Point replies' metadata, encoded once per space.
+    pub metadata: result::MetadataCache,
 }
 
 impl CrudConfig {
     /// From the server's config and identity (what the connection holds in `Shared`).
     pub fn new(config: &crate::config::Config, instance_uuid: &uuid::Uuid) -> CrudConfig {
+        CrudConfig::for_instance(config.bucket_count, instance_uuid.to_string())
+    }
+
+    pub fn for_instance(bucket_count: u32, instance_uuid: impl Into<String>) -> CrudConfig {
         CrudConfig {
-            bucket_count: config.bucket_count,
-            instance_uuid: instance_uuid.to_string(),
+            bucket_count,
+            instance_uuid: instance_uuid.into(),
+            metadata: result::MetadataCache::default(),
         }
     }
 }
@@ -136,13 +147,14 @@ pub fn encode_values_reply(
     reply::finish_packet(out, mark);
 }
 
-/// A planned call: what must run where (see the module docs for the seam).
+/// A planned call: what must run where (see the module docs for the seam). Its ops borrow
+/// what they can from the CALL's arguments.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Plan {
+pub enum Plan<'a> {
     /// The answer is known from the arguments and schema alone.
     Reply(Vec<u8>),
-    Point(PointPlan),
-    Many(ManyPlan),
+    Point(PointPlan<'a>),
+    Many(ManyPlan<'a>),
     Select(Planned),
     Count(SelectPlan),
     Border {
@@ -159,22 +171,22 @@ pub enum Plan {
 
 /// One op on the owner shard of its key.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PointPlan {
+pub struct PointPlan<'a> {
     pub func: Func,
     pub space_id: u32,
-    pub op: PointOp,
+    pub op: PointOp<'a>,
     pub columns: Columns,
     pub noreturn: bool,
 }
 
 /// A `*_many` call: its ops in order, and the errors found while planning.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ManyPlan {
+pub struct ManyPlan<'a> {
     pub func: Func,
     pub space_id: u32,
-    pub ops: Vec<PointOp>,
+    pub ops: Vec<PointOp<'a>>,
     /// The tuple each op came from (flattened, bucket_id set), for `operation_data`.
-    pub tuples: Vec<Vec<u8>>,
+    pub tuples: Vec<OpBytes<'a>>,
     /// Objects that could not be flattened (they have no op); reported first.
     pub early_errors: Vec<CrudError>,
     pub stop_on_error: bool,
@@ -214,6 +226,16 @@ fn func_error(func: Func, err: impl Into<String>) -> CrudError {
 }
 
 fn space_or_error<'e>(engine: &'e Engine, func: Func, name: &[u8]) -> Result<&'e Space, CrudError> {
+    // Compared as bytes: a name that matches a space's is that space's text.
+    let found = mp::str_bytes(name).and_then(|name| {
+        engine
+            .spaces()
+            .iter()
+            .find(|space| space.name.as_bytes() == name)
+    });
+    if let Some(space) = found {
+        return Ok(space);
+    }
     let name = mp::as_str(name).unwrap_or_default();
     engine
         .space_by_name(name)
@@ -221,12 +243,12 @@ fn space_or_error<'e>(engine: &'e Engine, func: Func, name: &[u8]) -> Result<&'e
 }
 
 /// Step 1: decodes and checks the call, and plans it against the schema.
-pub fn plan(
+pub fn plan<'a>(
     engine: &Engine,
     config: &CrudConfig,
     function_name: &str,
-    args: &[u8],
-) -> Result<Plan, Raised> {
+    args: &'a [u8],
+) -> Result<Plan<'a>, Raised> {
     let Some(func) = Func::from_name(function_name) else {
         return Err(Raised {
             code: ErrorCode::ER_NO_SUCH_PROC,
@@ -258,12 +280,12 @@ pub fn plan(
 }
 
 /// Plans a call on a space; `Err` is the finished answer (a returned error).
-fn plan_data(
+fn plan_data<'a>(
     engine: &Engine,
     config: &CrudConfig,
     func: Func,
-    parsed: &args::Args<'_>,
-) -> Result<Plan, Vec<u8>> {
+    parsed: &args::Args<'a>,
+) -> Result<Plan<'a>, Vec<u8>> {
     use Func::*;
     let opts = &parsed.opts;
     if func.is_many() && mp::array_items(parsed.get(1)).is_some_and(|items| items.is_empty()) {
@@ -279,16 +301,19 @@ fn plan_data(
         })?;
     let exact_columns =
         || result::resolve_fields(&space.format, opts.fields).map_err(|e| returned_error(&e));
-    let with_bucket = |tuple: &[u8]| {
+    let with_bucket = |tuple: &'a [u8]| {
         flatten::set_bucket_id(space, tuple, opts.bucket_id, config.bucket_count)
             .map_err(|err| returned_error(&func_error(func, err)))
     };
-    let flat = |object: &[u8]| {
-        flatten::flatten(space, object, opts.skip_nullability_check_on_flatten).map_err(|message| {
-            returned_error(&func_error(func, flatten::flatten_error_text(&message)))
-        })
+    let flat_with_bucket = |object: &[u8]| {
+        let flat = flatten::flatten(space, object, opts.skip_nullability_check_on_flatten)
+            .map_err(|message| {
+                returned_error(&func_error(func, flatten::flatten_error_text(&message)))
+            })?;
+        owned_with_bucket(space, flat, opts.bucket_id, config.bucket_count)
+            .map_err(|err| returned_error(&func_error(func, err)))
     };
-    let point = |op: PointOp| -> Result<Plan, Vec<u8>> {
+    let point = |op: PointOp<'a>| -> Result<Plan<'a>, Vec<u8>> {
         Ok(Plan::Point(PointPlan {
             func,
             space_id: space.id,
@@ -302,25 +327,25 @@ fn plan_data(
             tuple: with_bucket(parsed.get(1))?,
         }),
         InsertObject => point(PointOp::Insert {
-            tuple: with_bucket(&flat(parsed.get(1))?)?,
+            tuple: flat_with_bucket(parsed.get(1))?,
         }),
         Replace => point(PointOp::Replace {
             tuple: with_bucket(parsed.get(1))?,
         }),
         ReplaceObject => point(PointOp::Replace {
-            tuple: with_bucket(&flat(parsed.get(1))?)?,
+            tuple: flat_with_bucket(parsed.get(1))?,
         }),
         Upsert => point(PointOp::Upsert {
             tuple: with_bucket(parsed.get(1))?,
-            ops: parsed.get(2).to_vec(),
+            ops: parsed.get(2).into(),
         }),
         UpsertObject => point(PointOp::Upsert {
-            tuple: with_bucket(&flat(parsed.get(1))?)?,
-            ops: parsed.get(2).to_vec(),
+            tuple: flat_with_bucket(parsed.get(1))?,
+            ops: parsed.get(2).into(),
         }),
         Update => point(PointOp::Update {
             key: select::key_array(parsed.get(1)),
-            ops: parsed.get(2).to_vec(),
+            ops: parsed.get(2).into(),
         }),
         Delete => point(PointOp::Delete {
             key: select::key_array(parsed.get(1)),
@@ -366,12 +391,30 @@ fn plan_data(
     }
 }
 
-fn plan_many(
+/// [`flatten::set_bucket_id`] of a tuple built here (a flattened object): kept as it is
+/// when no field needs filling.
+fn owned_with_bucket(
+    space: &Space,
+    tuple: Vec<u8>,
+    opts_bucket_id: Option<&[u8]>,
+    bucket_count: u32,
+) -> Result<OpBytes<'static>, String> {
+    let filled = match flatten::set_bucket_id(space, &tuple, opts_bucket_id, bucket_count)? {
+        OpBytes::Built(filled) => Some(filled),
+        OpBytes::Borrowed(_) => None,
+    };
+    Ok(match filled {
+        Some(filled) => OpBytes::Built(filled),
+        None => tuple.into(),
+    })
+}
+
+fn plan_many<'a>(
     space: &Space,
     config: &CrudConfig,
     func: Func,
-    parsed: &args::Args<'_>,
-) -> Result<Plan, Vec<u8>> {
+    parsed: &args::Args<'a>,
+) -> Result<Plan<'a>, Vec<u8>> {
     let opts = &parsed.opts;
     let columns =
         result::resolve_fields(&space.format, opts.fields).map_err(|e| many_errors(None, &[e]))?;
@@ -401,11 +444,10 @@ fn plan_many(
         let tuple = if func.is_object() {
             flatten::flatten(space, data, opts.skip_nullability_check_on_flatten)
                 .map_err(|message| flatten::flatten_error_text(&message))
+                .and_then(|tuple| owned_with_bucket(space, tuple, None, config.bucket_count))
         } else {
-            Ok(data.to_vec())
+            flatten::set_bucket_id(space, data, None, config.bucket_count)
         };
-        let tuple = tuple
-            .and_then(|tuple| flatten::set_bucket_id(space, &tuple, None, config.bucket_count));
         let tuple = match tuple {
             Ok(tuple) => tuple,
             Err(text) => {
@@ -426,7 +468,7 @@ fn plan_many(
             },
             _ => PointOp::Upsert {
                 tuple: tuple.clone(),
-                ops: ops.to_vec(),
+                ops: ops.into(),
             },
         });
         plan.tuples.push(tuple);
@@ -441,22 +483,24 @@ fn box_error(func: Func, error: &dyn std::fmt::Display) -> CrudError {
 /// Step 3 of a point op: `[{metadata, rows}, nil]`, `[nil, nil]` with noreturn, or
 /// `[nil, err]`. The error is a box error (a `StorageError`, or its text when the op ran on
 /// another core).
-pub fn finish_point<E: std::fmt::Display>(
+pub fn finish_point<R: AsRef<[u8]>, E: std::fmt::Display>(
+    config: &CrudConfig,
     space: &Space,
-    plan: &PointPlan,
-    outcome: Result<Option<Vec<u8>>, E>,
+    plan: &PointPlan<'_>,
+    outcome: Result<Option<R>, E>,
 ) -> Vec<u8> {
     let mut values = Vec::new();
-    write_point_values(&mut values, space, plan, outcome);
+    write_point_values(&mut values, config, space, plan, outcome);
     values
 }
 
 /// [`finish_point`], appending the values to `out`.
-pub fn write_point_values<E: std::fmt::Display>(
+pub fn write_point_values<R: AsRef<[u8]>, E: std::fmt::Display>(
     out: &mut Vec<u8>,
+    config: &CrudConfig,
     space: &Space,
-    plan: &PointPlan,
-    outcome: Result<Option<Vec<u8>>, E>,
+    plan: &PointPlan<'_>,
+    outcome: Result<Option<R>, E>,
 ) {
     let row = match outcome {
         Ok(row) => row,
@@ -466,12 +510,15 @@ pub fn write_point_values<E: std::fmt::Display>(
     if plan.noreturn {
         out.extend_from_slice(mp::NIL);
     } else {
-        let row = row.as_deref();
+        let row = row.as_ref().map(AsRef::as_ref);
         let rows: &[&[u8]] = match &row {
             Some(row) => std::slice::from_ref(row),
             None => &[],
         };
-        result::write_result(out, &space.format, &plan.columns, Some(rows));
+        match &plan.columns {
+            Columns::All => config.metadata.write_result_all(out, space, rows),
+            columns => result::write_result(out, &space.format, columns, Some(rows)),
+        }
     }
     out.extend_from_slice(mp::NIL);
 }
@@ -482,7 +529,7 @@ pub fn write_point_values<E: std::fmt::Display>(
 pub fn finish_many(
     space: &Space,
     config: &CrudConfig,
-    plan: &ManyPlan,
+    plan: &ManyPlan<'_>,
     items: &[BatchItem],
 ) -> Vec<u8> {
     debug_assert_eq!(items.len(), plan.ops.len());
@@ -625,7 +672,7 @@ pub fn execute_on_engine(
     CrudReply::Values(run_on_engine(engine, config, plan))
 }
 
-fn run_on_engine(engine: &mut Engine, config: &CrudConfig, plan: Plan) -> Vec<u8> {
+fn run_on_engine(engine: &mut Engine, config: &CrudConfig, plan: Plan<'_>) -> Vec<u8> {
     match plan {
         Plan::Reply(values) => values,
         Plan::Point(point) => {
@@ -634,7 +681,7 @@ fn run_on_engine(engine: &mut Engine, config: &CrudConfig, plan: Plan) -> Vec<u8
                 .and_then(|space| write::apply(space, &point.op))
                 .map(|applied| applied.row);
             let space = engine.space(point.space_id).expect("planned on this space");
-            finish_point(space, &point, outcome)
+            finish_point(config, space, &point, outcome)
         }
         Plan::Many(many) => {
             let items = write::apply_batch(

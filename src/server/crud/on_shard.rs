@@ -38,8 +38,8 @@ fn log_refused(shard: &Shard, error: &WalError) {
 /// WAL's refusal of its row.
 pub fn run_point(
     shard: &mut Shard,
-    plan: &PointPlan,
-) -> Result<Result<Option<Vec<u8>>, StorageError>, WalError> {
+    plan: &PointPlan<'_>,
+) -> Result<Result<Option<Tuple>, StorageError>, WalError> {
     let applied = match shard
         .engine
         .space_mut(plan.space_id)
@@ -59,7 +59,7 @@ pub fn run_point(
 pub fn run_ops(
     shard: &mut Shard,
     space_id: u32,
-    ops: &[PointOp],
+    ops: &[PointOp<'_>],
     stop_on_error: bool,
     rollback_on_error: bool,
 ) -> Result<Vec<BatchItem>, WalError> {
@@ -181,7 +181,7 @@ pub fn run_planned(shard: &mut Shard, config: &CrudConfig, plan: &Plan) -> CrudR
         Plan::Point(point) => match run_point(shard, point) {
             Ok(outcome) => {
                 let space = shard.engine.space(point.space_id).expect("planned");
-                finish_point(space, point, outcome)
+                finish_point(config, space, point, outcome)
             }
             Err(error) => {
                 log_refused(shard, &error);
@@ -236,7 +236,7 @@ pub fn run_planned_into(
         Ok(outcome) => {
             let space = shard.engine.space(point.space_id).expect("planned");
             encode_values_reply(out, sync, schema_version, |out| {
-                write_point_values(out, space, point, outcome)
+                write_point_values(out, config, space, point, outcome)
             });
         }
         Err(error) => {

@@ -6,7 +6,8 @@
 use super::error::CrudError;
 use super::mp::{self, write_map_len};
 use crate::storage::msgpack::{write_array_len, write_str};
-use crate::storage::SpaceFormat;
+use crate::storage::{FieldDef, Space, SpaceFormat};
+use std::cell::RefCell;
 
 /// Which columns a result carries: every field of the format, or these field numbers.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,6 +118,66 @@ pub fn write_row(out: &mut Vec<u8>, tuple: &[u8], columns: &Columns) {
                 out.extend_from_slice(values.get(field_no as usize).copied().unwrap_or(mp::NIL));
             }
         }
+    }
+}
+
+/// The start of every point reply's result with all columns, `{metadata: [...], rows:`,
+/// encoded once per space: a space's format never changes (the schema is the config), and
+/// encoding it field by field is most of what a point reply costs.
+#[derive(Debug, Clone, Default)]
+pub struct MetadataCache {
+    spaces: RefCell<Vec<CachedResultStart>>,
+}
+
+#[derive(Debug, Clone)]
+struct CachedResultStart {
+    space_id: u32,
+    /// The format it was encoded from; a hit must match it (one cache may meet engines
+    /// built from different schemas, as tests do).
+    fields: Vec<FieldDef>,
+    encoded: Box<[u8]>,
+}
+
+/// A cache holds no identity of its own.
+impl PartialEq for MetadataCache {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for MetadataCache {}
+
+impl MetadataCache {
+    /// Writes [`write_result`] of `rows` with every column, the metadata from the cache.
+    pub fn write_result_all(&self, out: &mut Vec<u8>, space: &Space, rows: &[&[u8]]) {
+        self.write_result_start(out, space);
+        write_array_len(out, rows.len() as u32);
+        for row in rows {
+            out.extend_from_slice(row);
+        }
+    }
+
+    fn write_result_start(&self, out: &mut Vec<u8>, space: &Space) {
+        let fields = &space.format.fields;
+        let mut spaces = self.spaces.borrow_mut();
+        let cached = spaces
+            .iter()
+            .position(|cached| cached.space_id == space.id && cached.fields == *fields);
+        let at = cached.unwrap_or_else(|| {
+            let mut encoded = Vec::new();
+            write_map_len(&mut encoded, 2);
+            write_str(&mut encoded, b"metadata");
+            write_metadata(&mut encoded, &space.format, &Columns::All);
+            write_str(&mut encoded, b"rows");
+            spaces.retain(|cached| cached.space_id != space.id);
+            spaces.push(CachedResultStart {
+                space_id: space.id,
+                fields: fields.clone(),
+                encoded: encoded.into_boxed_slice(),
+            });
+            spaces.len() - 1
+        });
+        out.extend_from_slice(&spaces[at].encoded);
     }
 }
 

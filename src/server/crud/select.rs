@@ -16,9 +16,9 @@
 use super::error::CrudError;
 use super::mp;
 use super::result::Columns;
+use super::write::OpBytes;
 use crate::storage::index::{Index, IndexIter, IndexKey};
 use crate::storage::key::{prefix_successor, KeyBuf, SearchKeyBuf};
-use crate::storage::msgpack::write_array_len;
 use crate::storage::range::{flags, KeyRange};
 use crate::storage::{
     Collation, Engine, FieldType, IndexKind, IteratorType, KeyPart, Space, StorageError, Tuple,
@@ -575,13 +575,22 @@ pub fn merge_rows(plan: &SelectPlan, shards: Vec<ShardRows>) -> Vec<Vec<u8>> {
     rows
 }
 
-/// A msgpack array of a scalar key, for functions that take `key` as scalar or array.
-pub fn key_array(key: &[u8]) -> Vec<u8> {
-    if mp::array_items(key).is_some() {
-        return key.to_vec();
+/// A msgpack array of a scalar key, for functions that take `key` as scalar or array; an
+/// array key is used as sent.
+pub fn key_array(key: &[u8]) -> OpBytes<'_> {
+    if matches!(key.first(), Some(0x90..=0x9f | 0xdc | 0xdd)) && mp::is_whole_array(key) {
+        return key.into();
     }
-    let mut out = Vec::with_capacity(key.len() + 1);
-    write_array_len(&mut out, 1);
+    // A one-element array header (as `write_array_len` writes it), then the key.
+    const ONE: u8 = 0x91;
+    let mut inline = [0u8; 24];
+    if let Some(room) = inline.get_mut(1..=key.len()) {
+        room.copy_from_slice(key);
+        inline[0] = ONE;
+        return OpBytes::Built(smallvec::SmallVec::from_buf_and_len(inline, key.len() + 1));
+    }
+    let mut out = smallvec::SmallVec::with_capacity(key.len() + 1);
+    out.push(ONE);
     out.extend_from_slice(key);
-    out
+    OpBytes::Built(out)
 }

@@ -72,10 +72,7 @@ fn parse_json(rest: &mut &str, out: &mut Vec<u8>) {
 }
 
 fn config() -> CrudConfig {
-    CrudConfig {
-        bucket_count: 3000,
-        instance_uuid: "aaaaaaaa-0000-4000-8000-000000000001".into(),
-    }
+    CrudConfig::for_instance(3000, "aaaaaaaa-0000-4000-8000-000000000001")
 }
 
 const UUID: &str = "aaaaaaaa-0000-4000-8000-000000000001";

@@ -19,7 +19,7 @@
 //! All integers little-endian.
 
 use super::select::ShardRows;
-use super::write::{BatchItem, PointOp};
+use super::write::{BatchItem, OpBytes, PointOp};
 use crate::storage::key::KeyBuf;
 
 /// The status byte of an answer whose WAL rows could not be written.
@@ -28,13 +28,13 @@ pub const WAL_REFUSED: u8 = 0xff;
 const STOP_ON_ERROR: u8 = 1;
 const ROLLBACK_ON_ERROR: u8 = 2;
 
-/// A batch of ops for one shard, decoded.
+/// A batch of ops for one shard, decoded; the ops borrow their bytes from the message.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ops {
+pub struct Ops<'a> {
     pub space_id: u32,
     pub stop_on_error: bool,
     pub rollback_on_error: bool,
-    pub ops: Vec<PointOp>,
+    pub ops: Vec<PointOp<'a>>,
 }
 
 /// What one shard contributes to a fanned-out call (select, min/max, count, len, truncate).
@@ -91,12 +91,12 @@ impl<'a> Reader<'a> {
 }
 
 /// Appends the ops (in their order) for one shard.
-pub fn encode_ops<'o>(
+pub fn encode_ops<'o, 'b: 'o>(
     out: &mut Vec<u8>,
     space_id: u32,
     stop_on_error: bool,
     rollback_on_error: bool,
-    ops: impl ExactSizeIterator<Item = &'o PointOp>,
+    ops: impl ExactSizeIterator<Item = &'o PointOp<'b>>,
 ) {
     out.extend_from_slice(&space_id.to_le_bytes());
     let flags = if stop_on_error { STOP_ON_ERROR } else { 0 }
@@ -122,7 +122,7 @@ pub fn encode_ops<'o>(
     }
 }
 
-pub fn decode_ops(bytes: &[u8]) -> Ops {
+pub fn decode_ops(bytes: &[u8]) -> Ops<'_> {
     let mut reader = Reader { rest: bytes };
     let space_id = reader.u32() as u32;
     let flags = reader.u8();
@@ -130,8 +130,8 @@ pub fn decode_ops(bytes: &[u8]) -> Ops {
     let mut ops = Vec::with_capacity(count);
     for _ in 0..count {
         let tag = reader.u8();
-        let first = reader.bytes().to_vec();
-        let second = reader.bytes().to_vec();
+        let first = OpBytes::from(reader.bytes());
+        let second = OpBytes::from(reader.bytes());
         ops.push(match tag {
             0 => PointOp::Insert { tuple: first },
             1 => PointOp::Replace { tuple: first },
@@ -262,19 +262,25 @@ mod tests {
     fn ops_round_trip() {
         let ops = vec![
             PointOp::Insert {
-                tuple: vec![0x91, 1],
+                tuple: vec![0x91, 1].into(),
             },
             PointOp::Upsert {
-                tuple: vec![0x91, 2],
-                ops: vec![0x90],
+                tuple: vec![0x91, 2].into(),
+                ops: vec![0x90].into(),
             },
             PointOp::Update {
-                key: vec![0x91, 3],
-                ops: vec![0x91, 0x93],
+                key: vec![0x91, 3].into(),
+                ops: vec![0x91, 0x93].into(),
             },
-            PointOp::Delete { key: vec![0x91, 4] },
-            PointOp::Replace { tuple: vec![0x90] },
-            PointOp::Get { key: vec![0x91, 5] },
+            PointOp::Delete {
+                key: vec![0x91, 4].into(),
+            },
+            PointOp::Replace {
+                tuple: vec![0x90].into(),
+            },
+            PointOp::Get {
+                key: vec![0x91, 5].into(),
+            },
         ];
         let mut bytes = Vec::new();
         encode_ops(&mut bytes, 512, true, false, ops.iter());

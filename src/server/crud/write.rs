@@ -14,24 +14,103 @@ use super::mp;
 use crate::shard::Written;
 use crate::storage::key::SearchKeyBuf;
 use crate::storage::msgpack::write_array_len;
-use crate::storage::{Engine, Space, StorageError};
+use crate::storage::{Engine, Space, StorageError, Tuple};
+use smallvec::SmallVec;
+use std::ops::Deref;
+
+/// The bytes an op carries: borrowed from the request when they can be used as sent, else
+/// built (a scalar key wrapped into an array, a tuple with its bucket_id filled in). Short
+/// built ones stay inline, so a point op on a scalar key allocates nothing.
+#[derive(Clone)]
+pub enum OpBytes<'a> {
+    Borrowed(&'a [u8]),
+    Built(SmallVec<[u8; 24]>),
+}
+
+impl OpBytes<'_> {
+    /// The same bytes, owning them (to outlive the request they were borrowed from).
+    pub fn into_owned(self) -> OpBytes<'static> {
+        match self {
+            OpBytes::Borrowed(bytes) => OpBytes::Built(SmallVec::from_slice(bytes)),
+            OpBytes::Built(bytes) => OpBytes::Built(bytes),
+        }
+    }
+}
+
+impl Deref for OpBytes<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            OpBytes::Borrowed(bytes) => bytes,
+            OpBytes::Built(bytes) => bytes,
+        }
+    }
+}
+
+impl AsRef<[u8]> for OpBytes<'_> {
+    fn as_ref(&self) -> &[u8] {
+        self
+    }
+}
+
+/// Equal when the bytes are: whether they were borrowed or built is no part of an op.
+impl PartialEq for OpBytes<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for OpBytes<'_> {}
+
+impl std::fmt::Debug for OpBytes<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+impl<'a> From<&'a [u8]> for OpBytes<'a> {
+    fn from(bytes: &'a [u8]) -> Self {
+        OpBytes::Borrowed(bytes)
+    }
+}
+
+impl From<Vec<u8>> for OpBytes<'_> {
+    fn from(bytes: Vec<u8>) -> Self {
+        OpBytes::Built(SmallVec::from_vec(bytes))
+    }
+}
 
 /// One operation on the tuple with one primary key. Keys are msgpack arrays; tuples are
 /// complete (bucket_id filled, objects flattened); ops use index base 1.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PointOp {
-    Insert { tuple: Vec<u8> },
-    Replace { tuple: Vec<u8> },
-    Upsert { tuple: Vec<u8>, ops: Vec<u8> },
-    Update { key: Vec<u8>, ops: Vec<u8> },
-    Delete { key: Vec<u8> },
-    Get { key: Vec<u8> },
+pub enum PointOp<'a> {
+    Insert {
+        tuple: OpBytes<'a>,
+    },
+    Replace {
+        tuple: OpBytes<'a>,
+    },
+    Upsert {
+        tuple: OpBytes<'a>,
+        ops: OpBytes<'a>,
+    },
+    Update {
+        key: OpBytes<'a>,
+        ops: OpBytes<'a>,
+    },
+    Delete {
+        key: OpBytes<'a>,
+    },
+    Get {
+        key: OpBytes<'a>,
+    },
 }
 
 /// crud's update/upsert operations are Lua's: 1-based field numbers (or names).
 pub const CRUD_INDEX_BASE: u32 = 1;
 
-impl PointOp {
+impl PointOp<'_> {
     /// The encoded primary key that places this op on a shard (`shard_of_key`); an error
     /// when the key or tuple does not parse, which the owner-less caller may answer from
     /// any shard (the local one reports the same error).
@@ -66,10 +145,11 @@ pub enum Undo {
 }
 
 /// An applied op: the row it returns (new, old or found tuple), its undo, and the change
-/// to log (none for a read, or a write that changed nothing).
+/// to log (none for a read, or a write that changed nothing). The row is the stored tuple
+/// itself (shared, not copied): the reply is written straight from it.
 #[derive(Debug, Clone)]
 pub struct Applied {
-    pub row: Option<Vec<u8>>,
+    pub row: Option<Tuple>,
     pub undo: Undo,
     pub written: Option<Written>,
 }
@@ -144,7 +224,7 @@ fn apply_with(space: &mut Space, op: &PointOp, keep_undo: bool) -> Result<Applie
             let key = key_of(space, new.data());
             Applied {
                 undo: undo_of(None, key),
-                row: Some(new.data().to_vec()),
+                row: Some(new.clone()),
                 written: Some(Written::Stored(new)),
             }
         }
@@ -153,7 +233,7 @@ fn apply_with(space: &mut Space, op: &PointOp, keep_undo: bool) -> Result<Applie
             let old = old_of(space, &key);
             let new = space.replace(tuple)?;
             Applied {
-                row: Some(new.data().to_vec()),
+                row: Some(new.clone()),
                 undo: undo_of(old, key),
                 written: Some(Written::Stored(new)),
             }
@@ -176,24 +256,23 @@ fn apply_with(space: &mut Space, op: &PointOp, keep_undo: bool) -> Result<Applie
                     (Some(_), Some(old)) => Undo::Restore(old),
                     _ => Undo::Nothing,
                 },
-                row: new.as_ref().map(|tuple| tuple.data().to_vec()),
+                row: new.clone(),
                 written: new.map(Written::Stored),
             }
         }
         PointOp::Delete { key } => {
             let old = space.delete(0, key)?;
-            let row = old.as_ref().map(|tuple| tuple.data().to_vec());
             Applied {
-                undo: match &row {
-                    Some(row) if keep_undo => Undo::Restore(row.clone()),
+                undo: match &old {
+                    Some(old) if keep_undo => Undo::Restore(old.data().to_vec()),
                     _ => Undo::Nothing,
                 },
-                row,
+                row: old.clone(),
                 written: old.map(Written::Deleted),
             }
         }
         PointOp::Get { key } => Applied {
-            row: space.get(0, key)?.map(|tuple| tuple.data().to_vec()),
+            row: space.get(0, key)?.cloned(),
             undo: Undo::Nothing,
             written: None,
         },
@@ -279,7 +358,7 @@ pub fn apply_batch_logged(
         match apply(space, op) {
             Ok(applied) => {
                 undos.push((items.len(), applied.undo));
-                items.push(BatchItem::Done(applied.row));
+                items.push(BatchItem::Done(applied.row.map(|row| row.data().to_vec())));
                 written.extend(applied.written);
             }
             Err(error) => {

@@ -1,0 +1,251 @@
+//! Heap allocations of crud point calls on the shard that owns the key, counted exactly by
+//! a counting global allocator (per thread: the tests of this file run in parallel).
+//!
+//! * `crud.get` allocates nothing beyond the reply, which goes into a buffer the caller
+//!   owns and reuses: found or not, key scalar or array, through `execute_on_shard` (a
+//!   one-shard server, the owner of a forwarded call) or `plan` + `run_planned_into` (the
+//!   accepting core running it locally).
+//! * `crud.delete` allocates nothing either; `crud.update` only the new tuple, as an IPROTO
+//!   UPDATE does; `crud.replace` the stored tuple, plus the copy that fills in a nil
+//!   `bucket_id` (none when the caller sent one).
+//!
+//! No timing anywhere: only counts.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use tarn::config::{Config, SHIPPED_CONFIG_TOML};
+use tarn::protocol::client;
+use tarn::protocol::decode_packet;
+use tarn::protocol::request::Request;
+use tarn::server::crud::{self, on_shard, CrudConfig};
+use tarn::server::schema;
+use tarn::shard::Shard;
+use tarn::storage::msgpack::{write_array_len, write_str, write_uint};
+
+struct CountingAllocator;
+
+thread_local! {
+    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+}
+
+fn count_one() {
+    // During thread teardown the counter may be gone; those allocations are nobody's.
+    let _ = ALLOCATIONS.try_with(|count| count.set(count.get() + 1));
+}
+
+/// Allocations (and reallocations) made so far by this thread.
+fn allocations() -> u64 {
+    ALLOCATIONS.with(Cell::get)
+}
+
+// SAFETY: every call is forwarded to `System` unchanged; the counter only observes.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        count_one();
+        System.alloc(layout)
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        count_one();
+        System.alloc_zeroed(layout)
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        count_one();
+        System.realloc(ptr, layout, new_size)
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout)
+    }
+}
+
+#[global_allocator]
+static GLOBAL: CountingAllocator = CountingAllocator;
+
+const KV_SPACE_ID: u32 = 512;
+const KEYS: u64 = 1000;
+const CALLS: u64 = 500;
+
+fn kv_tuple(id: u64, bucket_id: Option<u64>) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_array_len(&mut out, 3);
+    write_uint(&mut out, id);
+    match bucket_id {
+        Some(bucket_id) => write_uint(&mut out, bucket_id),
+        None => out.push(0xc0),
+    }
+    write_str(&mut out, format!("value-{id:06}").as_bytes());
+    out
+}
+
+/// The shipped spaces, `kv` holding keys `0..KEYS`; no WAL.
+fn loaded_shard() -> Shard {
+    let config = Config::from_toml_str(SHIPPED_CONFIG_TOML).expect("shipped config");
+    let mut engine = schema::build_engine(&config, u64::MAX / 2).expect("engine");
+    let tuples: Vec<Vec<u8>> = (0..KEYS).map(|id| kv_tuple(id, Some(id % 3000))).collect();
+    engine
+        .space_mut(KV_SPACE_ID)
+        .expect("kv")
+        .bulk_load(tuples.iter().map(Vec::as_slice))
+        .expect("load");
+    Shard::new(0, engine, None)
+}
+
+fn crud_config() -> CrudConfig {
+    CrudConfig::for_instance(3000, "aaaaaaaa-0000-4000-8000-000000000001")
+}
+
+/// A `crud.<function>` CALL packet (without its size prefix) with args
+/// `["kv", <values>..., {}]`, as the Python connector sends them.
+fn crud_call(function: &str, values: &[&[u8]]) -> Vec<u8> {
+    let mut args = Vec::new();
+    write_array_len(&mut args, values.len() as u32 + 2);
+    write_str(&mut args, b"kv");
+    for value in values {
+        args.extend_from_slice(value);
+    }
+    args.push(0x80);
+    let mut framed = Vec::new();
+    client::encode_call(&mut framed, 7, &format!("crud.{function}"), &args);
+    framed.split_off(5)
+}
+
+fn uint(value: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_uint(&mut out, value);
+    out
+}
+
+fn array_key(id: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_array_len(&mut out, 1);
+    write_uint(&mut out, id);
+    out
+}
+
+/// How the call reaches the shard.
+#[derive(Clone, Copy, Debug)]
+enum Path {
+    /// `on_shard::execute_on_shard`: plans and runs in one go.
+    ExecuteOnShard,
+    /// `crud::plan`, then `on_shard::run_planned_into`: the accepting core's local run.
+    PlanThenRun,
+}
+
+fn run(shard: &mut Shard, config: &CrudConfig, path: Path, packet: &[u8], out: &mut Vec<u8>) {
+    let (header, request) = decode_packet(packet).expect("a CALL packet");
+    let Request::Call(call) = request else {
+        panic!("not a CALL")
+    };
+    match path {
+        Path::ExecuteOnShard => on_shard::execute_on_shard(
+            shard,
+            config,
+            header.sync,
+            1,
+            call.function_name,
+            call.args,
+            out,
+        ),
+        Path::PlanThenRun => {
+            let plan =
+                crud::plan(&shard.engine, config, call.function_name, call.args).expect("a plan");
+            on_shard::run_planned_into(shard, config, &plan, header.sync, 1, out);
+        }
+    }
+}
+
+/// Allocations per call, over `packets` run twice: the first round warms up what is
+/// kept (the reply buffer's capacity, the per-space metadata), the second is counted.
+fn allocations_per_call(path: Path, packets: &[Vec<u8>]) -> f64 {
+    let mut shard = loaded_shard();
+    let config = crud_config();
+    let mut out = Vec::with_capacity(4096);
+    for packet in packets {
+        out.clear();
+        run(&mut shard, &config, path, packet, &mut out);
+    }
+    let before = allocations();
+    for packet in packets {
+        out.clear();
+        run(&mut shard, &config, path, packet, &mut out);
+        assert!(out.len() > 20, "a reply");
+    }
+    (allocations() - before) as f64 / packets.len() as f64
+}
+
+#[test]
+fn crud_get_allocates_nothing_beyond_the_reply() {
+    let scalar: Vec<Vec<u8>> = (0..CALLS)
+        .map(|id| crud_call("get", &[&uint(id * 7 % KEYS)]))
+        .collect();
+    let array: Vec<Vec<u8>> = (0..CALLS)
+        .map(|id| crud_call("get", &[&array_key(id * 7 % KEYS)]))
+        .collect();
+    let missing: Vec<Vec<u8>> = (0..CALLS)
+        .map(|id| crud_call("get", &[&uint(KEYS + id)]))
+        .collect();
+    for path in [Path::ExecuteOnShard, Path::PlanThenRun] {
+        for (keys, packets) in [
+            ("scalar", &scalar),
+            ("array", &array),
+            ("missing", &missing),
+        ] {
+            assert_eq!(
+                allocations_per_call(path, packets),
+                0.0,
+                "crud.get, {keys} keys, {path:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn crud_writes_allocate_the_stored_tuple_and_a_filled_in_copy() {
+    let cases: [(&str, Vec<Vec<u8>>, f64); 4] = [
+        (
+            // Deleting keys that are gone after the warm-up round.
+            "delete",
+            (0..CALLS)
+                .map(|id| crud_call("delete", &[&uint(id)]))
+                .collect(),
+            0.0,
+        ),
+        (
+            "update",
+            (0..CALLS)
+                .map(|id| {
+                    crud_call(
+                        "update",
+                        &[&uint(id), &[0x91, 0x93, 0xa1, b'+', 0x02, 0x01]],
+                    )
+                })
+                .collect(),
+            1.0,
+        ),
+        (
+            "replace, bucket_id nil",
+            (0..CALLS)
+                .map(|id| crud_call("replace", &[&kv_tuple(id, None)]))
+                .collect(),
+            2.0,
+        ),
+        (
+            "replace, bucket_id sent",
+            (0..CALLS)
+                .map(|id| crud_call("replace", &[&kv_tuple(id, Some(id % 3000 + 1))]))
+                .collect(),
+            1.0,
+        ),
+    ];
+    for (name, packets, expected) in cases {
+        for path in [Path::ExecuteOnShard, Path::PlanThenRun] {
+            assert_eq!(
+                allocations_per_call(path, &packets),
+                expected,
+                "crud.{name}, {path:?}"
+            );
+        }
+    }
+}
