@@ -5,10 +5,12 @@
 //! not know about sockets, executors, files or the IPROTO wire format.
 //!
 //! * [`msgpack`] reads values; [`field_type`] classifies them; [`key`] orders them.
-//! * [`tuple`] stores them with a field map; [`index`] and [`range`] find them.
+//! * [`tuple`] stores them with a field map; [`index`] and [`range`] find them, over
+//!   [`btree`] for TREE indexes.
 //! * [`space`] applies insert/replace/update/upsert/delete/select; [`update`] the ops.
 //! * [`memory`] is the shard's byte quota; [`text`] prints values in error messages.
 
+pub mod btree;
 pub mod engine;
 pub mod error;
 pub mod field_type;
