@@ -18,6 +18,7 @@ pub mod index;
 pub mod key;
 pub mod memory;
 pub mod msgpack;
+pub mod prefetch;
 pub mod range;
 pub mod space;
 pub mod text;

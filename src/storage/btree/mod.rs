@@ -16,6 +16,7 @@
 //!
 //! Knows nothing of tuples, indexes or Tarantool semantics.
 
+use crate::storage::prefetch::prefetch_slice;
 use smallvec::SmallVec;
 use std::ops::Bound;
 
@@ -299,7 +300,7 @@ enum InsertOutcome<K, V> {
 fn insert_into<K: TreeKey, V>(node: &mut Node<K, V>, key: K, value: V) -> InsertOutcome<K, V> {
     match node {
         Node::Leaf(leaf) => {
-            prefetch_lines(&leaf.values[..]);
+            prefetch_slice(&leaf.values[..]);
             let position = K::count_less(leaf.keys(), key.probe());
             if position < leaf.len && leaf.keys[position] == key {
                 let old = std::mem::replace(&mut leaf.values[position], Some(value));
@@ -510,7 +511,10 @@ impl<K: TreeKey, V> BTree<K, V> {
                     node = internal.child(K::count_not_greater(internal.keys(), probe));
                 }
                 Node::Leaf(leaf) => {
-                    prefetch_lines(&leaf.values[..]);
+                    // The value lines load while the keys are searched, so the value read
+                    // after the search hits cache instead of taking a second miss in
+                    // series (measured: about a tenth off a lookup at a million keys).
+                    prefetch_slice(&leaf.values[..]);
                     let position = K::count_less(leaf.keys(), probe);
                     let key = leaf.keys().get(position)?;
                     return (key.probe() == probe).then(|| (key, leaf.value(position)));
@@ -634,32 +638,6 @@ impl<K: TreeKey, V> BTree<K, V> {
         self.range(Bound::Unbounded, Bound::Unbounded)
     }
 }
-
-/// Starts fetching every cache line of `items` without waiting for any. A leaf's value
-/// lines are fetched while its keys are searched, so the value read that follows the
-/// search hits cache instead of taking a second miss in series (measured: about a tenth
-/// off a lookup at a million keys).
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn prefetch_lines<T>(items: &[T]) {
-    let start = items.as_ptr() as *const i8;
-    let bytes = std::mem::size_of_val(items);
-    let mut offset = 0;
-    while offset < bytes {
-        // SAFETY: a prefetch is a hint with no architectural effect and cannot fault; the
-        // address is inside `items`.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                start.wrapping_add(offset),
-            )
-        };
-        offset += 64;
-    }
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-#[inline(always)]
-fn prefetch_lines<T>(_items: &[T]) {}
 
 /// Sizes of `ceil(total / capacity)` groups that add up to `total` and differ by at most
 /// one, so each is at least half full whenever there are two or more.
