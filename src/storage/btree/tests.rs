@@ -282,3 +282,21 @@ fn even_sizes_cover_the_total_without_underfull_groups() {
         }
     }
 }
+
+#[test]
+fn block_counts_match_a_plain_count() {
+    for len in 0..=SEPARATOR_CAPACITY {
+        let keys: Vec<u64> = (0..len as u64).map(|k| k * 3 + 1).collect();
+        for probe in 0..(len as u64 * 3 + 3) {
+            let less = keys.iter().filter(|&&k| k < probe).count();
+            let not_greater = keys.iter().filter(|&&k| k <= probe).count();
+            assert_eq!(
+                u64::count_less(&keys, &probe),
+                less,
+                "len {len} probe {probe}"
+            );
+            assert_eq!(u64::count_not_greater(&keys, &probe), not_greater);
+        }
+    }
+    assert_eq!(u64::count_not_greater(&[1, u64::MAX], &u64::MAX), 2);
+}
