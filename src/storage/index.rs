@@ -459,6 +459,9 @@ pub fn encode_tuple_key(
 }
 
 /// A lazy walk over an index: each step is O(1) amortised after an O(log n) seek.
+// The B+tree range carries its root-to-leaf paths inline and so outweighs the other
+// variants; boxing it would put an allocation on every select.
+#[allow(clippy::large_enum_variant)]
 pub enum IndexIter<'a> {
     Empty,
     Tree {

@@ -323,7 +323,7 @@ fn insert_into<K: TreeKey, V>(node: &mut Node<K, V>, key: K, value: V) -> Insert
             prefetch_slice(&leaf.values[..]);
             let position = K::count_less(leaf.keys(), key.probe());
             if position < leaf.len && leaf.keys[position] == key {
-                let old = std::mem::replace(&mut leaf.values[position], Some(value));
+                let old = leaf.values[position].replace(value);
                 return InsertOutcome::Replaced(old.expect(MISSING_VALUE));
             }
             if leaf.len < LEAF_CAPACITY {

@@ -82,8 +82,7 @@ fn walk(tree: &BTree<u64, u64>, start: Bound<u64>, end: Bound<u64>, how: Walk) -
         }
         Walk::Both => {
             let (mut front, mut back) = (Vec::new(), Vec::new());
-            loop {
-                let Some((k, v)) = range.next() else { break };
+            while let Some((k, v)) = range.next() {
                 front.push((*k, *v));
                 let Some((k, v)) = range.next_back() else {
                     break;
@@ -267,8 +266,8 @@ fn node_layout_is_as_sized() {
         8 + SEPARATOR_CAPACITY * 8 + INTERNAL_FANOUT * 16
     );
     // A split leaves both halves at or above the minimum.
-    assert!(LEAF_MIN >= 1 && LEAF_MIN <= LEAF_CAPACITY / 2);
-    assert!(INTERNAL_MIN_SEPARATORS >= 1 && INTERNAL_MIN_SEPARATORS < SEPARATOR_CAPACITY / 2);
+    const { assert!(LEAF_MIN >= 1 && LEAF_MIN <= LEAF_CAPACITY / 2) };
+    const { assert!(INTERNAL_MIN_SEPARATORS >= 1 && INTERNAL_MIN_SEPARATORS < SEPARATOR_CAPACITY / 2) };
 }
 
 #[test]
