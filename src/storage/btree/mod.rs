@@ -756,6 +756,8 @@ impl<'a, K: TreeKey, V> Cursor<'a, K, V> {
                     node = internal.child(index);
                 }
                 Node::Leaf(leaf) => {
+                    // As in `get`: the first entry's value is read right after the search.
+                    prefetch_slice(&leaf.values[..]);
                     let position = if inclusive {
                         K::count_not_greater(leaf.keys(), probe)
                     } else {
