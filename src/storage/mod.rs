@@ -5,11 +5,13 @@
 //! not know about sockets, executors, files or the IPROTO wire format.
 //!
 //! * [`msgpack`] reads values; [`field_type`] classifies them; [`key`] orders them.
-//! * [`tuple`] stores them with a field map; [`index`] and [`range`] find them.
+//! * [`tuple`] stores them with a field map; [`index`] and [`range`] find them, over
+//!   [`btree`] for TREE indexes.
 //! * [`space`] applies insert/replace/update/upsert/delete/select; [`update`] the ops.
 //! * [`bulk`] sorts the keys of bulk index builds.
 //! * [`memory`] is the shard's byte quota; [`text`] prints values in error messages.
 
+pub mod btree;
 pub mod bulk;
 pub mod engine;
 pub mod error;
@@ -18,6 +20,7 @@ pub mod index;
 pub mod key;
 pub mod memory;
 pub mod msgpack;
+pub mod prefetch;
 pub mod range;
 pub mod space;
 pub mod text;

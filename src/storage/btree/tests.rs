@@ -1,0 +1,301 @@
+use super::*;
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+
+/// Byte-string keys searched by slice, as index keys are.
+impl TreeKey for Vec<u8> {
+    type Probe = [u8];
+
+    fn probe(&self) -> &[u8] {
+        self
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Insert(u64, u64),
+    Remove(u64),
+    Get(u64),
+    Range(Bound<u64>, Bound<u64>, Walk),
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Walk {
+    Forward,
+    Backward,
+    /// Alternates ends, to check that the two ends meet exactly once.
+    Both,
+}
+
+fn bound(keys: std::ops::Range<u64>) -> impl Strategy<Value = Bound<u64>> {
+    prop_oneof![
+        1 => Just(Bound::Unbounded),
+        3 => keys.clone().prop_map(Bound::Included),
+        3 => keys.prop_map(Bound::Excluded),
+    ]
+}
+
+fn op(keys: std::ops::Range<u64>) -> impl Strategy<Value = Op> {
+    let walk = prop_oneof![Just(Walk::Forward), Just(Walk::Backward), Just(Walk::Both)];
+    prop_oneof![
+        6 => (keys.clone(), any::<u64>()).prop_map(|(k, v)| Op::Insert(k, v)),
+        4 => keys.clone().prop_map(Op::Remove),
+        2 => keys.clone().prop_map(Op::Get),
+        1 => (bound(keys.clone()), bound(keys), walk).prop_map(|(s, e, w)| Op::Range(s, e, w)),
+    ]
+}
+
+fn model_range(model: &BTreeMap<u64, u64>, start: Bound<u64>, end: Bound<u64>) -> Vec<(u64, u64)> {
+    // std panics on inverted bounds; the tree gives nothing, as no key lies within them.
+    let within = |key: &u64| start_admits(start, *key) && end_admits(end, *key);
+    model
+        .iter()
+        .filter(|(k, _)| within(k))
+        .map(|(k, v)| (*k, *v))
+        .collect()
+}
+
+fn start_admits(start: Bound<u64>, key: u64) -> bool {
+    match start {
+        Bound::Included(s) => key >= s,
+        Bound::Excluded(s) => key > s,
+        Bound::Unbounded => true,
+    }
+}
+
+fn end_admits(end: Bound<u64>, key: u64) -> bool {
+    match end {
+        Bound::Included(e) => key <= e,
+        Bound::Excluded(e) => key < e,
+        Bound::Unbounded => true,
+    }
+}
+
+fn walk(tree: &BTree<u64, u64>, start: Bound<u64>, end: Bound<u64>, how: Walk) -> Vec<(u64, u64)> {
+    let mut range = tree.range(start.as_ref(), end.as_ref());
+    match how {
+        Walk::Forward => range.map(|(k, v)| (*k, *v)).collect(),
+        Walk::Backward => {
+            let mut entries: Vec<_> = range.rev().map(|(k, v)| (*k, *v)).collect();
+            entries.reverse();
+            entries
+        }
+        Walk::Both => {
+            let (mut front, mut back) = (Vec::new(), Vec::new());
+            while let Some((k, v)) = range.next() {
+                front.push((*k, *v));
+                let Some((k, v)) = range.next_back() else {
+                    break;
+                };
+                back.push((*k, *v));
+            }
+            assert!(range.next().is_none() && range.next_back().is_none());
+            back.reverse();
+            front.extend(back);
+            front
+        }
+    }
+}
+
+fn run_against_model(initial: Vec<u64>, ops: Vec<Op>) {
+    let mut model: BTreeMap<u64, u64> = initial.iter().map(|&k| (k, k * 7)).collect();
+    let mut tree = BTree::from_sorted(model.iter().map(|(k, v)| (*k, *v)).collect::<Vec<_>>());
+    tree.check_invariants();
+    for op in ops {
+        match op {
+            Op::Insert(key, value) => assert_eq!(tree.insert(key, value), model.insert(key, value)),
+            Op::Remove(key) => assert_eq!(tree.remove(&key), model.remove(&key)),
+            Op::Get(key) => assert_eq!(tree.get_key_value(&key), model.get_key_value(&key)),
+            Op::Range(start, end, how) => {
+                assert_eq!(
+                    walk(&tree, start, end, how),
+                    model_range(&model, start, end)
+                );
+            }
+        }
+        assert_eq!(tree.len(), model.len());
+    }
+    tree.check_invariants();
+    let all: Vec<_> = tree.iter().map(|(k, v)| (*k, *v)).collect();
+    assert_eq!(all, model.into_iter().collect::<Vec<_>>());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn behaves_like_std_btreemap_when_small(
+        ops in prop::collection::vec(op(0..200), 0..3000),
+    ) {
+        run_against_model(Vec::new(), ops);
+    }
+
+    #[test]
+    fn behaves_like_std_btreemap_after_bulk_build(
+        initial in prop::collection::btree_set(0..20_000u64, 0..6000),
+        ops in prop::collection::vec(op(0..20_000), 0..4000),
+    ) {
+        run_against_model(initial.into_iter().collect(), ops);
+    }
+
+    #[test]
+    fn emptying_a_bulk_built_tree_keeps_it_valid(
+        initial in prop::collection::btree_set(0..100_000u64, 0..5000),
+        seed in any::<u64>(),
+    ) {
+        let keys: Vec<u64> = initial.iter().copied().collect();
+        let mut tree = BTree::from_sorted(keys.iter().map(|&k| (k, k)).collect::<Vec<_>>());
+        let mut order = keys.clone();
+        // A cheap deterministic shuffle, so merges happen all over the tree.
+        let mut state = seed | 1;
+        for i in (1..order.len()).rev() {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            order.swap(i, (state % (i as u64 + 1)) as usize);
+        }
+        for (done, key) in order.iter().enumerate() {
+            prop_assert_eq!(tree.remove(key), Some(*key));
+            if done % 257 == 0 {
+                tree.check_invariants();
+            }
+        }
+        prop_assert!(tree.is_empty());
+        tree.check_invariants();
+        prop_assert_eq!(tree.iter().next(), None);
+    }
+
+    #[test]
+    fn byte_string_keys_search_by_slice(
+        keys in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..12), 0..800),
+        probes in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..12), 0..50),
+    ) {
+        let mut tree: BTree<Vec<u8>, usize> = BTree::new();
+        let mut model = BTreeMap::new();
+        for (n, key) in keys.iter().enumerate() {
+            prop_assert_eq!(tree.insert(key.clone(), n), model.insert(key.clone(), n));
+        }
+        tree.check_invariants();
+        for probe in &probes {
+            prop_assert_eq!(tree.get(probe.as_slice()), model.get(probe));
+            let ours: Vec<_> = tree
+                .range(Bound::Excluded(probe.as_slice()), Bound::Unbounded)
+                .rev()
+                .collect();
+            let theirs: Vec<_> = model
+                .range::<[u8], _>((Bound::Excluded(probe.as_slice()), Bound::Unbounded))
+                .rev()
+                .collect();
+            prop_assert_eq!(ours, theirs);
+        }
+        for key in keys.iter().step_by(2) {
+            prop_assert_eq!(tree.remove(key.as_slice()), model.remove(key));
+        }
+        tree.check_invariants();
+        let rebuilt = BTree::from_sorted(model.clone().into_iter().collect::<Vec<_>>());
+        rebuilt.check_invariants();
+        prop_assert!(rebuilt.iter().eq(model.iter()));
+    }
+}
+
+#[test]
+fn sequential_inserts_and_removes_at_scale() {
+    let mut tree = BTree::new();
+    for key in 0..200_000u64 {
+        assert_eq!(tree.insert(key, key), None);
+    }
+    tree.check_invariants();
+    for key in (0..200_000u64).rev().step_by(3) {
+        assert_eq!(tree.remove(&key), Some(key));
+    }
+    tree.check_invariants();
+    assert_eq!(tree.len(), 200_000 - 66_667);
+    let bulk = BTree::from_sorted((0..1_000_003u64).map(|k| (k, k)).collect::<Vec<_>>());
+    bulk.check_invariants();
+    assert_eq!(bulk.len(), 1_000_003);
+    assert!(bulk.iter().map(|(k, _)| *k).eq(0..1_000_003));
+    assert!(bulk.iter().rev().map(|(k, _)| *k).eq((0..1_000_003).rev()));
+}
+
+#[test]
+fn ranges_between_keys_and_inverted_are_empty() {
+    let tree = BTree::from_sorted((0..1000u64).map(|k| (k * 2, k)).collect::<Vec<_>>());
+    assert_eq!(
+        tree.range(Bound::Included(&5), Bound::Included(&5)).count(),
+        0
+    );
+    assert_eq!(
+        tree.range(Bound::Excluded(&4), Bound::Excluded(&6)).count(),
+        0
+    );
+    assert_eq!(
+        tree.range(Bound::Included(&9), Bound::Included(&3)).count(),
+        0
+    );
+    assert_eq!(
+        tree.range(Bound::Excluded(&4), Bound::Excluded(&4)).count(),
+        0
+    );
+    assert_eq!(
+        tree.range(Bound::Included(&4), Bound::Included(&4)).count(),
+        1
+    );
+    assert_eq!(
+        tree.range(Bound::Excluded(&1998), Bound::Unbounded).count(),
+        0
+    );
+    assert_eq!(tree.range(Bound::Unbounded, Bound::Excluded(&0)).count(), 0);
+    let empty: BTree<u64, u64> = BTree::new();
+    assert_eq!(empty.iter().count(), 0);
+    assert_eq!(BTree::<u64, u64>::from_sorted(Vec::new()).iter().count(), 0);
+}
+
+#[test]
+fn node_layout_is_as_sized() {
+    use crate::storage::tuple::Tuple;
+    use std::mem::size_of;
+    // A value slot is the bare pointer: `None` lives in the pointer's niche.
+    assert_eq!(size_of::<Option<Tuple>>(), size_of::<Tuple>());
+    assert_eq!(size_of::<Tuple>(), 16);
+    assert_eq!(size_of::<Option<Node<u64, Tuple>>>(), 16);
+    // A full leaf costs 24 bytes an entry plus its length: within the old std map's 24
+    // per entry and its node headers and slack.
+    assert_eq!(size_of::<Leaf<u64, Tuple>>(), 8 + LEAF_CAPACITY * (8 + 16));
+    assert_eq!(
+        size_of::<Internal<u64, Tuple>>(),
+        8 + SEPARATOR_CAPACITY * 8 + INTERNAL_FANOUT * 16
+    );
+    // A split leaves both halves at or above the minimum.
+    const { assert!(LEAF_MIN >= 1 && LEAF_MIN <= LEAF_CAPACITY / 2) };
+    const { assert!(INTERNAL_MIN_SEPARATORS >= 1 && INTERNAL_MIN_SEPARATORS < SEPARATOR_CAPACITY / 2) };
+}
+
+#[test]
+fn even_sizes_cover_the_total_without_underfull_groups() {
+    for total in [1usize, 2, 31, 32, 33, 63, 64, 65, 1000, 1_000_003] {
+        let sizes: Vec<usize> = even_sizes(total, LEAF_CAPACITY).collect();
+        assert_eq!(sizes.iter().sum::<usize>(), total);
+        assert!(sizes.iter().all(|&s| s <= LEAF_CAPACITY));
+        if sizes.len() > 1 {
+            assert!(sizes.iter().all(|&s| s >= LEAF_CAPACITY / 2));
+        }
+    }
+}
+
+#[test]
+fn block_counts_match_a_plain_count() {
+    for len in 0..=SEPARATOR_CAPACITY {
+        let keys: Vec<u64> = (0..len as u64).map(|k| k * 3 + 1).collect();
+        for probe in 0..(len as u64 * 3 + 3) {
+            let less = keys.iter().filter(|&&k| k < probe).count();
+            let not_greater = keys.iter().filter(|&&k| k <= probe).count();
+            assert_eq!(
+                u64::count_less(&keys, &probe),
+                less,
+                "len {len} probe {probe}"
+            );
+            assert_eq!(u64::count_not_greater(&keys, &probe), not_greater);
+        }
+    }
+    assert_eq!(u64::count_not_greater(&[1, u64::MAX], &u64::MAX), 2);
+}
