@@ -2,8 +2,9 @@
 //!
 //! `cargo bench --bench storage` loads 1,000,000 tuples per space; `-- --quick` loads
 //! 100,000 and runs fewer iterations. Every request (keys, tuples, ops) is generated from a
-//! fixed-seed RNG and msgpack-encoded before the timed loop, so the loop measures the space
-//! alone. Each operation runs a warm-up on its own inputs, then the timed iterations.
+//! fixed-seed RNG and msgpack-encoded before the timed loop, into one buffer read in order,
+//! so the loop measures the space alone. Each operation runs a warm-up on its own inputs,
+//! then the timed iterations.
 //!
 //! Spaces:
 //! * `kv`: `[id unsigned, bucket_id unsigned, value string(100)]`, primary TREE on `id`.
@@ -53,8 +54,32 @@ impl Config {
 }
 
 /// Runs `op` on the warm-up inputs, then times it on the others, and prints one row.
-fn measure<T>(name: &str, warmup: &[T], timed: &[T], op: impl FnMut(&T)) {
-    common::measure(&format!("storage/{name}"), warmup, timed, op);
+///
+/// The inputs are first packed into one buffer, in order, so the timed loop reads them
+/// sequentially, as a server reads requests from its socket buffer. Left in an allocation
+/// each, they are scattered over the heap and every read of an input is a cache miss of
+/// the harness's own, charged to the operation.
+fn measure(name: &str, warmup: &[Vec<u8>], timed: &[Vec<u8>], mut op: impl FnMut(&[u8])) {
+    let warmup_bytes = warmup.concat();
+    let timed_bytes = timed.concat();
+    let warmup = slices(&warmup_bytes, warmup);
+    let timed = slices(&timed_bytes, timed);
+    common::measure(&format!("storage/{name}"), &warmup, &timed, |input| {
+        op(input)
+    });
+}
+
+/// Slices of `packed` (the concatenation of `inputs`) holding each input.
+fn slices<'a>(packed: &'a [u8], inputs: &[Vec<u8>]) -> Vec<&'a [u8]> {
+    let mut start = 0;
+    inputs
+        .iter()
+        .map(|input| {
+            let slice = &packed[start..start + input.len()];
+            start += input.len();
+            slice
+        })
+        .collect()
 }
 
 /// Writes one msgpack item into a buffer.
