@@ -7,7 +7,7 @@
 
 use super::bucket::bucket_id_of_parts;
 use super::mp;
-use super::write::OpBytes;
+use super::write::{OpBytes, Scratch};
 use crate::storage::msgpack::{self, Value};
 use crate::storage::Space;
 use smallvec::SmallVec;
@@ -132,8 +132,9 @@ pub fn set_bucket_id<'t>(
     // anything that trailed it.
     let bucket_field = bucket_field as usize;
     let count = fields.count.max(bucket_field + 1);
-    let mut out = Vec::with_capacity(tuple.len() + 4 + (count - fields.count));
-    msgpack::write_array_len(&mut out, count as u32);
+    let mut scratch = Scratch::with_capacity(tuple.len() + 4 + (count - fields.count));
+    let out = scratch.bytes_mut();
+    msgpack::write_array_len(out, count as u32);
     match fields.bucket_id {
         Some((start, end)) => {
             out.extend_from_slice(&tuple[fields.first..start]);
@@ -146,7 +147,7 @@ pub fn set_bucket_id<'t>(
             out.extend_from_slice(bucket_id);
         }
     }
-    Ok(out.into())
+    Ok(OpBytes::Scratch(scratch))
 }
 
 /// Where a tuple's fields are, for [`set_bucket_id`]: byte offsets into it.

@@ -44,8 +44,9 @@
 //! Cost sketch: a point op borrows its arguments from the CALL packet and writes its reply
 //! from the stored tuple, its metadata copied from a per-space encoding
 //! ([`result::MetadataCache`]); beyond the reply it allocates what storage does (the new
-//! tuple), plus one copy of a tuple whose nil `bucket_id` it fills in (`crud.get` and
-//! `crud.delete` allocate nothing; tests/crud_allocations.rs holds the counts). A select
+//! tuple): a tuple whose nil `bucket_id` it fills in is rebuilt in a per-thread buffer
+//! ([`write::Scratch`]) (`crud.get` and `crud.delete` allocate nothing;
+//! tests/crud_allocations.rs holds the counts). A select
 //! holds at most `first` rows per shard before the merge.
 
 pub mod args;
@@ -400,13 +401,10 @@ fn owned_with_bucket(
     bucket_count: u32,
 ) -> Result<OpBytes<'static>, String> {
     let filled = match flatten::set_bucket_id(space, &tuple, opts_bucket_id, bucket_count)? {
-        OpBytes::Built(filled) => Some(filled),
         OpBytes::Borrowed(_) => None,
+        filled => Some(filled.into_owned()),
     };
-    Ok(match filled {
-        Some(filled) => OpBytes::Built(filled),
-        None => tuple.into(),
-    })
+    Ok(filled.unwrap_or_else(|| tuple.into()))
 }
 
 fn plan_many<'a>(

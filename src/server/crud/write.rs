@@ -25,6 +25,53 @@ use std::ops::Deref;
 pub enum OpBytes<'a> {
     Borrowed(&'a [u8]),
     Built(SmallVec<[u8; 24]>),
+    /// A tuple rebuilt in this thread's scratch buffer (see [`Scratch`]).
+    Scratch(Scratch),
+}
+
+/// Bytes built in a per-thread buffer that goes back to the thread when dropped, so a
+/// point op that rewrites its tuple (a nil `bucket_id` filled in) reuses one allocation
+/// from call to call instead of a malloc and a free each time: storage copies the tuple
+/// into its own allocation anyway.
+pub struct Scratch(Vec<u8>);
+
+thread_local! {
+    static SCRATCH: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+/// A kept buffer larger than this is freed instead: one huge tuple must not pin its size
+/// for the thread's life.
+const SCRATCH_KEEP: usize = 64 * 1024;
+
+impl Scratch {
+    /// The thread's buffer (empty; a fresh one when another `Scratch` holds it), with room
+    /// for `capacity` bytes.
+    pub fn with_capacity(capacity: usize) -> Scratch {
+        let mut bytes = SCRATCH.take();
+        bytes.clear();
+        bytes.reserve(capacity);
+        Scratch(bytes)
+    }
+
+    pub fn bytes_mut(&mut self) -> &mut Vec<u8> {
+        &mut self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        if self.0.capacity() <= SCRATCH_KEEP {
+            // `try_with`: during thread teardown the slot may be gone; then just free.
+            let bytes = std::mem::take(&mut self.0);
+            let _ = SCRATCH.try_with(|slot| slot.set(bytes));
+        }
+    }
+}
+
+impl Clone for Scratch {
+    fn clone(&self) -> Scratch {
+        Scratch(self.0.clone())
+    }
 }
 
 impl OpBytes<'_> {
@@ -33,6 +80,7 @@ impl OpBytes<'_> {
         match self {
             OpBytes::Borrowed(bytes) => OpBytes::Built(SmallVec::from_slice(bytes)),
             OpBytes::Built(bytes) => OpBytes::Built(bytes),
+            OpBytes::Scratch(bytes) => OpBytes::Scratch(bytes),
         }
     }
 }
@@ -44,6 +92,7 @@ impl Deref for OpBytes<'_> {
         match self {
             OpBytes::Borrowed(bytes) => bytes,
             OpBytes::Built(bytes) => bytes,
+            OpBytes::Scratch(bytes) => &bytes.0,
         }
     }
 }
