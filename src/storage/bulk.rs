@@ -1,24 +1,25 @@
-//! Sorting the keys of many tuples at once, for bulk index builds (recovery, a new index).
+//! Sorting the entries of a bulk index build (recovery, a new index) by key.
 //!
 //! Recovery sorts millions of keys per index; spilled keys (longer than an entry holds inline)
-//! made every comparison two pointer chases to random heap addresses and a `memcmp`. Here the
-//! keys of a build are encoded into one buffer, and each is represented during the sort by a
-//! 16-byte abbreviation — the bytes right after the prefix that every key of the build shares —
-//! held next to its position. Most comparisons settle on the abbreviations alone (PostgreSQL's
-//! "abbreviated keys"); only ties read the keys. The sort yields positions, so the caller
-//! moves its tuple handles once, without touching the tuples themselves.
+//! make every comparison two pointer chases to random heap addresses and a `memcmp`, and a
+//! sort of whole entries moves 40 bytes per swap. Here each key is represented during the
+//! sort by a 16-byte abbreviation held next to its position, and most comparisons settle on
+//! the abbreviations alone (PostgreSQL's "abbreviated keys"); only ties read the keys. The
+//! sort yields positions, so the caller moves each entry once.
+//!
+//! The abbreviation is made of the key's bytes at the first 16 *varying* positions: those
+//! where some key of the build differs from the first one or ends. Keys of small numbers
+//! are mostly zero bytes at fixed places (an unsigned part is 8 big-endian bytes), so a
+//! plain 16-byte prefix would hold one or two parts' worth of information; the varying
+//! bytes of a four-part key of numbers below 65,536 fit in 8. Byte order is kept: at every
+//! position before the first varying one that differs, two keys are equal (or one has
+//! ended, and a missing byte abbreviates as 0, not above any byte), so abbreviations never
+//! order two keys against their bytes; equal abbreviations fall back to the bytes.
 //!
 //! Knows nothing of indexes or tuples: keys are bytes, and order is their byte order.
 
+use smallvec::SmallVec;
 use std::cmp::Ordering;
-
-/// The encoded keys of one build, in the order of the tuples they were taken from.
-#[derive(Debug, Default)]
-pub struct EncodedKeys {
-    bytes: Vec<u8>,
-    /// `ends[i]` is one past the last byte of key `i`.
-    ends: Vec<usize>,
-}
 
 /// A key during the sort: its abbreviation, then its position (for ties and the result).
 #[derive(Debug, Clone, Copy)]
@@ -28,121 +29,93 @@ struct Abbreviated {
     position: usize,
 }
 
-/// The outcome of [`EncodedKeys::sort`].
+/// The outcome of [`sort_by_key`].
 #[derive(Debug)]
 pub struct SortedKeys {
-    /// Positions of the keys in ascending key order; equal keys in any order.
+    /// Positions of the items in ascending key order; equal keys in any order.
     pub order: Vec<usize>,
-    /// Positions of two equal keys, if any.
+    /// Positions of two items with equal keys, if any.
     pub first_duplicate: Option<(usize, usize)>,
 }
 
-impl EncodedKeys {
-    pub fn with_capacity(key_count: usize, bytes_per_key: usize) -> EncodedKeys {
-        EncodedKeys {
-            bytes: Vec::with_capacity(key_count.saturating_mul(bytes_per_key)),
-            ends: Vec::with_capacity(key_count),
-        }
-    }
-
-    /// Appends a key by letting `encode` write it at the end of the buffer.
-    pub fn push_with<E>(
-        &mut self,
-        encode: impl FnOnce(&mut Vec<u8>) -> Result<(), E>,
-    ) -> Result<(), E> {
-        let start = self.bytes.len();
-        if let Err(error) = encode(&mut self.bytes) {
-            self.bytes.truncate(start);
-            return Err(error);
-        }
-        self.ends.push(self.bytes.len());
-        Ok(())
-    }
-
-    pub fn len(&self) -> usize {
-        self.ends.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.ends.is_empty()
-    }
-
-    pub fn get(&self, position: usize) -> &[u8] {
-        let start = match position {
-            0 => 0,
-            _ => self.ends[position - 1],
-        };
-        &self.bytes[start..self.ends[position]]
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = &[u8]> + '_ {
-        (0..self.len()).map(|position| self.get(position))
-    }
-
-    /// Sorts the keys by their bytes; see the module comment for how.
-    pub fn sort(&self) -> SortedKeys {
-        let skip = self.shared_prefix_len();
-        let mut items: Vec<Abbreviated> = self
-            .iter()
-            .enumerate()
-            .map(|(position, key)| {
-                let (high, low) = abbreviation(key.get(skip..).unwrap_or(&[]));
-                Abbreviated {
-                    high,
-                    low,
-                    position,
-                }
-            })
-            .collect();
-        let compare = |a: &Abbreviated, b: &Abbreviated| {
-            (a.high, a.low)
-                .cmp(&(b.high, b.low))
-                .then_with(|| self.get(a.position).cmp(self.get(b.position)))
-        };
-        items.sort_unstable_by(compare);
-        // Adjacent keys with different abbreviations differ; only ties need the bytes.
-        let first_duplicate = items
-            .windows(2)
-            .find(|pair| compare(&pair[0], &pair[1]) == Ordering::Equal)
-            .map(|pair| (pair[0].position, pair[1].position));
-        debug_assert!(items
-            .windows(2)
-            .all(|pair| self.get(pair[0].position) <= self.get(pair[1].position)));
-        SortedKeys {
-            order: items.into_iter().map(|item| item.position).collect(),
-            first_duplicate,
-        }
-    }
-
-    /// The length of the prefix all keys share: bytes that would only waste abbreviations.
-    fn shared_prefix_len(&self) -> usize {
-        let mut keys = self.iter();
-        let Some(first) = keys.next() else {
-            return 0;
-        };
-        let mut shared = first.len();
-        for key in keys {
-            shared = first[..shared]
-                .iter()
-                .zip(key)
-                .take_while(|(a, b)| a == b)
-                .count();
-            if shared == 0 {
-                break;
+/// Sorts `items` by the bytes `key` gives for each; see the module comment for how.
+pub fn sort_by_key<T>(items: &[T], key: impl Fn(&T) -> &[u8]) -> SortedKeys {
+    let positions = varying_positions(items.iter().map(&key));
+    let mut sorted: Vec<Abbreviated> = items
+        .iter()
+        .enumerate()
+        .map(|(position, item)| {
+            let (high, low) = abbreviation(key(item), &positions);
+            Abbreviated {
+                high,
+                low,
+                position,
             }
-        }
-        shared
+        })
+        .collect();
+    let compare = |a: &Abbreviated, b: &Abbreviated| {
+        (a.high, a.low)
+            .cmp(&(b.high, b.low))
+            .then_with(|| key(&items[a.position]).cmp(key(&items[b.position])))
+    };
+    sorted.sort_unstable_by(compare);
+    // Adjacent keys with different abbreviations differ; only ties need the bytes.
+    let first_duplicate = sorted
+        .windows(2)
+        .find(|pair| compare(&pair[0], &pair[1]) == Ordering::Equal)
+        .map(|pair| (pair[0].position, pair[1].position));
+    debug_assert!(sorted
+        .windows(2)
+        .all(|pair| key(&items[pair[0].position]) <= key(&items[pair[1].position])));
+    SortedKeys {
+        order: sorted.into_iter().map(|item| item.position).collect(),
+        first_duplicate,
     }
 }
 
-/// The first 16 bytes of `bytes` as two big-endian integers, zero-padded. Zero padding keeps
-/// the abbreviation order consistent with byte order: a key that ends inside the window is a
-/// prefix of, or smaller than, any key it is abbreviated as smaller than; equal abbreviations
-/// say nothing and fall back to the bytes.
-fn abbreviation(bytes: &[u8]) -> (u64, u64) {
-    let mut window = [0u8; 16];
-    let taken = bytes.len().min(16);
-    window[..taken].copy_from_slice(&bytes[..taken]);
+/// Byte positions looked at for varying bytes; a key's bytes past them are never
+/// abbreviated. Wide enough for four 8-byte parts and the start of a fifth.
+const SCANNED_BYTES: usize = 64;
+const ABBREVIATION_BYTES: usize = 16;
+
+/// The first [`ABBREVIATION_BYTES`] positions (ascending) at which some key differs from
+/// the first key or has ended; see the module comment.
+fn varying_positions<'a>(
+    mut keys: impl Iterator<Item = &'a [u8]>,
+) -> SmallVec<[u8; ABBREVIATION_BYTES]> {
+    let Some(first) = keys.next() else {
+        return SmallVec::new();
+    };
+    let mut reference = [0u8; SCANNED_BYTES];
+    let scanned_first = first.len().min(SCANNED_BYTES);
+    reference[..scanned_first].copy_from_slice(&first[..scanned_first]);
+    // A position past the end of the first key varies as soon as another key reaches it,
+    // and one where any key ends varies too: `ended` marks both.
+    let mut differs = [0u8; SCANNED_BYTES];
+    let mut shortest = scanned_first;
+    let mut longest = scanned_first;
+    for key in keys {
+        let scanned = key.len().min(SCANNED_BYTES);
+        for ((mark, byte), reference) in differs.iter_mut().zip(&key[..scanned]).zip(&reference) {
+            *mark |= byte ^ reference;
+        }
+        shortest = shortest.min(scanned);
+        longest = longest.max(scanned);
+    }
+    (0..SCANNED_BYTES)
+        .filter(|&position| differs[position] != 0 || (position >= shortest && position < longest))
+        .take(ABBREVIATION_BYTES)
+        .map(|position| position as u8)
+        .collect()
+}
+
+/// The key's bytes at `positions` as two big-endian integers, a missing byte (past the
+/// key's end) and unused slots as 0.
+fn abbreviation(key: &[u8], positions: &[u8]) -> (u64, u64) {
+    let mut window = [0u8; ABBREVIATION_BYTES];
+    for (slot, &position) in window.iter_mut().zip(positions) {
+        *slot = key.get(usize::from(position)).copied().unwrap_or(0);
+    }
     let (high, low) = window.split_at(8);
     (
         u64::from_be_bytes(high.try_into().unwrap_or_default()),
@@ -155,40 +128,8 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn keys_of(list: &[Vec<u8>]) -> EncodedKeys {
-        let mut keys = EncodedKeys::with_capacity(list.len(), 8);
-        for key in list {
-            keys.push_with(|out| {
-                out.extend_from_slice(key);
-                Ok::<(), ()>(())
-            })
-            .unwrap();
-        }
-        keys
-    }
-
-    #[test]
-    fn a_failed_encoding_leaves_no_bytes_behind() {
-        let mut keys = EncodedKeys::default();
-        keys.push_with(|out| {
-            out.push(1);
-            Ok::<(), ()>(())
-        })
-        .unwrap();
-        let failed = keys.push_with(|out| {
-            out.extend_from_slice(&[9, 9]);
-            Err("bad field")
-        });
-        assert_eq!(failed, Err("bad field"));
-        keys.push_with(|out| {
-            out.push(2);
-            Ok::<(), ()>(())
-        })
-        .unwrap();
-        assert_eq!(
-            keys.iter().collect::<Vec<_>>(),
-            vec![&[1u8][..], &[2u8][..]]
-        );
+    fn sort(list: &[Vec<u8>]) -> SortedKeys {
+        sort_by_key(list, |key| key.as_slice())
     }
 
     #[test]
@@ -202,15 +143,37 @@ mod tests {
             with(&[1]),
             with(&[2]),
         ];
-        let sorted = keys_of(&list).sort();
+        let sorted = sort(&list);
         assert_eq!(sorted.order, vec![2, 3, 1, 4, 0]);
         assert_eq!(sorted.first_duplicate, None);
     }
 
     #[test]
+    fn small_numbers_abbreviate_by_their_low_bytes() {
+        let key = |a: u64, b: u64| [a.to_be_bytes(), b.to_be_bytes()].concat();
+        let list = vec![key(999, 7), key(3, 65_535), key(3, 2), key(0, 0)];
+        let positions = varying_positions(list.iter().map(Vec::as_slice));
+        assert_eq!(positions.as_slice(), &[6, 7, 14, 15]);
+        // Every key is told apart by its abbreviation alone.
+        let mut abbreviations: Vec<_> = list.iter().map(|k| abbreviation(k, &positions)).collect();
+        abbreviations.sort_unstable();
+        abbreviations.dedup();
+        assert_eq!(abbreviations.len(), list.len());
+        assert_eq!(sort(&list).order, vec![3, 2, 1, 0]);
+    }
+
+    #[test]
+    fn a_key_ending_early_varies_where_the_others_go_on() {
+        let list = vec![vec![5, 1], vec![5], vec![5, 0], vec![5, 1, 0]];
+        let positions = varying_positions(list.iter().map(Vec::as_slice));
+        assert_eq!(positions.as_slice(), &[1, 2]);
+        assert_eq!(sort(&list).order, vec![1, 2, 0, 3]);
+    }
+
+    #[test]
     fn equal_keys_are_reported_as_a_duplicate() {
         let list = vec![vec![1, 2, 3], vec![0], vec![1, 2, 3]];
-        let sorted = keys_of(&list).sort();
+        let sorted = sort(&list);
         let (a, b) = sorted.first_duplicate.expect("a duplicate");
         assert_eq!((a.min(b), a.max(b)), (0, 2));
     }
@@ -226,8 +189,7 @@ mod tests {
         ) {
             let list: Vec<Vec<u8>> =
                 list.into_iter().map(|key| [shared.as_slice(), &key].concat()).collect();
-            let keys = keys_of(&list);
-            let sorted = keys.sort();
+            let sorted = sort(&list);
             let mut expected = list.clone();
             expected.sort();
             let got: Vec<Vec<u8>> =

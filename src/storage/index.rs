@@ -7,7 +7,7 @@
 //! Knows nothing of formats or quotas; the space decides what goes in.
 
 use crate::storage::btree::{self, BTree};
-use crate::storage::bulk::EncodedKeys;
+use crate::storage::bulk;
 use crate::storage::error::{Result, StorageError};
 use crate::storage::field_type::FieldType;
 use crate::storage::key::{KeyBuf, KeyDef, KeyPart};
@@ -262,56 +262,39 @@ impl Index {
         self.spilled_key_bytes = 0;
     }
 
-    /// Replaces the contents with `tuples`, whose keys (`keys[i]` of `tuples[i]`) are sorted
-    /// once; the tree is then filled from sorted input. A unique index refuses two tuples with
-    /// one key (Tarantool's duplicate error) and keeps its contents.
-    pub fn bulk_build(
-        &mut self,
-        keys: &EncodedKeys,
-        tuples: &[Tuple],
-        space_name: &str,
-    ) -> Result<()> {
-        debug_assert_eq!(keys.len(), tuples.len());
-        let sorted = keys.sort();
+    /// Replaces the contents with `entries` (key and tuple), sorted once; the tree is then
+    /// filled from the sorted run. A unique index refuses two tuples with one key
+    /// (Tarantool's duplicate error) and keeps its contents.
+    pub fn bulk_build(&mut self, entries: Vec<Entry>, space_name: &str) -> Result<()> {
+        let sorted = bulk::sort_by_key(&entries, |(key, _)| key.as_slice());
         if let Some((a, b)) = sorted.first_duplicate {
             return Err(StorageError::TupleFound {
                 index: self.def.name.clone(),
                 space: space_name.into(),
-                old_tuple: crate::storage::text::msgpack_to_text(tuples[a].data()).into(),
-                new_tuple: crate::storage::text::msgpack_to_text(tuples[b].data()).into(),
+                old_tuple: crate::storage::text::msgpack_to_text(entries[a].1.data()).into(),
+                new_tuple: crate::storage::text::msgpack_to_text(entries[b].1.data()).into(),
             });
         }
-        self.spilled_key_bytes = keys.iter().map(spilled_len).sum();
-        // Cloning the handles in their own order touches each tuple's count sequentially;
-        // the gather below then moves handles without touching tuples, and its loads are
-        // independent of each other, so the CPU overlaps their cache misses.
-        let mut handles: Vec<Option<Tuple>> = tuples.iter().cloned().map(Some).collect();
-        let entries = sorted.order.iter().map(|&position| {
-            let tuple = handles[position].take();
-            (
-                keys.get(position),
-                tuple.expect("the sort yields each position once"),
-            )
+        self.spilled_key_bytes = entries.iter().map(|(key, _)| spilled_len(key)).sum();
+        // Each entry moves once, to its sorted place; the loads are independent of each
+        // other, so the CPU overlaps their cache misses.
+        let mut slots: Vec<Option<Entry>> = entries.into_iter().map(Some).collect();
+        let sorted_entries = sorted.order.iter().map(|&position| {
+            slots[position]
+                .take()
+                .expect("the sort yields each position once")
         });
-        // Sorted and distinct: the unsigned tree fills its leaves straight from the run; std's
-        // map makes one linear pass over it, reading keys allocated in that same order.
+        // Sorted and distinct: the unsigned tree fills its leaves straight from the run;
+        // std's map makes one linear pass over it.
         self.data = match &self.data {
-            IndexData::Tree(_) => IndexData::Tree(
-                entries
-                    .map(|(key, tuple)| (KeyBuf::from_slice(key), tuple))
-                    .collect(),
-            ),
+            IndexData::Tree(_) => IndexData::Tree(sorted_entries.collect()),
             IndexData::TreeUnsigned(_) => IndexData::TreeUnsigned(BTree::from_sorted(
-                entries.map(|(key, tuple)| (expect_unsigned(key), tuple)),
+                sorted_entries.map(|(key, tuple)| (expect_unsigned(&key), tuple)),
             )),
-            IndexData::Hash(_) => IndexData::Hash(
-                entries
-                    .map(|(key, tuple)| (KeyBuf::from_slice(key), tuple))
-                    .collect(),
-            ),
+            IndexData::Hash(_) => IndexData::Hash(sorted_entries.collect()),
             IndexData::HashUnsigned(_) => IndexData::HashUnsigned(
-                entries
-                    .map(|(key, tuple)| (expect_unsigned(key), tuple))
+                sorted_entries
+                    .map(|(key, tuple)| (expect_unsigned(&key), tuple))
                     .collect(),
             ),
         };

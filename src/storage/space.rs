@@ -6,7 +6,6 @@
 //!
 //! Knows nothing of the wire or of other shards: requests arrive as msgpack byte slices.
 
-use crate::storage::bulk::EncodedKeys;
 use crate::storage::error::{Result, StorageError};
 use crate::storage::index::{Index, IndexDef, IndexIter, IndexKind};
 use crate::storage::key::{prefix_successor, KeyBuf, SearchKeyBuf};
@@ -455,19 +454,20 @@ impl Space {
     /// Rebuilds the index at `position` from `tuples`; returns the bytes of its entries.
     fn build_index(&mut self, position: usize, tuples: &[Tuple]) -> Result<usize> {
         let index = &self.indexes[position];
-        let mut keys = EncodedKeys::with_capacity(tuples.len(), 16);
+        // Encoding straight into an entry's key would grow a long key's heap buffer step by
+        // step; the scratch grows once, and each key is allocated at its exact size.
         let mut scratch = SearchKeyBuf::new();
-        for tuple in tuples {
-            keys.push_with(|out| {
+        let entries = tuples
+            .iter()
+            .map(|tuple| {
                 scratch.clear();
                 index.encode_tuple_key(tuple, &self.field_map, &self.format, &mut scratch)?;
-                out.extend_from_slice(&scratch);
-                Ok::<(), StorageError>(())
-            })?;
-        }
-        let entry_bytes = keys.iter().map(|key| index.entry_bytes(key)).sum();
+                Ok((KeyBuf::from_slice(&scratch), tuple.clone()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let entry_bytes = entries.iter().map(|(key, _)| index.entry_bytes(key)).sum();
         let name = self.name.clone();
-        self.indexes[position].bulk_build(&keys, tuples, &name)?;
+        self.indexes[position].bulk_build(entries, &name)?;
         Ok(entry_bytes)
     }
 
