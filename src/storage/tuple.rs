@@ -247,6 +247,13 @@ impl SpaceFormat {
             if let Some(slot) = field_map.slot_of(field_no) {
                 offsets[slot as usize] = (data.len() - cursor.len()) as u32;
             }
+            let field = self.fields.get(field_no as usize);
+            if let Some(rest) =
+                field.and_then(|field| skip_plainly_accepted(field.field_type, cursor))
+            {
+                cursor = rest;
+                continue;
+            }
             let value = msgpack::read_value(&mut cursor)?;
             if let Some(field) = self.fields.get(field_no as usize) {
                 let valid = match value {
@@ -288,10 +295,72 @@ impl SpaceFormat {
     }
 }
 
+/// The bytes after `cursor`'s first value when its marker alone shows a value that
+/// `field_type` accepts: an unsigned integer or a string, the fields of nearly every tuple.
+/// `None` sends the field through the general decoder, which also reports every error, so
+/// this only skips work, never changes an outcome.
+#[inline]
+fn skip_plainly_accepted(field_type: FieldType, cursor: &[u8]) -> Option<&[u8]> {
+    let takes_unsigned = matches!(
+        field_type,
+        FieldType::Unsigned | FieldType::Integer | FieldType::Number | FieldType::Scalar
+    );
+    let takes_string = matches!(field_type, FieldType::String | FieldType::Scalar);
+    let (&marker, rest) = cursor.split_first()?;
+    let (length_bytes, payload_bytes) = match marker {
+        0x00..=0x7f if takes_unsigned => (0, 0),
+        0xcc..=0xcf if takes_unsigned => (0, 1usize << (marker - 0xcc)),
+        0xa0..=0xbf if takes_string => (0, usize::from(marker & 0x1f)),
+        0xd9 if takes_string => (1, usize::from(*rest.first()?)),
+        0xda if takes_string => (
+            2,
+            usize::from(u16::from_be_bytes([*rest.first()?, *rest.get(1)?])),
+        ),
+        _ => return None,
+    };
+    rest.get(length_bytes..)?.get(payload_bytes..)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::storage::msgpack::MpType;
+
+    #[test]
+    fn the_marker_shortcut_agrees_with_the_general_decoder() {
+        let types = [
+            FieldType::Any,
+            FieldType::Unsigned,
+            FieldType::Integer,
+            FieldType::Number,
+            FieldType::Double,
+            FieldType::String,
+            FieldType::Boolean,
+            FieldType::Varbinary,
+            FieldType::Scalar,
+            FieldType::Array,
+            FieldType::Map,
+        ];
+        let mut shortcuts = 0;
+        for marker in 0..=255u8 {
+            // Whole values of every length the marker can announce, and cut ones.
+            for body_len in [0usize, 1, 2, 3, 4, 5, 8, 9, 31, 40, 300] {
+                let mut value = vec![marker];
+                value.extend((0..body_len).map(|i| if i < 2 { 0 } else { i as u8 }));
+                for field_type in types {
+                    let Some(rest) = skip_plainly_accepted(field_type, &value) else {
+                        continue;
+                    };
+                    shortcuts += 1;
+                    let mut cursor = &value[..];
+                    let decoded = msgpack::read_value(&mut cursor).expect("decodes");
+                    assert!(field_type.accepts(&decoded), "{marker:#x} {field_type:?}");
+                    assert_eq!(cursor.len(), rest.len(), "{marker:#x} {body_len}");
+                }
+            }
+        }
+        assert!(shortcuts > 1000, "the shortcut is taken: {shortcuts}");
+    }
 
     fn kv_format() -> SpaceFormat {
         SpaceFormat::new(vec![
