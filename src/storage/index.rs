@@ -224,6 +224,18 @@ impl Index {
         }
     }
 
+    /// The entry with unsigned key `key` in an index keyed by one unsigned part: the lookup
+    /// of `get_entry` without encoding the key. `None` when the index is keyed otherwise.
+    #[inline]
+    pub fn get_entry_unsigned(&self, key: u64) -> Option<Option<(IndexKey<'_>, &Tuple)>> {
+        let found = match &self.data {
+            IndexData::TreeUnsigned(map) => map.get(&key),
+            IndexData::HashUnsigned(map) => map.get(&key),
+            IndexData::Tree(_) | IndexData::Hash(_) => return None,
+        };
+        Some(found.map(|tuple| (IndexKey::Unsigned(key.to_be_bytes()), tuple)))
+    }
+
     /// Inserts or overwrites; returns the tuple previously stored under this exact key.
     pub fn insert(&mut self, key: KeyBuf, tuple: Tuple) -> Option<Tuple> {
         let spilled = spilled_len(&key);

@@ -335,8 +335,71 @@ pub fn write_f32(out: &mut Vec<u8>, value: f32) {
     out.extend_from_slice(&value.to_be_bytes());
 }
 
+/// The integer of `bytes` when they are exactly a one-element array holding an unsigned
+/// integer (`[id]`, the usual primary key); `None` for anything else, which the caller
+/// decodes the general way (and so reports errors the general way).
+#[inline]
+pub fn single_uint_array(bytes: &[u8]) -> Option<u64> {
+    let (&0x91, rest) = bytes.split_first()? else {
+        return None;
+    };
+    let (&marker, payload) = rest.split_first()?;
+    let (value, used) = match marker {
+        0x00..=0x7f => (u64::from(marker), 0),
+        0xcc => (u64::from(*payload.first()?), 1),
+        0xcd => (
+            u64::from(u16::from_be_bytes(payload.get(..2)?.try_into().ok()?)),
+            2,
+        ),
+        0xce => (
+            u64::from(u32::from_be_bytes(payload.get(..4)?.try_into().ok()?)),
+            4,
+        ),
+        0xcf => (u64::from_be_bytes(payload.get(..8)?.try_into().ok()?), 8),
+        _ => return None,
+    };
+    (payload.len() == used).then_some(value)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn single_uint_array_reads_exactly_one_unsigned_in_a_one_element_array() {
+        for value in [
+            0u64,
+            127,
+            128,
+            255,
+            256,
+            65_535,
+            65_536,
+            u32::MAX as u64,
+            u64::MAX,
+        ] {
+            let mut key = vec![0x91];
+            write_uint(&mut key, value);
+            assert_eq!(single_uint_array(&key), Some(value), "{key:?}");
+            // Any non-canonical width is fine too, as in the general decoder.
+            let mut wide = vec![0x91, 0xcf];
+            wide.extend_from_slice(&value.to_be_bytes());
+            assert_eq!(single_uint_array(&wide), Some(value));
+            let mut trailing = key.clone();
+            trailing.push(0);
+            assert_eq!(single_uint_array(&trailing), None);
+            assert_eq!(single_uint_array(&key[..key.len() - 1]), None, "cut short");
+        }
+        for other in [
+            &[0x90][..],
+            &[0x92, 1, 2],
+            &[0x91, 0xff],
+            &[0x91, 0xd0, 1],
+            &[0x91, 0xc0],
+            &[1],
+        ] {
+            assert_eq!(single_uint_array(other), None, "{other:?}");
+        }
+    }
+
     use super::*;
 
     #[test]

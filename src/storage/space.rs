@@ -7,9 +7,10 @@
 //! Knows nothing of the wire or of other shards: requests arrive as msgpack byte slices.
 
 use crate::storage::error::{Result, StorageError};
-use crate::storage::index::{Index, IndexDef, IndexIter, IndexKind};
+use crate::storage::index::{Index, IndexDef, IndexIter, IndexKey, IndexKind};
 use crate::storage::key::{prefix_successor, KeyBuf, SearchKeyBuf};
 use crate::storage::memory::MemoryQuota;
+use crate::storage::msgpack;
 use crate::storage::range::{IteratorType, KeyRange};
 use crate::storage::text::msgpack_to_text;
 use crate::storage::tuple::{FieldMap, SpaceFormat, Tuple};
@@ -204,9 +205,26 @@ impl Space {
         Ok(())
     }
 
+    /// `[id]` looked up in a unique index keyed by one unsigned part, without encoding the
+    /// key: the common point request. `None` when the key or the index is of another shape
+    /// (then the general path decides, errors included).
+    #[inline]
+    fn lookup_unsigned<'s>(
+        index: &'s Index,
+        key: &[u8],
+    ) -> Option<Option<(IndexKey<'s>, &'s Tuple)>> {
+        if !index.def.unique {
+            return None;
+        }
+        index.get_entry_unsigned(msgpack::single_uint_array(key)?)
+    }
+
     /// The tuple with exactly `key` in a unique index.
     pub fn get(&self, index_id: u32, key: &[u8]) -> Result<Option<&Tuple>> {
         let index = self.index(index_id)?;
+        if let Some(found) = Self::lookup_unsigned(index, key) {
+            return Ok(found.map(|(_, tuple)| tuple));
+        }
         let mut encoded = SearchKeyBuf::new();
         self.encode_exact_key(index, key, &mut encoded)?;
         Ok(index.get(&encoded))
@@ -217,6 +235,12 @@ impl Space {
     pub fn select(&self, index_id: u32, iterator: u32, key: &[u8]) -> Result<IndexIter<'_>> {
         let index = self.index(index_id)?;
         let iterator = IteratorType::from_code(iterator)?;
+        if matches!(iterator, IteratorType::Eq | IteratorType::Req) {
+            if let Some(found) = Self::lookup_unsigned(index, key) {
+                index.check_iterator(iterator, 1, &self.name)?;
+                return Ok(IndexIter::One(found));
+            }
+        }
         let mut encoded = SearchKeyBuf::new();
         let parts = index.def.key_def.encode_search_key(key, &mut encoded)?;
         index.check_iterator(iterator, parts, &self.name)?;
