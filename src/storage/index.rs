@@ -465,7 +465,15 @@ pub fn encode_tuple_key<A: Array<Item = u8>>(
         let slot = field_map
             .slot_of(part.field_no)
             .expect("every indexed field has a slot");
-        let value = match tuple.field_in_slot(slot) {
+        let field = tuple.field_in_slot(slot);
+        if part.field_type == FieldType::Unsigned && !part.is_nullable {
+            // The common key part: its bytes are the integer's, no `Value` needed.
+            if let Some((value, _)) = field.and_then(msgpack::leading_uint) {
+                out.extend_from_slice(&value.to_be_bytes());
+                continue;
+            }
+        }
+        let value = match field {
             Some(mut field) => msgpack::read_value(&mut field)?,
             None if part.is_nullable => Value::Nil,
             None => return Err(StorageError::FieldMissing(format.label(part.field_no))),

@@ -335,15 +335,12 @@ pub fn write_f32(out: &mut Vec<u8>, value: f32) {
     out.extend_from_slice(&value.to_be_bytes());
 }
 
-/// The integer of `bytes` when they are exactly a one-element array holding an unsigned
-/// integer (`[id]`, the usual primary key); `None` for anything else, which the caller
-/// decodes the general way (and so reports errors the general way).
+/// The unsigned integer `bytes` start with, when its marker says it is one (a positive
+/// fixint or `uint 8/16/32/64`), and the bytes after it; `None` for anything else, which the
+/// caller decodes the general way (and so reports errors the general way).
 #[inline]
-pub fn single_uint_array(bytes: &[u8]) -> Option<u64> {
-    let (&0x91, rest) = bytes.split_first()? else {
-        return None;
-    };
-    let (&marker, payload) = rest.split_first()?;
+pub fn leading_uint(bytes: &[u8]) -> Option<(u64, &[u8])> {
+    let (&marker, payload) = bytes.split_first()?;
     let (value, used) = match marker {
         0x00..=0x7f => (u64::from(marker), 0),
         0xcc => (u64::from(*payload.first()?), 1),
@@ -358,7 +355,18 @@ pub fn single_uint_array(bytes: &[u8]) -> Option<u64> {
         0xcf => (u64::from_be_bytes(payload.get(..8)?.try_into().ok()?), 8),
         _ => return None,
     };
-    (payload.len() == used).then_some(value)
+    Some((value, &payload[used..]))
+}
+
+/// The integer of `bytes` when they are exactly a one-element array holding an unsigned
+/// integer (`[id]`, the usual primary key); `None` for anything else.
+#[inline]
+pub fn single_uint_array(bytes: &[u8]) -> Option<u64> {
+    let (&0x91, rest) = bytes.split_first()? else {
+        return None;
+    };
+    let (value, after) = leading_uint(rest)?;
+    after.is_empty().then_some(value)
 }
 
 #[cfg(test)]
