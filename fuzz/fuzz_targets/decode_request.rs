@@ -1,5 +1,7 @@
 //! Feeds arbitrary bytes through the server's read path: frame, header, body, and the
-//! AUTH scramble checks. Any panic is a bug: this layer faces the network.
+//! AUTH scramble checks. Any panic is a bug: this layer faces the network. Every packet is
+//! also decoded by the general decoder alone, which must agree with the one-pass fast path
+//! `decode_packet` tries first: the same request, or the same error.
 //!
 //! Run with `cargo +nightly fuzz run decode_request` from the repository root
 //! (or `RUSTC_BOOTSTRAP=1 cargo fuzz run decode_request` on a stable toolchain).
@@ -7,7 +9,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use tarn::protocol::{decode_packet, frame, request::Request};
+use tarn::protocol::{decode_packet, decode_packet_general, frame, request::Request};
 
 fuzz_target!(|data: &[u8]| {
     let mut buf = data;
@@ -15,7 +17,9 @@ fuzz_target!(|data: &[u8]| {
     loop {
         match frame::split_frame(buf) {
             Ok(Some((packet, consumed))) => {
-                match decode_packet(packet) {
+                let decoded = decode_packet(packet);
+                assert_eq!(decoded, decode_packet_general(packet), "{packet:02x?}");
+                match decoded {
                     Ok((header, request)) => {
                         if let Request::Auth(auth) = request {
                             let _ = auth.chap_sha1_scramble();
