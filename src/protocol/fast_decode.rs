@@ -12,7 +12,7 @@
 use crate::protocol::codes::{body_key, header_key, request_type};
 use crate::protocol::header::Header;
 use crate::protocol::request::{Delete, Insert, Request, Select, Update};
-use crate::storage::msgpack::skip_value;
+use crate::storage::msgpack::{scalar_len, skip_value};
 
 /// Decodes `packet` (header + body, no size prefix) if it has the common shape.
 #[inline]
@@ -335,21 +335,4 @@ fn array<'a>(buf: &mut &'a [u8]) -> Option<&'a [u8]> {
     let used = start.len() - cursor.len();
     *buf = cursor;
     Some(&start[..used])
-}
-
-/// The encoded length of a number, nil, boolean or short string at the start of `bytes`
-/// (possibly past its end: the caller checks); `None` for anything else.
-#[inline(always)]
-fn scalar_len(bytes: &[u8]) -> Option<usize> {
-    let (&marker, rest) = bytes.split_first()?;
-    Some(match marker {
-        0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => 1,
-        0xa0..=0xbf => 1 + usize::from(marker & 0x1f),
-        0xcc | 0xd0 => 2,
-        0xcd | 0xd1 => 3,
-        0xca | 0xce | 0xd2 => 5,
-        0xcb | 0xcf | 0xd3 => 9,
-        0xd9 => 2 + usize::from(*rest.first()?),
-        _ => return None,
-    })
 }

@@ -335,6 +335,23 @@ pub fn write_f32(out: &mut Vec<u8>, value: f32) {
     out.extend_from_slice(&value.to_be_bytes());
 }
 
+/// The encoded length of a number, nil, boolean or short string at the start of `bytes`
+/// (possibly past its end: the caller checks); `None` for anything else.
+#[inline(always)]
+pub fn scalar_len(bytes: &[u8]) -> Option<usize> {
+    let (&marker, rest) = bytes.split_first()?;
+    Some(match marker {
+        0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => 1,
+        0xa0..=0xbf => 1 + usize::from(marker & 0x1f),
+        0xcc | 0xd0 => 2,
+        0xcd | 0xd1 => 3,
+        0xca | 0xce | 0xd2 => 5,
+        0xcb | 0xcf | 0xd3 => 9,
+        0xd9 => 2 + usize::from(*rest.first()?),
+        _ => return None,
+    })
+}
+
 /// The unsigned integer `bytes` start with, when its marker says it is one (a positive
 /// fixint or `uint 8/16/32/64`), and the bytes after it; `None` for anything else, which the
 /// caller decodes the general way (and so reports errors the general way).

@@ -43,27 +43,23 @@ pub fn take<'a>(cursor: &mut &'a [u8]) -> Option<&'a [u8]> {
     while pending > 0 {
         pending -= 1;
         let &marker = rest.first()?;
-        let len = match marker {
-            0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => 1,
-            0xa0..=0xbf => 1 + usize::from(marker & 0x1f),
-            0xcc | 0xd0 => 2,
-            0xcd | 0xd1 => 3,
-            0xca | 0xce | 0xd2 => 5,
-            0xcb | 0xcf | 0xd3 => 9,
-            0xd9 => 2 + usize::from(*rest.get(1)?),
-            0x80..=0x8f => {
-                pending += 2 * u64::from(marker & 0x0f);
-                1
-            }
-            0x90..=0x9f => {
-                pending += u64::from(marker & 0x0f);
-                1
-            }
-            _ => {
-                let mut after = rest;
-                msgpack::skip_value(&mut after).ok()?;
-                rest.len() - after.len()
-            }
+        let len = match msgpack::scalar_len(rest) {
+            Some(len) => len,
+            None => match marker {
+                0x80..=0x8f => {
+                    pending += 2 * u64::from(marker & 0x0f);
+                    1
+                }
+                0x90..=0x9f => {
+                    pending += u64::from(marker & 0x0f);
+                    1
+                }
+                _ => {
+                    let mut after = rest;
+                    msgpack::skip_value(&mut after).ok()?;
+                    rest.len() - after.len()
+                }
+            },
         };
         rest = rest.get(len..)?;
     }
@@ -75,22 +71,7 @@ pub fn take<'a>(cursor: &mut &'a [u8]) -> Option<&'a [u8]> {
 /// (including integers encoded with a signed marker).
 #[inline]
 pub fn uint(raw: &[u8]) -> Option<u64> {
-    let be = |len: usize| -> Option<u64> {
-        let bytes = raw.get(1..1 + len)?;
-        Some(
-            bytes
-                .iter()
-                .fold(0u64, |value, &byte| value << 8 | u64::from(byte)),
-        )
-    };
-    match *raw.first()? {
-        marker @ 0x00..=0x7f => Some(u64::from(marker)),
-        0xcc => be(1),
-        0xcd => be(2),
-        0xce => be(4),
-        0xcf => be(8),
-        _ => None,
-    }
+    msgpack::leading_uint(raw).map(|(value, _)| value)
 }
 
 /// Whether `raw` starts with a whole array (every element readable), without collecting
