@@ -161,11 +161,13 @@ pub fn as_str(raw: &[u8]) -> Option<&str> {
     }
 }
 
+/// Integers beyond this are cdata in Lua: a double holds them inexactly.
+const EXACT_DOUBLE_MAX: u64 = 1 << 53;
+
 /// The Lua type a value decodes to in Tarantool, as `checks` names it in messages. Maps
 /// and arrays are tables; extensions (decimal, uuid, datetime) and 64-bit integers beyond
 /// a double's exact range are cdata.
 pub fn lua_type(raw: &[u8]) -> &'static str {
-    const EXACT_DOUBLE_MAX: u64 = 1 << 53;
     // Values whose marker alone names the type (what arguments mostly are) skip the
     // general decode; a string's marker only when its bytes are all there.
     match raw.first() {
@@ -187,6 +189,11 @@ pub fn lua_type(raw: &[u8]) -> &'static str {
         Some(&marker @ 0xa0..=0xbf) if raw.len() > usize::from(marker & 0x1f) => return "string",
         _ => {}
     }
+    decoded_lua_type(raw)
+}
+
+/// What [`lua_type`] answers from a full decode, without the marker shortcuts.
+fn decoded_lua_type(raw: &[u8]) -> &'static str {
     match value(raw) {
         Value::Nil => "nil",
         Value::Bool(_) => "boolean",
@@ -228,21 +235,6 @@ pub fn tuple_fields(data: &[u8], max_fields: usize) -> Option<Vec<&[u8]>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// What `lua_type` answers from a full decode, without the marker shortcuts.
-    fn decoded_lua_type(raw: &[u8]) -> &'static str {
-        const EXACT_DOUBLE_MAX: u64 = 1 << 53;
-        match value(raw) {
-            Value::Nil => "nil",
-            Value::Bool(_) => "boolean",
-            Value::Uint(u) if u > EXACT_DOUBLE_MAX => "cdata",
-            Value::Int(i) if i.unsigned_abs() > EXACT_DOUBLE_MAX => "cdata",
-            Value::Uint(_) | Value::Int(_) | Value::F32(_) | Value::F64(_) => "number",
-            Value::Str(_) | Value::Bin(_) => "string",
-            Value::Array(_) | Value::Map(_) => "table",
-            Value::Ext(..) => "cdata",
-        }
-    }
 
     /// Every marker, whole or cut short: `take` and `uint` agree with the general decode.
     #[test]
