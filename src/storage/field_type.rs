@@ -29,6 +29,24 @@ pub enum FieldType {
 }
 
 impl FieldType {
+    /// Every type, in declaration order.
+    pub const ALL: [FieldType; 14] = [
+        FieldType::Any,
+        FieldType::Unsigned,
+        FieldType::Integer,
+        FieldType::Number,
+        FieldType::Double,
+        FieldType::String,
+        FieldType::Boolean,
+        FieldType::Varbinary,
+        FieldType::Scalar,
+        FieldType::Uuid,
+        FieldType::Decimal,
+        FieldType::Datetime,
+        FieldType::Array,
+        FieldType::Map,
+    ];
+
     /// Parses a type name as Tarantool spells it, with its short aliases.
     pub fn from_name(name: &str) -> Option<FieldType> {
         Some(match name.to_ascii_lowercase().as_str() {
@@ -114,22 +132,7 @@ mod tests {
 
     #[test]
     fn names_round_trip_and_aliases_parse() {
-        for ty in [
-            FieldType::Any,
-            FieldType::Unsigned,
-            FieldType::Integer,
-            FieldType::Number,
-            FieldType::Double,
-            FieldType::String,
-            FieldType::Boolean,
-            FieldType::Varbinary,
-            FieldType::Scalar,
-            FieldType::Uuid,
-            FieldType::Decimal,
-            FieldType::Datetime,
-            FieldType::Array,
-            FieldType::Map,
-        ] {
+        for ty in FieldType::ALL {
             assert_eq!(FieldType::from_name(ty.name()), Some(ty));
         }
         assert_eq!(FieldType::from_name("STR"), Some(FieldType::String));
