@@ -39,10 +39,19 @@ impl Engine {
 
     #[inline]
     pub fn space(&self, id: u32) -> Result<&Space> {
-        match self.spaces.binary_search_by_key(&id, |space| space.id) {
-            Ok(at) => Ok(&self.spaces[at]),
-            Err(_) => Err(StorageError::NoSuchSpace(id.to_string().into())),
-        }
+        self.find_space(id)
+            .ok_or_else(|| StorageError::NoSuchSpace(id.to_string().into()))
+    }
+
+    /// [`Engine::space`] for callers to whom a missing space is no error (and who must not
+    /// pay for formatting one).
+    #[inline]
+    pub fn find_space(&self, id: u32) -> Option<&Space> {
+        let at = self
+            .spaces
+            .binary_search_by_key(&id, |space| space.id)
+            .ok()?;
+        Some(&self.spaces[at])
     }
 
     #[inline]

@@ -6,7 +6,7 @@
 //!
 //! Knows nothing of formats or quotas; the space decides what goes in.
 
-use crate::storage::btree::{self, BTree};
+use crate::storage::btree::{self, BTree, LookupCursor};
 use crate::storage::bulk;
 use crate::storage::error::{Result, StorageError};
 use crate::storage::field_type::FieldType;
@@ -234,6 +234,35 @@ impl Index {
             IndexData::Tree(_) | IndexData::Hash(_) => return None,
         };
         Some(found.map(|tuple| (IndexKey::Unsigned(key.to_be_bytes()), tuple)))
+    }
+
+    /// Starts fetching ahead the lookup of the unsigned `key`, for a request that runs a
+    /// few requests from now; [`Index::prefetch_step`] takes it one load further. `None`
+    /// when there is nothing (more) to fetch: an index keyed otherwise, or a hash index,
+    /// whose tuple is fetched at once since it has no path to walk.
+    #[inline]
+    pub fn prefetch_start(&self, key: u64) -> Option<LookupCursor> {
+        match &self.data {
+            IndexData::TreeUnsigned(map) => Some(map.prefetch_start()),
+            IndexData::HashUnsigned(map) => {
+                if let Some(tuple) = map.get(&key) {
+                    tuple.prefetch_for_read();
+                }
+                None
+            }
+            IndexData::Tree(_) | IndexData::Hash(_) => None,
+        }
+    }
+
+    /// One more load of the lookup [`Index::prefetch_start`] began; at the end of the
+    /// path, the tuple's first lines.
+    #[inline]
+    pub fn prefetch_step(&self, key: u64, cursor: &mut LookupCursor) {
+        if let IndexData::TreeUnsigned(map) = &self.data {
+            if let Some(tuple) = map.prefetch_step(&key, cursor) {
+                tuple.prefetch_for_read();
+            }
+        }
     }
 
     /// Inserts or overwrites; returns the tuple previously stored under this exact key.

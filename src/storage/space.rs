@@ -6,6 +6,7 @@
 //!
 //! Knows nothing of the wire or of other shards: requests arrive as msgpack byte slices.
 
+use crate::storage::btree::LookupCursor;
 use crate::storage::error::{Result, StorageError};
 use crate::storage::index::{Index, IndexDef, IndexIter, IndexKey, IndexKind};
 use crate::storage::key::{prefix_successor, KeyBuf, SearchKeyBuf};
@@ -169,9 +170,7 @@ impl Space {
     }
 
     pub fn index(&self, index_id: u32) -> Result<&Index> {
-        self.indexes
-            .iter()
-            .find(|index| index.def.id == index_id)
+        self.find_index(index_id)
             .ok_or_else(|| StorageError::NoSuchIndexId {
                 index_id,
                 space: self.name.clone(),
@@ -217,6 +216,42 @@ impl Space {
             return None;
         }
         index.get_entry_unsigned(msgpack::single_uint_array(key)?)
+    }
+
+    /// Starts fetching ahead a point lookup of the unsigned `key` in `index_id`, for a
+    /// request that runs a few requests from now (see [`Index::prefetch_start`]); `None`
+    /// when there is nothing to walk.
+    #[inline]
+    pub fn prefetch_start(&self, index_id: u32, key: u64) -> Option<LookupCursor> {
+        self.find_index(index_id)?.prefetch_start(key)
+    }
+
+    /// One more load of a lookup [`Space::prefetch_start`] began.
+    #[inline]
+    pub fn prefetch_step(&self, index_id: u32, key: u64, cursor: &mut LookupCursor) {
+        if let Some(index) = self.find_index(index_id) {
+            index.prefetch_step(key, cursor);
+        }
+    }
+
+    #[inline]
+    fn find_index(&self, index_id: u32) -> Option<&Index> {
+        self.indexes.iter().find(|index| index.def.id == index_id)
+    }
+
+    /// The primary key of `tuple` (msgpack array bytes, not yet validated) when the primary
+    /// index is keyed by the tuple's first field alone and that field is an unsigned
+    /// integer: what a write's lookup will search for. `None` otherwise.
+    #[inline]
+    pub fn leading_primary_key(&self, tuple: &[u8]) -> Option<u64> {
+        let parts = &self.indexes.first()?.def.key_def.parts;
+        if parts.len() != 1 || parts[0].field_no != 0 {
+            return None;
+        }
+        match tuple.split_first()? {
+            (0x91..=0x9f, fields) => msgpack::leading_uint(fields).map(|(key, _)| key),
+            _ => None,
+        }
     }
 
     /// The tuple with exactly `key` in a unique index.

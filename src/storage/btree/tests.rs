@@ -299,3 +299,72 @@ fn block_counts_match_a_plain_count() {
     }
     assert_eq!(u64::count_not_greater(&[1, u64::MAX], &u64::MAX), 2);
 }
+
+/// Steps a fetch-ahead cursor to its end; returns the value it reached and the steps taken.
+fn walk_ahead(tree: &BTree<u64, u64>, probe: u64) -> (Option<u64>, usize) {
+    let mut cursor = tree.prefetch_start();
+    let mut steps = 0;
+    while !cursor.is_done() {
+        steps += 1;
+        assert!(steps <= 16, "a cursor walks a path of bounded length");
+        if let Some(&value) = tree.prefetch_step(&probe, &mut cursor) {
+            assert!(cursor.is_done());
+            return (Some(value), steps);
+        }
+    }
+    (None, steps)
+}
+
+#[test]
+fn a_fetch_ahead_cursor_reaches_the_value_a_lookup_finds() {
+    let tree = BTree::from_sorted((0..100_000u32).map(|k| (u64::from(k) * 2, u64::from(k))));
+    for probe in (0..200_010u64).step_by(7) {
+        let (reached, steps) = walk_ahead(&tree, probe);
+        assert_eq!(reached, tree.get(&probe).copied(), "probe {probe}");
+        // Three levels: two steps on each internal node, then the leaf's keys, its value.
+        let expected_steps = if reached.is_some() { 6 } else { 5 };
+        assert_eq!(steps, expected_steps, "probe {probe}");
+    }
+    let empty = BTree::<u64, u64>::new();
+    assert_eq!(walk_ahead(&empty, 1), (None, 0));
+}
+
+#[test]
+fn a_cursor_of_a_tree_that_freed_nodes_walks_again_from_the_root() {
+    let mut tree = BTree::from_sorted((0..100_000u32).map(|k| (u64::from(k), u64::from(k))));
+    let mut cursor = tree.prefetch_start();
+    for _ in 0..3 {
+        assert_eq!(tree.prefetch_step(&50_000, &mut cursor), None);
+    }
+    let stale_stamp = cursor.stamp;
+    // Emptying a leaf's neighbourhood merges leaves and frees some.
+    for key in 49_000..49_990 {
+        assert_eq!(tree.remove(&key), Some(key));
+    }
+    assert_ne!(tree.stamp, stale_stamp);
+    assert_eq!(tree.prefetch_step(&50_000, &mut cursor), None);
+    assert_eq!(
+        cursor.stamp, tree.stamp,
+        "restarted with the tree's new stamp"
+    );
+    let mut value = None;
+    while !cursor.is_done() {
+        value = tree.prefetch_step(&50_000, &mut cursor).copied().or(value);
+    }
+    assert_eq!(value, Some(50_000));
+    // Inserts free nothing: a cursor survives them (and reads some live slot).
+    let before = tree.stamp;
+    tree.insert(1_000_000, 1);
+    assert_eq!(tree.stamp, before);
+}
+
+#[test]
+fn every_tree_gets_its_own_stamp() {
+    let a = BTree::<u64, u64>::new();
+    let b = BTree::<u64, u64>::from_sorted([(1, 1)]);
+    let mut c = BTree::<u64, u64>::new();
+    let c_before = c.stamp;
+    c.clear();
+    assert!(a.stamp != b.stamp && b.stamp != c.stamp && a.stamp != c.stamp);
+    assert_ne!(c.stamp, c_before);
+}
