@@ -32,7 +32,7 @@ pub mod client;
 pub mod codes;
 pub mod error;
 pub mod error_code;
-mod fast_decode;
+pub mod fast_decode;
 pub mod frame;
 pub mod greeting;
 pub mod header;

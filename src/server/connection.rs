@@ -11,8 +11,10 @@ use crate::protocol::reply;
 use crate::protocol::ProtocolError;
 use crate::server::dispatch::Session;
 use crate::server::schema::SCHEMA_VERSION;
+use crate::shard::prefetch::LookupPipeline;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
+use std::ops::Range;
 
 /// Reads this much at a time; a larger packet grows the buffer up to `max_packet_size`.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
@@ -34,54 +36,49 @@ impl Connection {
         let mut read_buf = vec![0u8; READ_CHUNK_BYTES];
         let mut filled = 0usize;
         let mut out = Vec::with_capacity(READ_CHUNK_BYTES);
+        let mut packets: Vec<Range<usize>> = Vec::new();
         loop {
-            let mut consumed = 0usize;
-            loop {
-                match parse_frame_len(&read_buf[consumed..filled]) {
-                    FrameLen::Incomplete => break,
-                    FrameLen::Complete {
-                        prefix_len,
-                        packet_len,
-                    } if packet_len <= max_packet_bytes => {
-                        if filled - consumed < prefix_len + packet_len {
-                            if read_buf.len() < prefix_len + packet_len {
-                                read_buf.resize(prefix_len + packet_len, 0);
-                            }
-                            break;
-                        }
-                        let start = consumed + prefix_len;
-                        let packet = &read_buf[start..start + packet_len];
-                        self.session.submit(packet, &mut out).await;
-                        consumed = start + packet_len;
-                        if out.len() >= WRITE_FLUSH_BYTES {
-                            self.session.finish(&mut out).await;
-                            stream.write_all(&out).await?;
-                            out.clear();
-                        }
-                    }
-                    FrameLen::Complete { packet_len, .. } => {
-                        tracing::warn!(
-                            packet_len,
-                            max_packet_bytes,
-                            "packet over max_packet_size; closing connection"
-                        );
-                        self.session.finish(&mut out).await;
-                        stream.write_all(&out).await?;
-                        return Ok(());
-                    }
-                    other => {
-                        let error = other
-                            .error()
-                            .unwrap_or(ProtocolError::InvalidMsgpack("packet length"));
-                        self.session.finish(&mut out).await;
-                        reply::encode_protocol_error(&mut out, 0, SCHEMA_VERSION, &error);
-                        stream.write_all(&out).await?;
-                        tracing::info!(%error, "bad frame; closing connection");
-                        return Ok(());
-                    }
+            let (consumed, after_packets) =
+                find_packets(&mut read_buf, filled, max_packet_bytes, &mut packets);
+            // Each packet's lookup is fetched a few packets before it runs, so the cache
+            // misses of a pipelined run overlap (see `LookupPipeline`).
+            let mut pipeline = LookupPipeline::default();
+            for ahead in 0..LookupPipeline::LEAD {
+                let packet = packets.get(ahead).map(|range| &read_buf[range.clone()]);
+                self.session.prefetch_ahead(&mut pipeline, packet);
+            }
+            for (at, range) in packets.iter().enumerate() {
+                let ahead = packets.get(at + LookupPipeline::LEAD);
+                let packet = ahead.map(|range| &read_buf[range.clone()]);
+                self.session.prefetch_ahead(&mut pipeline, packet);
+                self.session
+                    .submit(&read_buf[range.clone()], &mut out)
+                    .await;
+                if out.len() >= WRITE_FLUSH_BYTES {
+                    self.session.finish(&mut out).await;
+                    stream.write_all(&out).await?;
+                    out.clear();
                 }
             }
             self.session.finish(&mut out).await;
+            match after_packets {
+                AfterPackets::NeedMoreBytes => {}
+                AfterPackets::TooLarge { packet_bytes } => {
+                    tracing::warn!(
+                        packet_len = packet_bytes,
+                        max_packet_bytes,
+                        "packet over max_packet_size; closing connection"
+                    );
+                    stream.write_all(&out).await?;
+                    return Ok(());
+                }
+                AfterPackets::BadFrame(error) => {
+                    reply::encode_protocol_error(&mut out, 0, SCHEMA_VERSION, &error);
+                    stream.write_all(&out).await?;
+                    tracing::info!(%error, "bad frame; closing connection");
+                    return Ok(());
+                }
+            }
             if !out.is_empty() {
                 stream.write_all(&out).await?;
                 out.clear();
@@ -97,5 +94,57 @@ impl Connection {
             }
             filled += read;
         }
+    }
+}
+
+/// What follows the complete packets at the start of the read buffer.
+enum AfterPackets {
+    /// Part of a packet, or nothing: read more.
+    NeedMoreBytes,
+    /// A size prefix over `max_packet_size`: the connection closes.
+    TooLarge { packet_bytes: usize },
+    /// A size prefix that does not parse: the connection closes with this error.
+    BadFrame(ProtocolError),
+}
+
+/// Puts the byte range of every complete packet in `read_buf[..filled]` into `packets`, in
+/// order, and returns how many bytes they take with their size prefixes and what comes
+/// after them. Grows the buffer when the next packet will not fit in it.
+fn find_packets(
+    read_buf: &mut Vec<u8>,
+    filled: usize,
+    max_packet_bytes: usize,
+    packets: &mut Vec<Range<usize>>,
+) -> (usize, AfterPackets) {
+    packets.clear();
+    let mut consumed = 0usize;
+    loop {
+        let after = match parse_frame_len(&read_buf[consumed..filled]) {
+            FrameLen::Incomplete => AfterPackets::NeedMoreBytes,
+            FrameLen::Complete {
+                prefix_len,
+                packet_len,
+            } if packet_len <= max_packet_bytes => {
+                if filled - consumed >= prefix_len + packet_len {
+                    let start = consumed + prefix_len;
+                    packets.push(start..start + packet_len);
+                    consumed = start + packet_len;
+                    continue;
+                }
+                if read_buf.len() < prefix_len + packet_len {
+                    read_buf.resize(prefix_len + packet_len, 0);
+                }
+                AfterPackets::NeedMoreBytes
+            }
+            FrameLen::Complete { packet_len, .. } => AfterPackets::TooLarge {
+                packet_bytes: packet_len,
+            },
+            other => AfterPackets::BadFrame(
+                other
+                    .error()
+                    .unwrap_or(ProtocolError::InvalidMsgpack("packet length")),
+            ),
+        };
+        return (consumed, after);
     }
 }

@@ -26,6 +26,7 @@
 //! a few µs) are paid per batch, so with tens of requests per tick they are ≪ 1 per request.
 
 use crate::protocol::decode_packet;
+use crate::protocol::fast_decode::decode_common;
 use crate::protocol::request::Request;
 use crate::server::batch::{self, Kind};
 use crate::server::crud::{self, CrudConfig};
@@ -33,6 +34,7 @@ use crate::server::durability;
 use crate::server::inbox::Inbox;
 use crate::server::schema::{self, SCHEMA_VERSION};
 use crate::server::{ServerError, Shared};
+use crate::shard::prefetch::{LookupPipeline, PointTarget};
 use crate::shard::Shard;
 use glommio::channels::channel_mesh::{Full, MeshBuilder, Receivers, Senders};
 use std::cell::{Cell, RefCell};
@@ -305,7 +307,18 @@ impl Core {
         let mut unacknowledged = Vec::new();
         {
             let mut shard = self.shard.borrow_mut();
+            // Lookups are fetched a few requests ahead, as on a connection's reads.
+            let mut pipeline = LookupPipeline::default();
+            let mut ahead = batch::requests(&requests);
+            for _ in 0..LookupPipeline::LEAD {
+                pipeline.push(
+                    &shard,
+                    ahead.next().and_then(|entry| point_target(&shard, &entry)),
+                );
+            }
             for entry in batch::requests(&requests) {
+                let target = ahead.next().and_then(|entry| point_target(&shard, &entry));
+                pipeline.push(&shard, target);
                 let mark = batch::begin_reply(&mut replies, entry.ticket);
                 if let Some(sync) = self.serve_entry(&mut shard, &entry, &mut replies) {
                     if let Some(commit) = shard.take_commit() {
@@ -526,4 +539,14 @@ pub(crate) fn wal_failure_reply(out: &mut Vec<u8>, sync: u64) {
         crate::protocol::ErrorCode::ER_WAL_IO,
         "Failed to write to disk",
     );
+}
+
+/// Where a forwarded point request's lookup will search (every forwarded `Execute` runs on
+/// this core), for [`LookupPipeline`].
+fn point_target(shard: &Shard, entry: &batch::RequestEntry<'_>) -> Option<PointTarget> {
+    if entry.kind != Kind::Execute {
+        return None;
+    }
+    let (_, request) = decode_common(entry.packet)?;
+    shard.point_target(&request)
 }

@@ -16,6 +16,7 @@
 //! On the local path nothing allocates: decoding borrows from the packet, keys are encoded
 //! on the stack, the reply is written in place. Only error replies format their messages.
 
+use crate::protocol::fast_decode::decode_common;
 use crate::protocol::reply::{self, DataReply, ErrorEntry};
 use crate::protocol::request::{Call, Request, Select};
 use crate::protocol::{decode_packet, ErrorCode, PacketError, ProtocolError};
@@ -25,6 +26,7 @@ use crate::server::crud::{self, on_shard, wire, CrudReply, Plan};
 use crate::server::inbox::Inbox;
 use crate::server::schema::{self, SpacePlacement, SCHEMA_VERSION};
 use crate::server::session::{Access, AuthError};
+use crate::shard::prefetch::{LookupPipeline, PointTarget};
 use crate::storage::key::SearchKeyBuf;
 use crate::storage::msgpack::{self, write_str, write_uint};
 use crate::storage::IteratorType;
@@ -520,11 +522,11 @@ impl Session {
     }
 
     fn write(&mut self, packet: &[u8], request: &Request<'_>, sync: u64, out: &mut Vec<u8>) {
-        let (space_id, index_id, key, tuple) = match request {
-            Request::Insert(r) | Request::Replace(r) => (r.space_id, 0, None, Some(r.tuple)),
-            Request::Upsert(r) => (r.space_id, 0, None, Some(r.tuple)),
-            Request::Update(r) => (r.space_id, r.index_id, Some(r.key), None),
-            Request::Delete(r) => (r.space_id, r.index_id, Some(r.key), None),
+        let space_id = match request {
+            Request::Insert(r) | Request::Replace(r) => r.space_id,
+            Request::Upsert(r) => r.space_id,
+            Request::Update(r) => r.space_id,
+            Request::Delete(r) => r.space_id,
             _ => return,
         };
         if !self.check_access(Access::Write, space_id, sync, out) {
@@ -551,19 +553,51 @@ impl Session {
                 "schema changes over IPROTO (edit the config file)",
             );
         }
-        // One core owns everything: no placement to look up.
-        let owner = if self.core.shard_count == 1 {
-            0
-        } else {
-            match schema::placement_of(&self.core.shared.config, space_id) {
-                SpacePlacement::Shard0 => 0,
-                _ if index_id != 0 => self.core.id(),
-                _ => self
-                    .owner_of(space_id, key, tuple)
-                    .unwrap_or(self.core.id()),
-            }
-        };
+        let owner = self.write_owner(request);
         self.run_on(owner, packet, request, sync, out);
+    }
+
+    /// The core that runs a write request.
+    fn write_owner(&self, request: &Request<'_>) -> usize {
+        // One core owns everything: no placement to look up.
+        if self.core.shard_count == 1 {
+            return 0;
+        }
+        let (space_id, index_id, key, tuple) = match request {
+            Request::Insert(r) | Request::Replace(r) => (r.space_id, 0, None, Some(r.tuple)),
+            Request::Upsert(r) => (r.space_id, 0, None, Some(r.tuple)),
+            Request::Update(r) => (r.space_id, r.index_id, Some(r.key), None),
+            Request::Delete(r) => (r.space_id, r.index_id, Some(r.key), None),
+            _ => return self.core.id(),
+        };
+        match schema::placement_of(&self.core.shared.config, space_id) {
+            SpacePlacement::Shard0 => 0,
+            _ if index_id != 0 => self.core.id(),
+            _ => self
+                .owner_of(space_id, key, tuple)
+                .unwrap_or(self.core.id()),
+        }
+    }
+
+    /// Where the lookup of `packet`'s point request will go, when this core will run it,
+    /// so that a pipelined run of requests can prefetch it a few requests ahead
+    /// ([`LookupPipeline`]). `None` for anything else: a request another core runs, a
+    /// scan, a packet of an unusual shape. Costs one extra pass of the fast decoder.
+    pub fn local_point_target(&self, packet: &[u8]) -> Option<PointTarget> {
+        let (_, request) = decode_common(packet)?;
+        let target = self.core.shard.borrow().point_target(&request)?;
+        let owner = match &request {
+            Request::Select(select) => self.select_owner(select)?,
+            _ => self.write_owner(&request),
+        };
+        (owner == self.core.id()).then_some(target)
+    }
+
+    /// Issues the prefetches due when the request `LookupPipeline::LEAD` places after the
+    /// next one to run is `packet` (or when there is none).
+    pub fn prefetch_ahead(&self, pipeline: &mut LookupPipeline, packet: Option<&[u8]>) {
+        let target = packet.and_then(|packet| self.local_point_target(packet));
+        pipeline.push(&self.core.shard.borrow(), target);
     }
 
     /// The core that owns the primary key given as a search key or inside a tuple; `None`

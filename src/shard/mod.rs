@@ -6,10 +6,12 @@
 //! ([`errors`]), since this is where a request's outcome turns into bytes.
 
 pub mod errors;
+pub mod prefetch;
 
 use crate::protocol::reply::{self, DataReply};
 use crate::protocol::request::{Request, Select};
 use crate::protocol::ErrorCode;
+use crate::shard::prefetch::PointTarget;
 use crate::storage::{Engine, Result, Tuple};
 use crate::wal::{Commit, RowKind, WalError, WalWriter};
 use bumpalo::Bump;
@@ -132,6 +134,52 @@ impl Shard {
             pending_commit: None,
             key_scratch: Vec::new(),
             arena: ShardArena::default(),
+        }
+    }
+
+    /// Where the lookup of a point request will search, when it searches an index keyed by
+    /// one unsigned part with an unsigned key: what [`prefetch::LookupPipeline`] fetches
+    /// ahead. `None` for every other request.
+    #[inline]
+    pub fn point_target(&self, request: &Request<'_>) -> Option<PointTarget> {
+        let single_uint = crate::storage::msgpack::single_uint_array;
+        let (space_id, index_id, key) = match request {
+            Request::Select(r) => (r.space_id, r.index_id, single_uint(r.key)?),
+            Request::Update(r) => (r.space_id, r.index_id, single_uint(r.key)?),
+            Request::Delete(r) => (r.space_id, r.index_id, single_uint(r.key)?),
+            Request::Insert(r) | Request::Replace(r) => {
+                let space = self.engine.find_space(r.space_id)?;
+                (r.space_id, 0, space.leading_primary_key(r.tuple)?)
+            }
+            Request::Upsert(r) => {
+                let space = self.engine.find_space(r.space_id)?;
+                (r.space_id, 0, space.leading_primary_key(r.tuple)?)
+            }
+            _ => return None,
+        };
+        Some(PointTarget::new(space_id, index_id, key))
+    }
+
+    /// Starts fetching `target`'s lookup ahead; no effect on any result.
+    #[inline]
+    pub fn prefetch_start(&self, target: &mut PointTarget) {
+        target.cursor = self
+            .engine
+            .find_space(target.space_id)
+            .and_then(|space| space.prefetch_start(target.index_id, target.key));
+    }
+
+    /// Takes `target`'s lookup one load further; no effect on any result.
+    #[inline]
+    pub fn prefetch_step(&self, target: &mut PointTarget) {
+        let Some(cursor) = &mut target.cursor else {
+            return;
+        };
+        match self.engine.find_space(target.space_id) {
+            Some(space) if !cursor.is_done() => {
+                space.prefetch_step(target.index_id, target.key, cursor)
+            }
+            _ => target.cursor = None,
         }
     }
 

@@ -52,6 +52,7 @@ use tarn::protocol::frame::split_frame;
 use tarn::server::core::{Core, MeshStats};
 use tarn::server::dispatch::Session;
 use tarn::server::{shard_of_key, start_cores};
+use tarn::shard::prefetch::LookupPipeline;
 use tarn::storage::key::SearchKeyBuf;
 use tarn::storage::msgpack::{write_array_len, write_uint};
 
@@ -343,6 +344,7 @@ async fn core_main(
         budget: Cell::new(plan.operations_per_shard),
         concurrency: plan.concurrency,
         latency_ns: Histogram::default(),
+        round: Vec::with_capacity(2 * plan.concurrency),
     };
     let mesh_before = core.stats();
     load.run(id, progress).await?;
@@ -394,6 +396,15 @@ struct Load {
     budget: Cell<Option<u64>>,
     concurrency: usize,
     latency_ns: Histogram,
+    /// The packets of the current round, in the order they are submitted.
+    round: Vec<RoundPacket>,
+}
+
+/// One packet of a round: the operation on key `index`, or the REPLACE restoring it.
+#[derive(Debug, Clone, Copy)]
+enum RoundPacket {
+    Operation(usize),
+    Restore(usize),
 }
 
 impl Load {
@@ -422,16 +433,33 @@ impl Load {
                 return Ok(());
             }
             let started = Instant::now();
+            // The round's packets, as a read buffer would hold them: each DELETE followed
+            // by the REPLACE that restores its key.
+            self.round.clear();
             for _ in 0..operations {
                 let index = self.draws.next_key() as usize;
-                self.session
-                    .submit(self.packets.get(index), &mut self.out)
-                    .await;
-                if let Some(restores) = &self.restores {
-                    self.session
-                        .submit(restores.get(index), &mut self.out)
-                        .await;
+                self.round.push(RoundPacket::Operation(index));
+                if self.restores.is_some() {
+                    self.round.push(RoundPacket::Restore(index));
                 }
+            }
+            // As `server::connection` runs a read: lookups fetched a few packets ahead.
+            let packet = |at: usize| {
+                let restores = self.restores.as_ref();
+                self.round.get(at).map(|entry| match *entry {
+                    RoundPacket::Operation(index) => self.packets.get(index),
+                    RoundPacket::Restore(index) => restores.map_or(&[][..], |r| r.get(index)),
+                })
+            };
+            let mut pipeline = LookupPipeline::default();
+            for ahead in 0..LookupPipeline::LEAD {
+                self.session.prefetch_ahead(&mut pipeline, packet(ahead));
+            }
+            for at in 0..self.round.len() {
+                let ahead = packet(at + LookupPipeline::LEAD);
+                self.session.prefetch_ahead(&mut pipeline, ahead);
+                let running = packet(at).expect("a packet of this round");
+                self.session.submit(running, &mut self.out).await;
             }
             self.session.finish(&mut self.out).await;
             let elapsed_ns = started.elapsed().as_nanos() as u64;

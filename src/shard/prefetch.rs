@@ -1,0 +1,146 @@
+//! Software pipelining of point lookups over a run of requests that are all known up
+//! front (what one socket read or one cross-core batch brings).
+//!
+//! At a million tuples a point request waits on three cache misses in series: the B+tree
+//! leaf's keys, the slot with the value, the tuple. Alone, a core can do nothing during
+//! them. In a run of requests, though, the keys of the next ones are already in the buffer,
+//! so each request's loads are started a few requests before it runs, one stage at a time
+//! (each stage reads what the previous one fetched): by the time a request runs, its
+//! lookup hits cache, and the misses of several requests overlap instead of adding up.
+//!
+//! Owns the distances and the ring of targets; knows nothing of packets or routing (the
+//! caller says which requests are local point requests and what their keys are).
+
+use crate::shard::Shard;
+use crate::storage::btree::LookupCursor;
+
+/// A point request's lookup as far as prefetching knows it: an unsigned key in an index
+/// keyed by one unsigned part (the common primary key), and how far its path has been
+/// fetched.
+#[derive(Debug, Clone, Copy)]
+pub struct PointTarget {
+    pub space_id: u32,
+    pub index_id: u32,
+    pub key: u64,
+    /// `None` before the first step and once there is nothing left to fetch.
+    pub cursor: Option<LookupCursor>,
+}
+
+impl PointTarget {
+    pub fn new(space_id: u32, index_id: u32, key: u64) -> PointTarget {
+        PointTarget {
+            space_id,
+            index_id,
+            key,
+            cursor: None,
+        }
+    }
+}
+
+/// How many requests before it runs a request's lookup starts. Each push takes every
+/// lookup in flight one load further, so a lookup gets `LEAD + 1` steps, a request's worth
+/// of work apart (a few hundred nanoseconds, about one memory latency). A path at a million
+/// keys takes six: an internal node's keys and child slot, a leaf's keys and value slot,
+/// with the root's two in cache, then the tuple.
+const LEAF_AHEAD: usize = 8;
+/// A power of two above `LEAF_AHEAD`, so that a position maps to a slot with a mask.
+const RING_SLOTS: usize = 16;
+const _: () = assert!(RING_SLOTS.is_power_of_two() && RING_SLOTS > LEAF_AHEAD);
+
+/// The lookups of the requests from the one about to run to the one `LEAD` after it.
+///
+/// Use: push the targets of the first `LEAD` requests (`None` for one that is not a local
+/// point request), then before running request `i` push the target of request `i + LEAD`,
+/// or `None` past the end, so the last requests' lookups still get their steps.
+#[derive(Debug, Default)]
+pub struct LookupPipeline {
+    targets: [Option<PointTarget>; RING_SLOTS],
+    pushed: usize,
+}
+
+impl LookupPipeline {
+    pub const LEAD: usize = LEAF_AHEAD;
+
+    /// Starts the lookup of the request `LEAD` ahead and takes every earlier one that has
+    /// not run yet one load further.
+    #[inline]
+    pub fn push(&mut self, shard: &Shard, target: Option<PointTarget>) {
+        let position = self.pushed;
+        self.pushed += 1;
+        let first_waiting = position.saturating_sub(LEAF_AHEAD);
+        for earlier in first_waiting..position {
+            if let Some(target) = &mut self.targets[earlier % RING_SLOTS] {
+                shard.prefetch_step(target);
+            }
+        }
+        let slot = &mut self.targets[position % RING_SLOTS];
+        *slot = target;
+        if let Some(target) = slot {
+            shard.prefetch_start(target);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::msgpack;
+    use crate::storage::{Engine, FieldDef, FieldType, IndexDef, KeyPart, SpaceDef, SpaceFormat};
+
+    const KV: u32 = 512;
+    /// Enough keys for a tree of three levels, so a path has every kind of step.
+    const KEYS: u64 = 100_000;
+
+    fn kv_shard() -> Shard {
+        let mut engine = Engine::new(1 << 30);
+        engine
+            .create_space(SpaceDef {
+                id: KV,
+                name: "kv".into(),
+                format: SpaceFormat::new(vec![FieldDef::new("id", FieldType::Unsigned)]),
+                indexes: vec![IndexDef::tree(
+                    0,
+                    "primary",
+                    true,
+                    vec![KeyPart::new(0, FieldType::Unsigned)],
+                )],
+            })
+            .expect("kv");
+        let space = engine.space_mut(KV).expect("kv");
+        for id in 0..KEYS {
+            let mut tuple = vec![0x91];
+            msgpack::write_uint(&mut tuple, id);
+            space.insert(&tuple).expect("insert");
+        }
+        Shard::new(0, engine, None)
+    }
+
+    /// Runs `requests` point lookups of `key_of(i)` through a pipeline and checks that each
+    /// lookup was walked to its end by the time its request runs (or found nothing to walk).
+    fn run(shard: &Shard, requests: u64, key_of: impl Fn(u64) -> u64) {
+        let lead = LookupPipeline::LEAD as u64;
+        let target = |at: u64| (at < requests).then(|| PointTarget::new(KV, 0, key_of(at)));
+        let mut pipeline = LookupPipeline::default();
+        for ahead in 0..lead {
+            pipeline.push(shard, target(ahead));
+        }
+        for running in 0..requests {
+            pipeline.push(shard, target(running + lead));
+            let slot = pipeline.targets[running as usize % RING_SLOTS].expect("pushed");
+            assert_eq!(slot.key, key_of(running));
+            let walked = slot.cursor.is_none_or(|cursor| cursor.is_done());
+            assert!(
+                walked,
+                "request {running} runs before its lookup was fetched"
+            );
+        }
+    }
+
+    #[test]
+    fn each_lookup_is_fetched_to_its_end_before_its_request_runs() {
+        let shard = kv_shard();
+        run(&shard, 1_000, |at| at * 97 % KEYS);
+        // Keys that are not there end their walk at the leaf.
+        run(&shard, 100, |at| KEYS + at);
+    }
+}
