@@ -11,8 +11,9 @@
 //! 4. waits for the sampler, then runs rounds until stopped or out of budget.
 //!
 //! "`--concurrency C` in flight" is one [`Session`] per core pipelining C packets: `submit`
-//! each, then one `finish`, exactly what a server connection does with a read buffer holding
-//! C requests (`server::connection`). Local requests are answered during `submit`; requests
+//! each (with its lookup fetched a few packets ahead, `LookupPipeline`), then one `finish`,
+//! exactly what a server connection does with a read buffer holding C requests
+//! (`server::connection`). Local requests are answered during `submit`; requests
 //! for other cores travel in one batch per peer per round and `finish` waits for all their
 //! replies at once; with a WAL, the round's writes share one WAL write (and fsync). The next
 //! round starts when the whole round is answered, so between C and 0 are in flight.
@@ -55,6 +56,7 @@ use tarn::server::{shard_of_key, start_cores};
 use tarn::shard::prefetch::LookupPipeline;
 use tarn::storage::key::SearchKeyBuf;
 use tarn::storage::msgpack::{write_array_len, write_uint};
+use tarn::storage::prefetch::prefetch_slice;
 
 use crate::cli::{Budget, Config, Operation};
 use crate::connect::describe;
@@ -434,10 +436,13 @@ impl Load {
             }
             let started = Instant::now();
             // The round's packets, as a read buffer would hold them: each DELETE followed
-            // by the REPLACE that restores its key.
+            // by the REPLACE that restores its key. A server finds its packets in the read
+            // buffer a socket read just filled, in cache; this tool keeps one packet per key,
+            // megabytes at a million keys, so it fetches the round's packets first.
             self.round.clear();
             for _ in 0..operations {
                 let index = self.draws.next_key() as usize;
+                prefetch_slice(self.packets.get(index));
                 self.round.push(RoundPacket::Operation(index));
                 if self.restores.is_some() {
                     self.round.push(RoundPacket::Restore(index));
