@@ -41,6 +41,7 @@ pub mod core;
 pub mod crud;
 pub mod dispatch;
 pub mod durability;
+pub mod heap;
 pub mod inbox;
 pub mod schema;
 pub mod session;

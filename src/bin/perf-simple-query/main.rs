@@ -41,6 +41,9 @@ use crate::report::{latency_line, mesh_line, result_json, summary_table, RunFact
 static ALLOCATOR: alloc_counter::CountingAllocator = alloc_counter::CountingAllocator;
 
 fn main() -> ExitCode {
+    // The shards in this process get the heap the server gives them.
+    tarn::server::heap::restart_with_huge_pages();
+    tarn::server::heap::grow_in_large_steps();
     let config = match Args::parse().resolve() {
         Ok(config) => config,
         Err(text) => {
