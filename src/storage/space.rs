@@ -257,13 +257,29 @@ impl Space {
     }
 
     pub fn insert(&mut self, data: &[u8]) -> Result<Tuple> {
+        self.prefetch_primary_entry(data);
         let tuple = self.format.build_tuple(&self.field_map, data)?;
         self.put(tuple, WriteMode::Insert)
     }
 
     pub fn replace(&mut self, data: &[u8]) -> Result<Tuple> {
+        self.prefetch_primary_entry(data);
         let tuple = self.format.build_tuple(&self.field_map, data)?;
         self.put(tuple, WriteMode::Replace)
+    }
+
+    /// Starts loading the primary index's entry for the tuple `data` is about to become, so
+    /// the cache miss of the write's lookup overlaps validating and building the tuple
+    /// instead of following it. `data` is not validated yet: this is a hint, and a wrong
+    /// one costs a wasted load, nothing else.
+    #[inline]
+    fn prefetch_primary_entry(&self, data: &[u8]) {
+        let primary = &self.indexes[0];
+        if let [part] = primary.def.key_def.parts.as_slice() {
+            if let Some(key) = unvalidated_uint_field(data, part.field_no) {
+                primary.prefetch_unsigned(key);
+            }
+        }
     }
 
     /// Deletes by an exact key of a unique index; returns the deleted tuple, if any.
@@ -324,6 +340,7 @@ impl Space {
         ops: &[u8],
         index_base: u32,
     ) -> Result<Option<Tuple>> {
+        self.prefetch_primary_entry(data);
         // Validated up front (errors are returned even when the key exists), but only
         // built when it is inserted: an existing key makes a new tuple from the old one.
         let offsets = self.format.check_tuple(&self.field_map, data)?;
@@ -636,14 +653,20 @@ impl Space {
 
     /// `put` for a space with no secondary index: one walk of the tree instead of a
     /// lookup and then an insert. The new tuple goes in first; a duplicate or a quota
-    /// refusal puts the old one back, so a failure still changes nothing.
+    /// refusal puts the old one back, so a failure still changes nothing. Nothing here
+    /// reads the old tuple: its size is in its pointer.
     fn put_primary_only(&mut self, new: Tuple, mode: WriteMode) -> Result<Tuple> {
-        let mut key = KeyBuf::new();
         let primary = &self.indexes[0];
-        primary.encode_tuple_key(&new, &self.field_map, &self.format, &mut key)?;
-        let entry_bytes = primary.entry_bytes(&key);
-        let restore_key = key.clone();
-        let old = self.indexes[0].insert(key, new.clone());
+        let key = match primary.unsigned_tuple_key(&new, &self.field_map) {
+            Some(key) => PrimaryKey::Unsigned(key),
+            None => {
+                let mut key = KeyBuf::new();
+                primary.encode_tuple_key(&new, &self.field_map, &self.format, &mut key)?;
+                PrimaryKey::Encoded(key)
+            }
+        };
+        let entry_bytes = key.entry_bytes(primary);
+        let old = key.put(&mut self.indexes[0], new.clone());
         let refusal = match (&mode, &old) {
             (WriteMode::Insert, Some(old)) => Some(self.duplicate(&self.indexes[0], old, &new)),
             _ => None,
@@ -662,8 +685,8 @@ impl Space {
         });
         if let Some(error) = refusal {
             match old {
-                Some(old) => self.indexes[0].insert(restore_key, old),
-                None => self.indexes[0].remove(&restore_key),
+                Some(old) => key.put(&mut self.indexes[0], old),
+                None => key.remove(&mut self.indexes[0]),
             };
             return Err(error);
         }
@@ -691,6 +714,56 @@ impl Space {
         }
         Ok(())
     }
+}
+
+/// A primary key as `put_primary_only` holds it: the integer of a key of one unsigned part,
+/// which needs no encoding, or the encoded bytes of any other.
+enum PrimaryKey {
+    Unsigned(u64),
+    Encoded(KeyBuf),
+}
+
+impl PrimaryKey {
+    fn entry_bytes(&self, index: &Index) -> usize {
+        match self {
+            PrimaryKey::Unsigned(key) => index.entry_bytes(&key.to_be_bytes()),
+            PrimaryKey::Encoded(key) => index.entry_bytes(key),
+        }
+    }
+
+    /// Stores `tuple` under this key; returns the tuple it displaced.
+    #[inline]
+    fn put(&self, index: &mut Index, tuple: Tuple) -> Option<Tuple> {
+        match self {
+            PrimaryKey::Unsigned(key) => index.insert_unsigned(*key, tuple),
+            PrimaryKey::Encoded(key) => index.insert(key.clone(), tuple),
+        }
+    }
+
+    fn remove(&self, index: &mut Index) -> Option<Tuple> {
+        match self {
+            PrimaryKey::Unsigned(key) => index.remove(&key.to_be_bytes()),
+            PrimaryKey::Encoded(key) => index.remove(key),
+        }
+    }
+}
+
+/// The unsigned integer in field `field_no` of the msgpack array `data` when every field
+/// before it is a scalar, else `None`. Reads no further than it needs and validates
+/// nothing else: for hints, never for decisions.
+#[inline]
+fn unvalidated_uint_field(data: &[u8], field_no: u32) -> Option<u64> {
+    let (&marker, mut fields) = data.split_first()?;
+    match marker {
+        0x90..=0x9f => {}
+        0xdc => fields = fields.get(2..)?,
+        0xdd => fields = fields.get(4..)?,
+        _ => return None,
+    }
+    for _ in 0..field_no {
+        fields = fields.get(msgpack::scalar_len(fields)?..)?;
+    }
+    msgpack::leading_uint(fields).map(|(value, _)| value)
 }
 
 #[cfg(test)]

@@ -563,3 +563,56 @@ fn primary_only_space_refuses_duplicates_and_quota_without_changes() {
     assert_eq!(quota.used_bytes(), used);
     assert_eq!(space.memory().tuple_bytes as u64 + 24, used);
 }
+
+#[test]
+fn the_prefetch_hint_reads_the_unsigned_key_field_or_nothing() {
+    let hint = |data: &[u8], field_no| unvalidated_uint_field(data, field_no);
+    let tuple = mp(&[V::U(7), V::S("x"), V::U(300), V::Nil]);
+    assert_eq!(hint(&tuple, 0), Some(7));
+    assert_eq!(hint(&tuple, 1), None, "a string is no unsigned key");
+    assert_eq!(hint(&tuple, 2), Some(300));
+    assert_eq!(hint(&tuple, 3), None);
+    assert_eq!(hint(&tuple, 4), None, "past the last field");
+    assert_eq!(hint(&tuple[..tuple.len() - 2], 2), None, "cut short");
+    assert_eq!(
+        hint(&mp(&[V::A(vec![]), V::U(1)]), 1),
+        None,
+        "behind an array"
+    );
+    assert_eq!(hint(&[0xdc, 0x00, 0x01, 0x05], 0), Some(5), "array 16");
+    assert_eq!(hint(&[0xdd, 0x00, 0x00, 0x00, 0x01, 0x05], 0), Some(5));
+    assert_eq!(hint(&[0x05], 0), None, "not an array");
+    assert_eq!(hint(&[], 0), None);
+}
+
+#[test]
+fn primary_only_space_on_a_later_field_replaces_and_refuses_like_any_other() {
+    let def = SpaceDef {
+        id: 901,
+        name: "by_second".into(),
+        format: SpaceFormat::default(),
+        indexes: vec![IndexDef::tree(
+            0,
+            "primary",
+            true,
+            [KeyPart::new(1, FieldType::Unsigned)],
+        )],
+    };
+    let mut space = Space::new(def, Rc::new(MemoryQuota::unlimited())).unwrap();
+    space.insert(&mp(&[V::S("a"), V::U(5)])).unwrap();
+    space.replace(&mp(&[V::S("b"), V::U(5)])).unwrap();
+    space.replace(&mp(&[V::S("c"), V::U(6)])).unwrap();
+    assert_eq!(space.len(), 2);
+    assert_eq!(
+        text(space.get(0, &mp(&[V::U(5)])).unwrap().unwrap()),
+        "[\"b\", 5]"
+    );
+    let err = space.replace(&mp(&[V::S("d"), V::S("5")])).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Tuple field 2 type does not match one required by operation: expected unsigned, got string"
+    );
+    let err = space.insert(&mp(&[V::S("e"), V::U(6)])).unwrap_err();
+    assert!(matches!(err, StorageError::TupleFound { .. }), "{err}");
+    assert_eq!(space.len(), 2);
+}

@@ -543,9 +543,64 @@ impl<K: TreeKey, V> BTree<K, V> {
         }
     }
 
+    /// Starts loading the leaf where `probe` is or would be: its keys and its values, so
+    /// a write that looks it up a little later finds them in cache. The walk to the leaf
+    /// reads the internal nodes, which a large tree's upper levels keep in cache anyway.
+    #[inline]
+    pub fn prefetch_leaf(&self, probe: &K::Probe) {
+        let Some(mut node) = self.root.as_ref() else {
+            return;
+        };
+        loop {
+            match node {
+                Node::Internal(internal) => {
+                    node = internal.child(K::count_not_greater(internal.keys(), probe));
+                }
+                Node::Leaf(leaf) => {
+                    prefetch_slice(std::slice::from_ref(&**leaf));
+                    return;
+                }
+            }
+        }
+    }
+
     /// Inserts or overwrites; returns the value previously stored under `key`. An
     /// overwrite keeps the stored key.
+    ///
+    /// One loop down to the leaf, which takes the entry in place unless it is full; only a
+    /// split walks the tree again, recursively, to carry separators up.
     pub fn insert(&mut self, key: K, value: V) -> Option<V> {
+        if let Some(root) = &mut self.root {
+            let mut node = root;
+            loop {
+                match node {
+                    Node::Internal(internal) => {
+                        let index = K::count_not_greater(internal.keys(), key.probe());
+                        node = internal.child_mut(index);
+                    }
+                    Node::Leaf(leaf) => {
+                        prefetch_slice(&leaf.values[..]);
+                        let position = K::count_less(leaf.keys(), key.probe());
+                        if position < leaf.len && leaf.keys[position] == key {
+                            let old = leaf.values[position].replace(value);
+                            return Some(old.expect(MISSING_VALUE));
+                        }
+                        if leaf.len < LEAF_CAPACITY {
+                            leaf.insert_at(position, key, value);
+                            self.len += 1;
+                            return None;
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+        self.insert_splitting(key, value)
+    }
+
+    /// `insert` when the root is missing or the key's leaf is full.
+    #[inline(never)]
+    fn insert_splitting(&mut self, key: K, value: V) -> Option<V> {
         let Some(root) = &mut self.root else {
             let mut leaf = Leaf::empty();
             leaf.insert_at(0, key, value);
