@@ -282,6 +282,16 @@ impl Index {
         }
     }
 
+    /// The leaf of a TREE index keyed by one unsigned part where `key` is or would be,
+    /// already loading (`BTree::leaf_for`); `None` for other indexes and an empty tree.
+    #[inline]
+    pub fn unsigned_leaf(&mut self, key: u64) -> Option<btree::LeafHandle<'_, u64, Tuple>> {
+        match &mut self.data {
+            IndexData::TreeUnsigned(map) => map.leaf_for(&key),
+            _ => None,
+        }
+    }
+
     /// Starts loading where unsigned `key` is or would be, for a write that follows soon;
     /// a hint that does nothing on indexes keyed otherwise.
     #[inline]

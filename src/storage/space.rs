@@ -257,12 +257,18 @@ impl Space {
     }
 
     pub fn insert(&mut self, data: &[u8]) -> Result<Tuple> {
+        if let Some(written) = self.put_in_unsigned_leaf(data, WriteMode::Insert) {
+            return written;
+        }
         self.prefetch_primary_entry(data);
         let tuple = self.format.build_tuple(&self.field_map, data)?;
         self.put(tuple, WriteMode::Insert)
     }
 
     pub fn replace(&mut self, data: &[u8]) -> Result<Tuple> {
+        if let Some(written) = self.put_in_unsigned_leaf(data, WriteMode::Replace) {
+            return written;
+        }
         self.prefetch_primary_entry(data);
         let tuple = self.format.build_tuple(&self.field_map, data)?;
         self.put(tuple, WriteMode::Replace)
@@ -700,6 +706,77 @@ impl Space {
             self.retired.retire(old);
         }
         Ok(new)
+    }
+
+    /// `insert` / `replace` of the tuple `data` into a space whose one index is a TREE on
+    /// one unsigned part, most spaces: the leaf is found from the request's key before the
+    /// tuple is validated and built, so its cache miss overlaps that work, and the write
+    /// lands in it without a second walk. Every check comes before the leaf changes, so a
+    /// failure changes nothing. `None` (nothing done) when the space, the tree or the
+    /// request is of another shape.
+    fn put_in_unsigned_leaf(&mut self, data: &[u8], mode: WriteMode) -> Option<Result<Tuple>> {
+        let [primary] = self.indexes.as_slice() else {
+            return None;
+        };
+        let [part] = primary.def.key_def.parts.as_slice() else {
+            return None;
+        };
+        let field_no = part.field_no;
+        let key = unvalidated_uint_field(data, field_no)?;
+        let entry_bytes = primary.entry_bytes(&key.to_be_bytes());
+        let Space {
+            indexes,
+            format,
+            field_map,
+            quota,
+            ..
+        } = self;
+        let leaf = indexes[0].unsigned_leaf(key)?;
+        let new = match format.build_tuple(field_map, data) {
+            Ok(new) => new,
+            Err(error) => return Some(Err(error)),
+        };
+        let key_field = field_map
+            .slot_of(field_no)
+            .and_then(|slot| new.field_in_slot(slot));
+        if key_field
+            .and_then(msgpack::leading_uint)
+            .map(|(value, _)| value)
+            != Some(key)
+        {
+            // Only a key of another type gets here; the general path names the error.
+            return Some(self.put(new, mode));
+        }
+        let leaf = leaf.search(&key);
+        let old = leaf.value();
+        let old_footprint = old.map_or(0, |old| old.allocated_bytes() + entry_bytes);
+        let new_footprint = new.allocated_bytes() + entry_bytes;
+        let refused_as_duplicate = match (&mode, old) {
+            (WriteMode::Insert, Some(old)) => Some(old.clone()),
+            _ => None,
+        };
+        if let Some(old) = refused_as_duplicate {
+            return Some(Err(self.duplicate(&self.indexes[0], &old, &new)));
+        }
+        if new_footprint > old_footprint
+            && !quota.try_reserve((new_footprint - old_footprint) as u64)
+        {
+            return Some(Err(self.out_of_memory(new.allocated_bytes())));
+        }
+        if new_footprint < old_footprint {
+            quota.release((old_footprint - new_footprint) as u64);
+        }
+        let old = match leaf.put(key, new.clone()) {
+            Ok(old) => old,
+            Err((key, new)) => indexes[0].insert_unsigned(key, new),
+        };
+        self.quota_bytes = self.quota_bytes + new_footprint - old_footprint;
+        self.tuple_bytes += new.allocated_bytes();
+        self.tuple_bytes -= old.as_ref().map_or(0, Tuple::allocated_bytes);
+        if let Some(old) = old {
+            self.retired.retire(old);
+        }
+        Some(Ok(new))
     }
 
     fn remove_from_all_indexes(&mut self, old: &Tuple) -> Result<()> {
