@@ -283,11 +283,11 @@ impl Index {
     }
 
     /// The leaf of a TREE index keyed by one unsigned part where `key` is or would be,
-    /// already loading (`BTree::leaf_for`); `None` for other indexes and an empty tree.
+    /// already loading (`BTree::leaf_for_write`); `None` for other indexes and an empty tree.
     #[inline]
     pub fn unsigned_leaf(&mut self, key: u64) -> Option<btree::LeafHandle<'_, u64, Tuple>> {
         match &mut self.data {
-            IndexData::TreeUnsigned(map) => map.leaf_for(&key),
+            IndexData::TreeUnsigned(map) => map.leaf_for_write(&key),
             _ => None,
         }
     }

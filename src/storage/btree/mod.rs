@@ -568,8 +568,8 @@ impl<K: TreeKey, V> BTree<K, V> {
     /// has other work to do before it looks there: the walk down pays the upper levels'
     /// loads now, and the leaf's cache miss overlaps that work. `None` on an empty tree.
     #[inline]
-    pub fn leaf_for(&mut self, probe: &K::Probe) -> Option<LeafHandle<'_, K, V>> {
-        let BTree { root, len } = self;
+    pub fn leaf_for_write(&mut self, probe: &K::Probe) -> Option<LeafHandle<'_, K, V>> {
+        let BTree { root, len, .. } = self;
         let mut node = root.as_mut()?;
         loop {
             match node {
@@ -759,7 +759,7 @@ impl<K: TreeKey, V> BTree<K, V> {
     }
 }
 
-/// The leaf a key belongs in, held for one write (see [`BTree::leaf_for`]); the tree
+/// The leaf a key belongs in, held for one write (see [`BTree::leaf_for_write`]); the tree
 /// stays borrowed, so nothing else changes it in between.
 pub struct LeafHandle<'a, K, V> {
     leaf: &'a mut Leaf<K, V>,
