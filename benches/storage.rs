@@ -1,7 +1,9 @@
 //! Storage benchmarks: one row per operation on a loaded space, with time and allocations.
 //!
 //! `cargo bench --bench storage` loads 1,000,000 tuples per space; `-- --quick` loads
-//! 100,000 and runs fewer iterations. Every request (keys, tuples, ops) is generated from a
+//! 100,000 and runs fewer iterations; `-- --only A,B` runs only the rows whose name ends
+//! in A or B (delete runs only with insert, whose keys it removes), so a profile holds them
+//! alone. Every request (keys, tuples, ops) is generated from a
 //! fixed-seed RNG and msgpack-encoded before the timed loop, into one buffer read in order,
 //! so the loop measures the space alone. Each operation runs a warm-up on its own inputs,
 //! then the timed iterations.
@@ -53,13 +55,23 @@ impl Config {
     }
 }
 
-/// Runs `op` on the warm-up inputs, then times it on the others, and prints one row.
+/// Whether `-- --only A,B` leaves the row `name` in.
+fn selected(name: &str) -> bool {
+    let only = std::env::args().skip_while(|arg| arg != "--only").nth(1);
+    only.is_none_or(|only| only.split(',').any(|text| name.ends_with(text)))
+}
+
+/// Runs `op` on the warm-up inputs, then times it on the others, and prints one row,
+/// unless `--only` leaves the row out.
 ///
 /// The inputs are first packed into one buffer, in order, so the timed loop reads them
 /// sequentially, as a server reads requests from its socket buffer. Left in an allocation
 /// each, they are scattered over the heap and every read of an input is a cache miss of
 /// the harness's own, charged to the operation.
 fn measure(name: &str, warmup: &[Vec<u8>], timed: &[Vec<u8>], mut op: impl FnMut(&[u8])) {
+    if !selected(name) {
+        return;
+    }
     let warmup_bytes = warmup.concat();
     let timed_bytes = timed.concat();
     let warmup = slices(&warmup_bytes, warmup);
@@ -258,11 +270,14 @@ fn main() {
     });
 
     let (warmup, timed) = split(new_ids.iter().map(|&id| uint_key(id)).collect());
-    measure("delete", &warmup, &timed, |key| {
-        black_box(kv.delete(0, key).expect("delete").expect("present"));
-    });
-    assert_eq!(kv.len() as u64, n);
-
+    if selected("insert") {
+        measure("delete", &warmup, &timed, |key| {
+            black_box(kv.delete(0, key).expect("delete").expect("present"));
+        });
+    }
+    if selected("insert") && selected("delete") {
+        assert_eq!(kv.len() as u64, n);
+    }
     let (warmup, timed) = existing_keys(&mut rng);
     measure("select_ge_limit10", &warmup, &timed, |key| {
         let iter = kv.select(0, 5, key).expect("select");

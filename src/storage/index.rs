@@ -280,6 +280,56 @@ impl Index {
         old
     }
 
+    /// The key of `tuple` in an index keyed by one unsigned part, read from the tuple's
+    /// field map without encoding it. `None` when the index is keyed otherwise or the field
+    /// is not a plain unsigned integer: the general path then decides, errors included.
+    #[inline]
+    pub fn unsigned_tuple_key(&self, tuple: &Tuple, field_map: &FieldMap) -> Option<u64> {
+        if !matches!(
+            self.data,
+            IndexData::TreeUnsigned(_) | IndexData::HashUnsigned(_)
+        ) {
+            return None;
+        }
+        let [part] = self.entry_key_def.parts.as_slice() else {
+            return None;
+        };
+        let field = tuple.field_in_slot(field_map.slot_of(part.field_no)?)?;
+        msgpack::leading_uint(field).map(|(value, _)| value)
+    }
+
+    /// `insert` with a key from `unsigned_tuple_key`, as the integer.
+    #[inline]
+    pub fn insert_unsigned(&mut self, key: u64, tuple: Tuple) -> Option<Tuple> {
+        match &mut self.data {
+            IndexData::TreeUnsigned(map) => map.insert(key, tuple),
+            IndexData::HashUnsigned(map) => map.insert(key, tuple),
+            IndexData::Tree(_) | IndexData::Hash(_) => {
+                debug_assert!(false, "an unsigned key for an index keyed otherwise");
+                self.insert(KeyBuf::from_slice(&key.to_be_bytes()), tuple)
+            }
+        }
+    }
+
+    /// The leaf of a TREE index keyed by one unsigned part where `key` is or would be,
+    /// already loading (`BTree::leaf_for_write`); `None` for other indexes and an empty tree.
+    #[inline]
+    pub fn unsigned_leaf(&mut self, key: u64) -> Option<btree::LeafHandle<'_, u64, Tuple>> {
+        match &mut self.data {
+            IndexData::TreeUnsigned(map) => map.leaf_for_write(&key),
+            _ => None,
+        }
+    }
+
+    /// Starts loading where unsigned `key` is or would be, for a write that follows soon;
+    /// a hint that does nothing on indexes keyed otherwise.
+    #[inline]
+    pub fn prefetch_unsigned(&self, key: u64) {
+        if let IndexData::TreeUnsigned(map) = &self.data {
+            map.prefetch_leaf(&key);
+        }
+    }
+
     pub fn remove(&mut self, key: &[u8]) -> Option<Tuple> {
         let removed = match &mut self.data {
             IndexData::Tree(map) => map.remove(key),

@@ -292,13 +292,35 @@ impl Space {
     }
 
     pub fn insert(&mut self, data: &[u8]) -> Result<Tuple> {
+        if let Some(written) = self.put_in_unsigned_leaf(data, WriteMode::Insert) {
+            return written;
+        }
+        self.prefetch_primary_entry(data);
         let tuple = self.format.build_tuple(&self.field_map, data)?;
         self.put(tuple, WriteMode::Insert)
     }
 
     pub fn replace(&mut self, data: &[u8]) -> Result<Tuple> {
+        if let Some(written) = self.put_in_unsigned_leaf(data, WriteMode::Replace) {
+            return written;
+        }
+        self.prefetch_primary_entry(data);
         let tuple = self.format.build_tuple(&self.field_map, data)?;
         self.put(tuple, WriteMode::Replace)
+    }
+
+    /// Starts loading the primary index's entry for the tuple `data` is about to become, so
+    /// the cache miss of the write's lookup overlaps validating and building the tuple
+    /// instead of following it. `data` is not validated yet: this is a hint, and a wrong
+    /// one costs a wasted load, nothing else.
+    #[inline]
+    fn prefetch_primary_entry(&self, data: &[u8]) {
+        let primary = &self.indexes[0];
+        if let [part] = primary.def.key_def.parts.as_slice() {
+            if let Some(key) = unvalidated_uint_field(data, part.field_no) {
+                primary.prefetch_unsigned(key);
+            }
+        }
     }
 
     /// Deletes by an exact key of a unique index; returns the deleted tuple, if any.
@@ -359,6 +381,7 @@ impl Space {
         ops: &[u8],
         index_base: u32,
     ) -> Result<Option<Tuple>> {
+        self.prefetch_primary_entry(data);
         // Validated up front (errors are returned even when the key exists), but only
         // built when it is inserted: an existing key makes a new tuple from the old one.
         let offsets = self.format.check_tuple(&self.field_map, data)?;
@@ -671,14 +694,20 @@ impl Space {
 
     /// `put` for a space with no secondary index: one walk of the tree instead of a
     /// lookup and then an insert. The new tuple goes in first; a duplicate or a quota
-    /// refusal puts the old one back, so a failure still changes nothing.
+    /// refusal puts the old one back, so a failure still changes nothing. Nothing here
+    /// reads the old tuple: its size is in its pointer.
     fn put_primary_only(&mut self, new: Tuple, mode: WriteMode) -> Result<Tuple> {
-        let mut key = KeyBuf::new();
         let primary = &self.indexes[0];
-        primary.encode_tuple_key(&new, &self.field_map, &self.format, &mut key)?;
-        let entry_bytes = primary.entry_bytes(&key);
-        let restore_key = key.clone();
-        let old = self.indexes[0].insert(key, new.clone());
+        let key = match primary.unsigned_tuple_key(&new, &self.field_map) {
+            Some(key) => PrimaryKey::Unsigned(key),
+            None => {
+                let mut key = KeyBuf::new();
+                primary.encode_tuple_key(&new, &self.field_map, &self.format, &mut key)?;
+                PrimaryKey::Encoded(key)
+            }
+        };
+        let entry_bytes = key.entry_bytes(primary);
+        let old = key.put(&mut self.indexes[0], new.clone());
         let refusal = match (&mode, &old) {
             (WriteMode::Insert, Some(old)) => Some(self.duplicate(&self.indexes[0], old, &new)),
             _ => None,
@@ -697,8 +726,8 @@ impl Space {
         });
         if let Some(error) = refusal {
             match old {
-                Some(old) => self.indexes[0].insert(restore_key, old),
-                None => self.indexes[0].remove(&restore_key),
+                Some(old) => key.put(&mut self.indexes[0], old),
+                None => key.remove(&mut self.indexes[0]),
             };
             return Err(error);
         }
@@ -714,6 +743,77 @@ impl Space {
         Ok(new)
     }
 
+    /// `insert` / `replace` of the tuple `data` into a space whose one index is a TREE on
+    /// one unsigned part, most spaces: the leaf is found from the request's key before the
+    /// tuple is validated and built, so its cache miss overlaps that work, and the write
+    /// lands in it without a second walk. Every check comes before the leaf changes, so a
+    /// failure changes nothing. `None` (nothing done) when the space, the tree or the
+    /// request is of another shape.
+    fn put_in_unsigned_leaf(&mut self, data: &[u8], mode: WriteMode) -> Option<Result<Tuple>> {
+        let [primary] = self.indexes.as_slice() else {
+            return None;
+        };
+        let [part] = primary.def.key_def.parts.as_slice() else {
+            return None;
+        };
+        let field_no = part.field_no;
+        let key = unvalidated_uint_field(data, field_no)?;
+        let entry_bytes = primary.entry_bytes(&key.to_be_bytes());
+        let Space {
+            indexes,
+            format,
+            field_map,
+            quota,
+            ..
+        } = self;
+        let leaf = indexes[0].unsigned_leaf(key)?;
+        let new = match format.build_tuple(field_map, data) {
+            Ok(new) => new,
+            Err(error) => return Some(Err(error)),
+        };
+        let key_field = field_map
+            .slot_of(field_no)
+            .and_then(|slot| new.field_in_slot(slot));
+        if key_field
+            .and_then(msgpack::leading_uint)
+            .map(|(value, _)| value)
+            != Some(key)
+        {
+            // Only a key of another type gets here; the general path names the error.
+            return Some(self.put(new, mode));
+        }
+        let leaf = leaf.search(&key);
+        let old = leaf.value();
+        let old_footprint = old.map_or(0, |old| old.allocated_bytes() + entry_bytes);
+        let new_footprint = new.allocated_bytes() + entry_bytes;
+        let refused_as_duplicate = match (&mode, old) {
+            (WriteMode::Insert, Some(old)) => Some(old.clone()),
+            _ => None,
+        };
+        if let Some(old) = refused_as_duplicate {
+            return Some(Err(self.duplicate(&self.indexes[0], &old, &new)));
+        }
+        if new_footprint > old_footprint
+            && !quota.try_reserve((new_footprint - old_footprint) as u64)
+        {
+            return Some(Err(self.out_of_memory(new.allocated_bytes())));
+        }
+        if new_footprint < old_footprint {
+            quota.release((old_footprint - new_footprint) as u64);
+        }
+        let old = match leaf.put(key, new.clone()) {
+            Ok(old) => old,
+            Err((key, new)) => indexes[0].insert_unsigned(key, new),
+        };
+        self.quota_bytes = self.quota_bytes + new_footprint - old_footprint;
+        self.tuple_bytes += new.allocated_bytes();
+        self.tuple_bytes -= old.as_ref().map_or(0, Tuple::allocated_bytes);
+        if let Some(old) = old {
+            self.retired.retire(old);
+        }
+        Some(Ok(new))
+    }
+
     fn remove_from_all_indexes(&mut self, old: &Tuple) -> Result<()> {
         let keys = self.tuple_keys(old)?;
         let footprint = self.footprint_bytes(old, &keys);
@@ -726,6 +826,56 @@ impl Space {
         }
         Ok(())
     }
+}
+
+/// A primary key as `put_primary_only` holds it: the integer of a key of one unsigned part,
+/// which needs no encoding, or the encoded bytes of any other.
+enum PrimaryKey {
+    Unsigned(u64),
+    Encoded(KeyBuf),
+}
+
+impl PrimaryKey {
+    fn entry_bytes(&self, index: &Index) -> usize {
+        match self {
+            PrimaryKey::Unsigned(key) => index.entry_bytes(&key.to_be_bytes()),
+            PrimaryKey::Encoded(key) => index.entry_bytes(key),
+        }
+    }
+
+    /// Stores `tuple` under this key; returns the tuple it displaced.
+    #[inline]
+    fn put(&self, index: &mut Index, tuple: Tuple) -> Option<Tuple> {
+        match self {
+            PrimaryKey::Unsigned(key) => index.insert_unsigned(*key, tuple),
+            PrimaryKey::Encoded(key) => index.insert(key.clone(), tuple),
+        }
+    }
+
+    fn remove(&self, index: &mut Index) -> Option<Tuple> {
+        match self {
+            PrimaryKey::Unsigned(key) => index.remove(&key.to_be_bytes()),
+            PrimaryKey::Encoded(key) => index.remove(key),
+        }
+    }
+}
+
+/// The unsigned integer in field `field_no` of the msgpack array `data` when every field
+/// before it is a scalar, else `None`. Reads no further than it needs and validates
+/// nothing else: for hints, never for decisions.
+#[inline]
+fn unvalidated_uint_field(data: &[u8], field_no: u32) -> Option<u64> {
+    let (&marker, mut fields) = data.split_first()?;
+    match marker {
+        0x90..=0x9f => {}
+        0xdc => fields = fields.get(2..)?,
+        0xdd => fields = fields.get(4..)?,
+        _ => return None,
+    }
+    for _ in 0..field_no {
+        fields = fields.get(msgpack::scalar_len(fields)?..)?;
+    }
+    msgpack::leading_uint(fields).map(|(value, _)| value)
 }
 
 #[cfg(test)]

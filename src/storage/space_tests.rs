@@ -563,3 +563,148 @@ fn primary_only_space_refuses_duplicates_and_quota_without_changes() {
     assert_eq!(quota.used_bytes(), used);
     assert_eq!(space.memory().tuple_bytes as u64 + 24, used);
 }
+
+#[test]
+fn the_prefetch_hint_reads_the_unsigned_key_field_or_nothing() {
+    let hint = |data: &[u8], field_no| unvalidated_uint_field(data, field_no);
+    let tuple = mp(&[V::U(7), V::S("x"), V::U(300), V::Nil]);
+    assert_eq!(hint(&tuple, 0), Some(7));
+    assert_eq!(hint(&tuple, 1), None, "a string is no unsigned key");
+    assert_eq!(hint(&tuple, 2), Some(300));
+    assert_eq!(hint(&tuple, 3), None);
+    assert_eq!(hint(&tuple, 4), None, "past the last field");
+    assert_eq!(hint(&tuple[..tuple.len() - 2], 2), None, "cut short");
+    assert_eq!(
+        hint(&mp(&[V::A(vec![]), V::U(1)]), 1),
+        None,
+        "behind an array"
+    );
+    assert_eq!(hint(&[0xdc, 0x00, 0x01, 0x05], 0), Some(5), "array 16");
+    assert_eq!(hint(&[0xdd, 0x00, 0x00, 0x00, 0x01, 0x05], 0), Some(5));
+    assert_eq!(hint(&[0x05], 0), None, "not an array");
+    assert_eq!(hint(&[], 0), None);
+}
+
+#[test]
+fn primary_only_space_on_a_later_field_replaces_and_refuses_like_any_other() {
+    let def = SpaceDef {
+        id: 901,
+        name: "by_second".into(),
+        format: SpaceFormat::default(),
+        indexes: vec![IndexDef::tree(
+            0,
+            "primary",
+            true,
+            [KeyPart::new(1, FieldType::Unsigned)],
+        )],
+    };
+    let mut space = Space::new(def, Rc::new(MemoryQuota::unlimited())).unwrap();
+    space.insert(&mp(&[V::S("a"), V::U(5)])).unwrap();
+    space.replace(&mp(&[V::S("b"), V::U(5)])).unwrap();
+    space.replace(&mp(&[V::S("c"), V::U(6)])).unwrap();
+    assert_eq!(space.len(), 2);
+    assert_eq!(
+        text(space.get(0, &mp(&[V::U(5)])).unwrap().unwrap()),
+        "[\"b\", 5]"
+    );
+    let err = space.replace(&mp(&[V::S("d"), V::S("5")])).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "Tuple field 2 type does not match one required by operation: expected unsigned, got string"
+    );
+    let err = space.insert(&mp(&[V::S("e"), V::U(6)])).unwrap_err();
+    assert!(matches!(err, StorageError::TupleFound { .. }), "{err}");
+    assert_eq!(space.len(), 2);
+}
+
+/// One write of the primary-only model test: what, on which id, with how long a value.
+#[derive(Debug, Clone, Copy)]
+enum Write {
+    Insert(u64, usize),
+    Replace(u64, usize),
+    Delete(u64),
+    /// A replace whose key is a string: refused, whatever is stored.
+    ReplaceWithStringKey(u64),
+}
+
+fn write_op() -> impl proptest::strategy::Strategy<Value = Write> {
+    use proptest::prelude::*;
+    // Enough ids to split and merge leaves; values long enough to fill the quota.
+    let id = 0u64..300;
+    prop_oneof![
+        (id.clone(), 0usize..60).prop_map(|(id, len)| Write::Insert(id, len)),
+        (id.clone(), 0usize..60).prop_map(|(id, len)| Write::Replace(id, len)),
+        id.clone().prop_map(Write::Delete),
+        id.prop_map(Write::ReplaceWithStringKey),
+    ]
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+    /// The one-leaf write path of a space with only an unsigned TREE primary key agrees
+    /// with a sorted map: outcomes, contents in order, and the quota to the byte, with a
+    /// quota small enough to refuse some writes.
+    #[test]
+    fn primary_only_unsigned_space_agrees_with_a_map(
+        writes in proptest::collection::vec(write_op(), 1..600)
+    ) {
+        const LIMIT: u64 = 9_000;
+        let def = SpaceDef {
+            id: 902,
+            name: "kv".into(),
+            format: SpaceFormat::new(vec![FieldDef::new("id", FieldType::Unsigned)]),
+            indexes: vec![IndexDef::tree(0, "primary", true, [KeyPart::new(0, FieldType::Unsigned)])],
+        };
+        let quota = Rc::new(MemoryQuota::new(LIMIT));
+        let mut space = Space::new(def, quota.clone()).unwrap();
+        let mut model: std::collections::BTreeMap<u64, Vec<u8>> = Default::default();
+        // An `Rc<[u8]>` of the one-slot tuple, rounded to 8, and a 24-byte entry.
+        let footprint = |data: &[u8]| ((16 + 1 + 4 + data.len()).next_multiple_of(8) + 24) as u64;
+        let mut used = 0u64;
+        let value = |len: usize| V::S(&"abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefgh"[..len]);
+        for write in writes {
+            match write {
+                Write::Insert(id, len) | Write::Replace(id, len) => {
+                    let data = mp(&[V::U(id), value(len)]);
+                    let insert = matches!(write, Write::Insert(..));
+                    let old = model.get(&id).map(|old| footprint(old)).unwrap_or(0);
+                    let new = footprint(&data);
+                    let result = if insert { space.insert(&data) } else { space.replace(&data) };
+                    if insert && model.contains_key(&id) {
+                        let refused = matches!(result, Err(StorageError::TupleFound { .. }));
+                        proptest::prop_assert!(refused, "duplicate");
+                    } else if new > old && used + new - old > LIMIT {
+                        let refused = matches!(result, Err(StorageError::MemoryIssue { .. }));
+                        proptest::prop_assert!(refused, "quota");
+                    } else {
+                        let stored = result.unwrap();
+                        proptest::prop_assert_eq!(stored.data(), &data[..]);
+                        used = used + new - old;
+                        model.insert(id, data);
+                    }
+                }
+                Write::Delete(id) => {
+                    let deleted = space.delete(0, &mp(&[V::U(id)])).unwrap();
+                    let expected = model.remove(&id);
+                    proptest::prop_assert_eq!(deleted.as_ref().map(Tuple::data), expected.as_deref());
+                    used -= expected.map_or(0, |data| footprint(&data));
+                }
+                Write::ReplaceWithStringKey(id) => {
+                    let err = space.replace(&mp(&[V::S("1"), V::U(id)])).unwrap_err();
+                    let refused = matches!(err, StorageError::FieldType { .. });
+                    proptest::prop_assert!(refused, "{}", err);
+                }
+            }
+            let stored: Vec<Vec<u8>> = space
+                .select(0, IteratorType::All as u32, &mp(&[]))
+                .unwrap()
+                .map(|(_, tuple)| tuple.data().to_vec())
+                .collect();
+            let expected: Vec<Vec<u8>> = model.values().cloned().collect();
+            proptest::prop_assert_eq!(stored, expected);
+            proptest::prop_assert_eq!(space.len(), model.len());
+            proptest::prop_assert_eq!(quota.used_bytes(), used);
+        }
+    }
+}

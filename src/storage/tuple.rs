@@ -130,8 +130,11 @@ impl std::fmt::Debug for Tuple {
     }
 }
 
+/// Field-map slots whose offsets a tuple's validation keeps without allocating.
+const INLINE_OFFSETS: usize = 8;
+
 /// Offsets of a tuple's indexed fields, one per field-map slot.
-pub type FieldOffsets = SmallVec<[u32; 8]>;
+pub type FieldOffsets = SmallVec<[u32; INLINE_OFFSETS]>;
 
 /// One field of a space format.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -237,12 +240,24 @@ impl SpaceFormat {
     /// Validates `data` as `build_tuple` does, without building: returns the field map
     /// offsets, from which `build_checked` makes the tuple if it is wanted after all.
     pub fn check_tuple(&self, field_map: &FieldMap, data: &[u8]) -> Result<FieldOffsets> {
-        let mut offsets: FieldOffsets =
-            SmallVec::from_elem(ABSENT_OFFSET, field_map.slot_count as usize);
-        let mut cursor = data;
-        let field_count = match msgpack::read_value(&mut cursor)? {
-            Value::Array(count) => count,
-            _ => return Err(StorageError::TupleNotArray),
+        let slot_count = field_map.slot_count as usize;
+        // Built from a whole inline array, not filled by `from_elem`'s memset: the bytes
+        // memset stores in pieces are read back as one vector when the offsets move, and
+        // that load waited for them (a store-forwarding stall, a tenth of a replace).
+        let mut offsets: FieldOffsets = if slot_count <= INLINE_OFFSETS {
+            SmallVec::from_buf_and_len([ABSENT_OFFSET; INLINE_OFFSETS], slot_count)
+        } else {
+            SmallVec::from_elem(ABSENT_OFFSET, slot_count)
+        };
+        let (field_count, mut cursor) = match data.split_first() {
+            Some((&marker @ 0x90..=0x9f, rest)) => (u32::from(marker & 0x0f), rest),
+            _ => {
+                let mut cursor = data;
+                match msgpack::read_value(&mut cursor)? {
+                    Value::Array(count) => (count, cursor),
+                    _ => return Err(StorageError::TupleNotArray),
+                }
+            }
         };
         if self.exact_field_count != 0 && field_count != self.exact_field_count {
             return Err(StorageError::ExactFieldCount {

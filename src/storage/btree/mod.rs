@@ -677,9 +677,88 @@ impl<K: TreeKey, V> BTree<K, V> {
         }
     }
 
+    /// Starts loading the leaf where `probe` is or would be: its keys and its values, so
+    /// a write that looks it up a little later finds them in cache. The walk to the leaf
+    /// reads the internal nodes, which a large tree's upper levels keep in cache anyway.
+    #[inline]
+    pub fn prefetch_leaf(&self, probe: &K::Probe) {
+        let Some(mut node) = self.root.as_ref() else {
+            return;
+        };
+        loop {
+            match node {
+                Node::Internal(internal) => {
+                    node = internal.child(K::count_not_greater(internal.keys(), probe));
+                }
+                Node::Leaf(leaf) => {
+                    prefetch_slice(std::slice::from_ref(&**leaf));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The leaf where `probe` is or would be, its lines already loading, for a write that
+    /// has other work to do before it looks there: the walk down pays the upper levels'
+    /// loads now, and the leaf's cache miss overlaps that work. `None` on an empty tree.
+    #[inline]
+    pub fn leaf_for_write(&mut self, probe: &K::Probe) -> Option<LeafHandle<'_, K, V>> {
+        let BTree { root, len, .. } = self;
+        let mut node = root.as_mut()?;
+        loop {
+            match node {
+                Node::Internal(internal) => {
+                    let index = K::count_not_greater(internal.keys(), probe);
+                    node = internal.child_mut(index);
+                }
+                Node::Leaf(leaf) => {
+                    prefetch_slice(std::slice::from_ref(&**leaf));
+                    return Some(LeafHandle {
+                        leaf,
+                        tree_len: len,
+                    });
+                }
+            }
+        }
+    }
+
     /// Inserts or overwrites; returns the value previously stored under `key`. An
     /// overwrite keeps the stored key.
+    ///
+    /// One loop down to the leaf, which takes the entry in place unless it is full; only a
+    /// split walks the tree again, recursively, to carry separators up.
     pub fn insert(&mut self, key: K, value: V) -> Option<V> {
+        if let Some(root) = &mut self.root {
+            let mut node = root;
+            loop {
+                match node {
+                    Node::Internal(internal) => {
+                        let index = K::count_not_greater(internal.keys(), key.probe());
+                        node = internal.child_mut(index);
+                    }
+                    Node::Leaf(leaf) => {
+                        prefetch_slice(&leaf.values[..]);
+                        let position = K::count_less(leaf.keys(), key.probe());
+                        if position < leaf.len && leaf.keys[position] == key {
+                            let old = leaf.values[position].replace(value);
+                            return Some(old.expect(MISSING_VALUE));
+                        }
+                        if leaf.len < LEAF_CAPACITY {
+                            leaf.insert_at(position, key, value);
+                            self.len += 1;
+                            return None;
+                        }
+                        break;
+                    }
+                }
+            }
+        }
+        self.insert_splitting(key, value)
+    }
+
+    /// `insert` when the root is missing or the key's leaf is full.
+    #[inline(never)]
+    fn insert_splitting(&mut self, key: K, value: V) -> Option<V> {
         let Some(root) = &mut self.root else {
             let mut leaf = Leaf::empty();
             leaf.insert_at(0, key, value);
@@ -814,6 +893,65 @@ impl<K: TreeKey, V> BTree<K, V> {
 
     pub fn iter(&self) -> Range<'_, K, V> {
         self.range(Bound::Unbounded, Bound::Unbounded)
+    }
+}
+
+/// The leaf a key belongs in, held for one write (see [`BTree::leaf_for_write`]); the tree
+/// stays borrowed, so nothing else changes it in between.
+pub struct LeafHandle<'a, K, V> {
+    leaf: &'a mut Leaf<K, V>,
+    tree_len: &'a mut usize,
+}
+
+impl<'a, K: TreeKey, V> LeafHandle<'a, K, V> {
+    /// Searches the leaf for `probe`: where its entry is, or would go.
+    #[inline]
+    pub fn search(self, probe: &K::Probe) -> LeafPosition<'a, K, V> {
+        let position = K::count_less(self.leaf.keys(), probe);
+        let found = position < self.leaf.len && self.leaf.keys[position].probe() == probe;
+        LeafPosition {
+            handle: self,
+            position,
+            found,
+        }
+    }
+}
+
+/// A key's place in its leaf, found by [`LeafHandle::search`].
+pub struct LeafPosition<'a, K, V> {
+    handle: LeafHandle<'a, K, V>,
+    position: usize,
+    found: bool,
+}
+
+impl<K: TreeKey, V> LeafPosition<'_, K, V> {
+    /// The value stored under the searched key, if any.
+    #[inline]
+    pub fn value(&self) -> Option<&V> {
+        self.found.then(|| self.handle.leaf.value(self.position))
+    }
+
+    /// Stores `value` under `key`, the key searched for, and returns the value it
+    /// displaced, as [`BTree::insert`] does; or hands the entry back when the key is new
+    /// and the leaf full, for `BTree::insert` to split it.
+    #[inline]
+    pub fn put(self, key: K, value: V) -> Result<Option<V>, (K, V)> {
+        let LeafPosition {
+            handle: LeafHandle { leaf, tree_len },
+            position,
+            found,
+        } = self;
+        debug_assert_eq!(position, K::count_less(leaf.keys(), key.probe()));
+        if found {
+            let old = leaf.values[position].replace(value);
+            return Ok(Some(old.expect(MISSING_VALUE)));
+        }
+        if leaf.len == LEAF_CAPACITY {
+            return Err((key, value));
+        }
+        leaf.insert_at(position, key, value);
+        *tree_len += 1;
+        Ok(None)
     }
 }
 
