@@ -477,22 +477,7 @@ impl Space {
 
     /// Rebuilds the index at `position` from `tuples`; returns the bytes of its entries.
     fn build_index(&mut self, position: usize, tuples: &[Tuple]) -> Result<usize> {
-        let index = &self.indexes[position];
-        // Encoding straight into an entry's key would grow a long key's heap buffer step by
-        // step; the scratch grows once, and each key is allocated at its exact size.
-        let mut scratch = SearchKeyBuf::new();
-        let entries = tuples
-            .iter()
-            .map(|tuple| {
-                scratch.clear();
-                index.encode_tuple_key(tuple, &self.field_map, &self.format, &mut scratch)?;
-                Ok((KeyBuf::from_slice(&scratch), tuple.clone()))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let entry_bytes = entries.iter().map(|(key, _)| index.entry_bytes(key)).sum();
-        let name = self.name.clone();
-        self.indexes[position].bulk_build(entries, &name)?;
-        Ok(entry_bytes)
+        self.indexes[position].bulk_build(tuples, &self.field_map, &self.format, &self.name)
     }
 
     /// Bytes held by the tuples and by each index.
