@@ -399,8 +399,20 @@ impl Space {
     pub fn bulk_load<'a>(&mut self, tuples: impl IntoIterator<Item = &'a [u8]>) -> Result<()> {
         let built = tuples
             .into_iter()
-            .map(|data| self.format.build_tuple(&self.field_map, data))
+            .map(|data| self.build_tuple(data))
             .collect::<Result<Vec<Tuple>>>()?;
+        self.bulk_load_built(built)
+    }
+
+    /// A stored tuple of this space from `data` (a msgpack array), checked against the
+    /// format: the first half of [`Space::bulk_load`], for callers that hold the data only
+    /// a part at a time.
+    pub fn build_tuple(&self, data: &[u8]) -> Result<Tuple> {
+        self.format.build_tuple(&self.field_map, data)
+    }
+
+    /// The second half of [`Space::bulk_load`], over tuples [`Space::build_tuple`] made.
+    pub fn bulk_load_built(&mut self, built: Vec<Tuple>) -> Result<()> {
         self.truncate();
         let mut bytes: usize = built.iter().map(Tuple::allocated_bytes).sum();
         for position in 0..self.indexes.len() {
