@@ -373,10 +373,15 @@ impl Index {
         if let Some((a, b)) = sorted.first_duplicate {
             return Err(self.duplicate(space_name, &tuples[a], &tuples[b]));
         }
-        // The gather below reads each key and tuple reference at a random place; asking for
-        // them a few entries ahead overlaps those cache misses with the allocations.
+        // The gather below reads each key's bounds, its bytes and its tuple reference at
+        // random places; asking for them ahead (the bounds twice as far, since the bytes'
+        // address comes from them) overlaps those cache misses with the allocations.
         let shared_start = shared.as_ptr();
+        let bounds_start = bounds.as_ptr();
         let entries = sorted.order.iter().enumerate().map(|(rank, &position)| {
+            if let Some(&further) = sorted.order.get(rank + 2 * GATHER_PREFETCH_DISTANCE) {
+                prefetch_line(bounds_start.wrapping_add(further).cast());
+            }
             if let Some(&ahead) = sorted.order.get(rank + GATHER_PREFETCH_DISTANCE) {
                 prefetch_slice(key_of(ahead));
                 prefetch_line(shared_start.wrapping_add(ahead).cast());
