@@ -19,7 +19,6 @@
 //! Knows nothing of indexes or tuples: keys are bytes, and order is their byte order.
 
 use smallvec::SmallVec;
-use std::cmp::Ordering;
 
 /// A key during the sort: its abbreviation, then its position (for ties and the result).
 #[derive(Debug, Clone, Copy)]
@@ -27,6 +26,13 @@ struct Abbreviated {
     high: u64,
     low: u64,
     position: usize,
+}
+
+impl Abbreviated {
+    #[inline]
+    fn as_u128(&self) -> u128 {
+        (u128::from(self.high) << 64) | u128::from(self.low)
+    }
 }
 
 /// The outcome of [`sort_by_key`].
@@ -38,14 +44,13 @@ pub struct SortedKeys {
     pub first_duplicate: Option<(usize, usize)>,
 }
 
-/// Sorts `items` by the bytes `key` gives for each; see the module comment for how.
-pub fn sort_by_key<T>(items: &[T], key: impl Fn(&T) -> &[u8]) -> SortedKeys {
-    let positions = varying_positions(items.iter().map(&key));
-    let mut sorted: Vec<Abbreviated> = items
-        .iter()
-        .enumerate()
-        .map(|(position, item)| {
-            let (high, low) = abbreviation(key(item), &positions);
+/// Sorts the items `0..count` by the bytes `key` gives for each; see the module comment
+/// for how.
+pub fn sort_by_key<'k>(count: usize, key: impl Fn(usize) -> &'k [u8]) -> SortedKeys {
+    let positions = varying_positions((0..count).map(&key));
+    let mut sorted: Vec<Abbreviated> = (0..count)
+        .map(|position| {
+            let (high, low) = abbreviation(key(position), &positions);
             Abbreviated {
                 high,
                 low,
@@ -53,20 +58,32 @@ pub fn sort_by_key<T>(items: &[T], key: impl Fn(&T) -> &[u8]) -> SortedKeys {
             }
         })
         .collect();
-    let compare = |a: &Abbreviated, b: &Abbreviated| {
-        (a.high, a.low)
-            .cmp(&(b.high, b.low))
-            .then_with(|| key(&items[a.position]).cmp(key(&items[b.position])))
-    };
-    sorted.sort_unstable_by(compare);
-    // Adjacent keys with different abbreviations differ; only ties need the bytes.
-    let first_duplicate = sorted
-        .windows(2)
-        .find(|pair| compare(&pair[0], &pair[1]) == Ordering::Equal)
-        .map(|pair| (pair[0].position, pair[1].position));
+    // The abbreviations alone, as one 128-bit integer each, sort with branch-free
+    // comparisons; the rare runs of equal abbreviations are then ordered by their keys.
+    sorted.sort_unstable_by_key(Abbreviated::as_u128);
+    let mut first_duplicate = None;
+    let mut run_start = 0;
+    while run_start < sorted.len() {
+        let abbreviation = sorted[run_start].as_u128();
+        let run_len = sorted[run_start..]
+            .iter()
+            .take_while(|item| item.as_u128() == abbreviation)
+            .count();
+        let run = &mut sorted[run_start..run_start + run_len];
+        if run.len() > 1 {
+            run.sort_unstable_by(|a, b| key(a.position).cmp(key(b.position)));
+            if first_duplicate.is_none() {
+                first_duplicate = run
+                    .windows(2)
+                    .find(|pair| key(pair[0].position) == key(pair[1].position))
+                    .map(|pair| (pair[0].position, pair[1].position));
+            }
+        }
+        run_start += run_len;
+    }
     debug_assert!(sorted
         .windows(2)
-        .all(|pair| key(&items[pair[0].position]) <= key(&items[pair[1].position])));
+        .all(|pair| key(pair[0].position) <= key(pair[1].position)));
     SortedKeys {
         order: sorted.into_iter().map(|item| item.position).collect(),
         first_duplicate,
@@ -129,7 +146,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn sort(list: &[Vec<u8>]) -> SortedKeys {
-        sort_by_key(list, |key| key.as_slice())
+        sort_by_key(list.len(), |position| list[position].as_slice())
     }
 
     #[test]

@@ -10,8 +10,9 @@ use crate::storage::btree::{self, BTree, LookupCursor};
 use crate::storage::bulk;
 use crate::storage::error::{Result, StorageError};
 use crate::storage::field_type::FieldType;
-use crate::storage::key::{KeyBuf, KeyDef, KeyPart};
+use crate::storage::key::{KeyBuf, KeyDef, KeyPart, SearchKeyBuf};
 use crate::storage::msgpack::{self, Value};
+use crate::storage::prefetch::{prefetch_line, prefetch_slice};
 use crate::storage::range::{IteratorType, KeyRange};
 use crate::storage::tuple::{FieldMap, SpaceFormat, Tuple};
 use smallvec::{Array, SmallVec};
@@ -82,6 +83,9 @@ impl IndexKey<'_> {
         }
     }
 }
+
+/// How many entries ahead a bulk build's gather asks for the keys and tuples it will read.
+const GATHER_PREFETCH_DISTANCE: usize = 16;
 
 /// Keys longer than this leave the entry for the heap (`KeyBuf`'s inline capacity).
 const INLINE_KEY_BYTES: usize = 16;
@@ -353,43 +357,138 @@ impl Index {
         self.spilled_key_bytes = 0;
     }
 
-    /// Replaces the contents with `entries` (key and tuple), sorted once; the tree is then
-    /// filled from the sorted run. A unique index refuses two tuples with one key
-    /// (Tarantool's duplicate error) and keeps its contents.
-    pub fn bulk_build(&mut self, entries: Vec<Entry>, space_name: &str) -> Result<()> {
-        let sorted = bulk::sort_by_key(&entries, |(key, _)| key.as_slice());
-        if let Some((a, b)) = sorted.first_duplicate {
-            return Err(StorageError::TupleFound {
-                index: self.def.name.clone(),
-                space: space_name.into(),
-                old_tuple: crate::storage::text::msgpack_to_text(entries[a].1.data()).into(),
-                new_tuple: crate::storage::text::msgpack_to_text(entries[b].1.data()).into(),
-            });
+    /// Replaces the contents with one entry per tuple of `tuples`, keyed as
+    /// [`Index::encode_tuple_key`] keys it, sorted once and filled from the sorted run.
+    /// Returns the quota bytes of the entries. A key that does not encode, or two tuples
+    /// with one key in a unique index (Tarantool's duplicate error), fails the build and
+    /// leaves the contents as they were.
+    pub fn bulk_build(
+        &mut self,
+        tuples: &[Tuple],
+        field_map: &FieldMap,
+        format: &SpaceFormat,
+        space_name: &str,
+    ) -> Result<usize> {
+        match self.data {
+            IndexData::TreeUnsigned(_) | IndexData::HashUnsigned(_) => {
+                self.bulk_build_unsigned(tuples, field_map, format, space_name)
+            }
+            IndexData::Tree(_) | IndexData::Hash(_) => {
+                self.bulk_build_bytes(tuples, field_map, format, space_name)
+            }
         }
-        self.spilled_key_bytes = entries.iter().map(|(key, _)| spilled_len(key)).sum();
-        // Each entry moves once, to its sorted place; the loads are independent of each
-        // other, so the CPU overlaps their cache misses.
-        let mut slots: Vec<Option<Entry>> = entries.into_iter().map(Some).collect();
-        let sorted_entries = sorted.order.iter().map(|&position| {
-            slots[position]
-                .take()
-                .expect("the sort yields each position once")
-        });
-        // Sorted and distinct: the unsigned tree fills its leaves straight from the run;
-        // std's map makes one linear pass over it.
-        self.data = match &self.data {
-            IndexData::Tree(_) => IndexData::Tree(sorted_entries.collect()),
-            IndexData::TreeUnsigned(_) => IndexData::TreeUnsigned(BTree::from_sorted(
-                sorted_entries.map(|(key, tuple)| (expect_unsigned(&key), tuple)),
-            )),
-            IndexData::Hash(_) => IndexData::Hash(sorted_entries.collect()),
-            IndexData::HashUnsigned(_) => IndexData::HashUnsigned(
-                sorted_entries
-                    .map(|(key, tuple)| (expect_unsigned(&key), tuple))
-                    .collect(),
-            ),
+    }
+
+    /// [`Index::bulk_build`] for keys of one unsigned part: the entries are sorted as
+    /// `(u64, tuple)` pairs, and not at all when they come in order, as a primary index's
+    /// do from a snapshot (written in primary key order).
+    fn bulk_build_unsigned(
+        &mut self,
+        tuples: &[Tuple],
+        field_map: &FieldMap,
+        format: &SpaceFormat,
+        space_name: &str,
+    ) -> Result<usize> {
+        let mut scratch = SearchKeyBuf::new();
+        let mut entries: Vec<UnsignedEntry> = Vec::with_capacity(tuples.len());
+        let mut ascending = true;
+        for tuple in tuples {
+            scratch.clear();
+            self.encode_tuple_key(tuple, field_map, format, &mut scratch)?;
+            let key = expect_unsigned(&scratch);
+            ascending &= entries.last().is_none_or(|(last, _)| *last < key);
+            entries.push((key, tuple.clone()));
+        }
+        if !ascending {
+            entries.sort_unstable_by_key(|(key, _)| *key);
+            if let Some(pair) = entries.windows(2).find(|pair| pair[0].0 == pair[1].0) {
+                return Err(self.duplicate(space_name, &pair[0].1, &pair[1].1));
+            }
+        }
+        debug_assert!(entries.windows(2).all(|pair| pair[0].0 < pair[1].0));
+        let entry_bytes = entries.len() * std::mem::size_of::<UnsignedEntry>();
+        self.spilled_key_bytes = 0;
+        self.data = match self.data {
+            IndexData::TreeUnsigned(_) => IndexData::TreeUnsigned(BTree::from_sorted(entries)),
+            _ => {
+                let mut map = HashMap::with_capacity_and_hasher(entries.len(), Default::default());
+                map.extend(entries);
+                IndexData::HashUnsigned(map)
+            }
         };
-        Ok(())
+        Ok(entry_bytes)
+    }
+
+    /// [`Index::bulk_build`] for keys kept as bytes. The keys are encoded into one buffer
+    /// and sorted there; only then is each entry's key allocated, in key order, so that
+    /// neighbours in the index are neighbours in memory: the map's build compares each
+    /// key with the next, and range selects walk them the same way.
+    fn bulk_build_bytes(
+        &mut self,
+        tuples: &[Tuple],
+        field_map: &FieldMap,
+        format: &SpaceFormat,
+        space_name: &str,
+    ) -> Result<usize> {
+        let mut scratch = SearchKeyBuf::new();
+        let mut keys: Vec<u8> = Vec::with_capacity(tuples.len() * INLINE_KEY_BYTES);
+        // Key `i` is `keys[bounds[i]..bounds[i + 1]]`.
+        let mut bounds: Vec<usize> = Vec::with_capacity(tuples.len() + 1);
+        bounds.push(0);
+        // The entries' references to the tuples, taken while the tuples are read in order:
+        // taken in key order, each would be a cache miss on a tuple's reference count.
+        let mut shared: Vec<Option<Tuple>> = Vec::with_capacity(tuples.len());
+        let mut spilled_key_bytes = 0;
+        for tuple in tuples {
+            scratch.clear();
+            self.encode_tuple_key(tuple, field_map, format, &mut scratch)?;
+            keys.extend_from_slice(&scratch);
+            bounds.push(keys.len());
+            spilled_key_bytes += spilled_len(&scratch);
+            shared.push(Some(tuple.clone()));
+        }
+        let key_of = |position: usize| &keys[bounds[position]..bounds[position + 1]];
+        let sorted = bulk::sort_by_key(tuples.len(), key_of);
+        if let Some((a, b)) = sorted.first_duplicate {
+            return Err(self.duplicate(space_name, &tuples[a], &tuples[b]));
+        }
+        // The gather below reads each key's bounds, its bytes and its tuple reference at
+        // random places; asking for them ahead (the bounds twice as far, since the bytes'
+        // address comes from them) overlaps those cache misses with the allocations.
+        let shared_start = shared.as_ptr();
+        let bounds_start = bounds.as_ptr();
+        let entries = sorted.order.iter().enumerate().map(|(rank, &position)| {
+            if let Some(&further) = sorted.order.get(rank + 2 * GATHER_PREFETCH_DISTANCE) {
+                prefetch_line(bounds_start.wrapping_add(further).cast());
+            }
+            if let Some(&ahead) = sorted.order.get(rank + GATHER_PREFETCH_DISTANCE) {
+                prefetch_slice(key_of(ahead));
+                prefetch_line(shared_start.wrapping_add(ahead).cast());
+            }
+            let tuple = shared[position].take();
+            debug_assert!(tuple.is_some(), "the sort yields each position once");
+            let tuple = tuple.unwrap_or_else(|| tuples[position].clone());
+            (KeyBuf::from_slice(key_of(position)), tuple)
+        });
+        self.data = match self.data {
+            IndexData::Tree(_) => IndexData::Tree(entries.collect()),
+            _ => {
+                let mut map = HashMap::with_capacity_and_hasher(tuples.len(), Default::default());
+                map.extend(entries);
+                IndexData::Hash(map)
+            }
+        };
+        self.spilled_key_bytes = spilled_key_bytes;
+        Ok(tuples.len() * std::mem::size_of::<Entry>() + spilled_key_bytes)
+    }
+
+    fn duplicate(&self, space_name: &str, old: &Tuple, new: &Tuple) -> StorageError {
+        StorageError::TupleFound {
+            index: self.def.name.clone(),
+            space: space_name.into(),
+            old_tuple: crate::storage::text::msgpack_to_text(old.data()).into(),
+            new_tuple: crate::storage::text::msgpack_to_text(new.data()).into(),
+        }
     }
 
     /// Approximate bytes held by the index itself (entries and spilled keys; tuples are

@@ -377,18 +377,25 @@ fn decode_decimal(payload: &[u8]) -> Option<(bool, u128, i32)> {
 
 fn encode_bytes<A: Array<Item = u8>>(bytes: &[u8], collation: Collation, out: &mut SmallVec<A>) {
     let folded;
-    let bytes = match (collation, std::str::from_utf8(bytes)) {
-        (Collation::UnicodeCi, Ok(text)) => {
-            folded = text.to_lowercase();
-            folded.as_bytes()
-        }
+    let bytes = match collation {
+        Collation::UnicodeCi => match std::str::from_utf8(bytes) {
+            Ok(text) => {
+                folded = text.to_lowercase();
+                folded.as_bytes()
+            }
+            Err(_) => bytes,
+        },
         _ => bytes,
     };
-    for &byte in bytes {
-        out.push(byte);
-        if byte == 0 {
-            out.push(0xff);
-        }
+    // Runs without a zero byte are copied whole: keys are built for every write and
+    // every bulk-loaded tuple, and most strings hold no zero at all.
+    let mut runs = bytes.split(|&byte| byte == 0);
+    if let Some(first) = runs.next() {
+        out.extend_from_slice(first);
+    }
+    for run in runs {
+        out.extend_from_slice(&[0, 0xff]);
+        out.extend_from_slice(run);
     }
     out.extend_from_slice(&[0, 0]);
 }

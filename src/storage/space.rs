@@ -457,8 +457,20 @@ impl Space {
     pub fn bulk_load<'a>(&mut self, tuples: impl IntoIterator<Item = &'a [u8]>) -> Result<()> {
         let built = tuples
             .into_iter()
-            .map(|data| self.format.build_tuple(&self.field_map, data))
+            .map(|data| self.build_tuple(data))
             .collect::<Result<Vec<Tuple>>>()?;
+        self.bulk_load_built(built)
+    }
+
+    /// A stored tuple of this space from `data` (a msgpack array), checked against the
+    /// format: the first half of [`Space::bulk_load`], for callers that hold the data only
+    /// a part at a time.
+    pub fn build_tuple(&self, data: &[u8]) -> Result<Tuple> {
+        self.format.build_tuple(&self.field_map, data)
+    }
+
+    /// The second half of [`Space::bulk_load`], over tuples [`Space::build_tuple`] made.
+    pub fn bulk_load_built(&mut self, built: Vec<Tuple>) -> Result<()> {
         self.truncate();
         let mut bytes: usize = built.iter().map(Tuple::allocated_bytes).sum();
         for position in 0..self.indexes.len() {
@@ -535,22 +547,7 @@ impl Space {
 
     /// Rebuilds the index at `position` from `tuples`; returns the bytes of its entries.
     fn build_index(&mut self, position: usize, tuples: &[Tuple]) -> Result<usize> {
-        let index = &self.indexes[position];
-        // Encoding straight into an entry's key would grow a long key's heap buffer step by
-        // step; the scratch grows once, and each key is allocated at its exact size.
-        let mut scratch = SearchKeyBuf::new();
-        let entries = tuples
-            .iter()
-            .map(|tuple| {
-                scratch.clear();
-                index.encode_tuple_key(tuple, &self.field_map, &self.format, &mut scratch)?;
-                Ok((KeyBuf::from_slice(&scratch), tuple.clone()))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let entry_bytes = entries.iter().map(|(key, _)| index.entry_bytes(key)).sum();
-        let name = self.name.clone();
-        self.indexes[position].bulk_build(entries, &name)?;
-        Ok(entry_bytes)
+        self.indexes[position].bulk_build(tuples, &self.field_map, &self.format, &self.name)
     }
 
     /// Bytes held by the tuples and by each index.

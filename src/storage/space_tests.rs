@@ -708,3 +708,122 @@ proptest::proptest! {
         }
     }
 }
+
+/// Every kind of bulk build: unsigned TREE and HASH keys, byte keys inline and spilled,
+/// unique and not, strings with zero bytes (escaped in keys). Only a repeated `id` is a
+/// duplicate.
+fn bulk_space() -> Space {
+    let def = SpaceDef {
+        id: 530,
+        name: "bulk".into(),
+        format: SpaceFormat::new(vec![
+            FieldDef::new("id", FieldType::Unsigned),
+            FieldDef::new("a", FieldType::Unsigned),
+            FieldDef::new("name", FieldType::String),
+        ]),
+        indexes: vec![
+            IndexDef::tree(
+                0,
+                "primary",
+                true,
+                vec![KeyPart::new(0, FieldType::Unsigned)],
+            ),
+            IndexDef::tree(
+                1,
+                "a_name",
+                false,
+                vec![
+                    KeyPart::new(1, FieldType::Unsigned),
+                    KeyPart::new(2, FieldType::String),
+                ],
+            ),
+            IndexDef::tree(2, "a", false, vec![KeyPart::new(1, FieldType::Unsigned)]),
+            IndexDef {
+                kind: IndexKind::Hash,
+                ..IndexDef::tree(
+                    3,
+                    "id_hash",
+                    true,
+                    vec![KeyPart::new(0, FieldType::Unsigned)],
+                )
+            },
+            IndexDef {
+                kind: IndexKind::Hash,
+                ..IndexDef::tree(
+                    4,
+                    "id_name_hash",
+                    true,
+                    vec![
+                        KeyPart::new(0, FieldType::Unsigned),
+                        KeyPart::new(2, FieldType::String),
+                    ],
+                )
+            },
+        ],
+    };
+    Space::new(def, Rc::new(MemoryQuota::unlimited())).unwrap()
+}
+
+/// Each index's entries as (key bytes, tuple text); HASH indexes sorted, as their order
+/// is the hasher's.
+fn index_contents(space: &Space) -> Vec<Vec<(Vec<u8>, String)>> {
+    space
+        .indexes()
+        .iter()
+        .map(|index| {
+            let mut entries: Vec<(Vec<u8>, String)> = index
+                .entries()
+                .map(|(key, tuple)| (key.as_bytes().to_vec(), text(tuple)))
+                .collect();
+            if index.def.kind == IndexKind::Hash {
+                entries.sort();
+            }
+            entries
+        })
+        .collect()
+}
+
+proptest::proptest! {
+    #[test]
+    fn bulk_load_builds_what_inserting_one_by_one_builds(
+        rows in proptest::collection::vec(
+            (
+                0u64..40,
+                0u64..3,
+                proptest::collection::vec(proptest::sample::select(vec![0u8, b'a', b'b']), 0..20),
+            ),
+            0..60,
+        ),
+    ) {
+        let rows: Vec<Vec<u8>> = rows
+            .into_iter()
+            .map(|(id, a, name)| {
+                let mut out = Vec::new();
+                msgpack::write_array_len(&mut out, 3);
+                msgpack::write_uint(&mut out, id);
+                msgpack::write_uint(&mut out, a);
+                msgpack::write_str(&mut out, &name);
+                out
+            })
+            .collect();
+        let mut one_by_one = bulk_space();
+        let inserted: Result<Vec<Tuple>> = rows.iter().map(|row| one_by_one.insert(row)).collect();
+        let mut bulk = bulk_space();
+        let loaded = bulk.bulk_load(rows.iter().map(Vec::as_slice));
+        match inserted {
+            Ok(_) => {
+                proptest::prop_assert!(loaded.is_ok(), "{:?}", loaded);
+                proptest::prop_assert_eq!(index_contents(&bulk), index_contents(&one_by_one));
+                proptest::prop_assert_eq!(bulk.memory(), one_by_one.memory());
+            }
+            Err(error) => {
+                let duplicate = matches!(error, StorageError::TupleFound { .. });
+                proptest::prop_assert!(duplicate, "{}", error);
+                let refused = matches!(loaded, Err(StorageError::TupleFound { .. }));
+                proptest::prop_assert!(refused, "{:?}", loaded);
+                proptest::prop_assert!(bulk.is_empty());
+                proptest::prop_assert_eq!(bulk.memory().tuple_bytes, 0);
+            }
+        }
+    }
+}

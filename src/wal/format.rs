@@ -537,6 +537,24 @@ fn decompress_bounded(compressed: &[u8]) -> Result<Vec<u8>, DecodeError> {
     let invalid = |error: std::io::Error| {
         DecodeError::invalid(format!("block payload does not decompress: {error}"))
     };
+    // A block written by `zstd::bulk::compress` records its payload's size in its frame:
+    // one call then decompresses straight into a buffer of that size, where a stream
+    // would go through its window and a growing buffer.
+    if let Ok(Some(size_bytes)) = zstd::zstd_safe::get_frame_content_size(compressed) {
+        if size_bytes > BLOCK_PAYLOAD_BYTES_LIMIT as u64 {
+            return Err(DecodeError::invalid(
+                "block payload is larger than the limit",
+            ));
+        }
+        let payload = zstd::bulk::decompress(compressed, size_bytes as usize).map_err(invalid)?;
+        if payload.len() as u64 != size_bytes {
+            return Err(DecodeError::invalid(format!(
+                "block payload is {} bytes, its frame says {size_bytes}",
+                payload.len()
+            )));
+        }
+        return Ok(payload);
+    }
     let decoder = zstd::stream::read::Decoder::new(compressed).map_err(invalid)?;
     let mut payload = Vec::new();
     decoder

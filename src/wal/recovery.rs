@@ -23,25 +23,27 @@ use crate::wal::snapshot::{SnapshotBlock, SnapshotReader};
 /// Where recovered data goes. Errors are strings because the layer that reports them (this
 /// one) only needs their text; the target's own error types stay its own.
 pub trait RecoveryTarget {
-    /// Replaces the contents of a space with `tuples` (its snapshot tuples, all at once).
-    fn load_space(
-        &mut self,
-        space_id: u32,
-        tuples: &mut dyn Iterator<Item = &[u8]>,
-    ) -> Result<(), String>;
+    /// Replaces the contents of a space with its snapshot tuples, which `blocks` hands out
+    /// a block at a time; the target takes every block.
+    fn load_space(&mut self, space_id: u32, blocks: &mut SpaceBlocks<'_>) -> Result<(), String>;
     fn replace(&mut self, space_id: u32, tuple: &[u8]) -> Result<(), String>;
     /// Deletes by primary key; a key that is not there is not an error (replay is idempotent).
     fn delete(&mut self, space_id: u32, key: &[u8]) -> Result<(), String>;
 }
 
 impl RecoveryTarget for Engine {
-    fn load_space(
-        &mut self,
-        space_id: u32,
-        tuples: &mut dyn Iterator<Item = &[u8]>,
-    ) -> Result<(), String> {
+    fn load_space(&mut self, space_id: u32, blocks: &mut SpaceBlocks<'_>) -> Result<(), String> {
         let space = self.space_mut(space_id).map_err(|e| e.to_string())?;
-        space.bulk_load(tuples).map_err(|e| e.to_string())
+        // Each block is turned into stored tuples and dropped before the next is read, so
+        // the snapshot is never whole in memory and its blocks' pages are reused.
+        let mut tuples = Vec::new();
+        while let Some(block) = blocks.next_block() {
+            tuples.reserve(block.tuple_count());
+            for data in block.tuples() {
+                tuples.push(space.build_tuple(data).map_err(|e| e.to_string())?);
+            }
+        }
+        space.bulk_load_built(tuples).map_err(|e| e.to_string())
     }
 
     fn replace(&mut self, space_id: u32, tuple: &[u8]) -> Result<(), String> {
@@ -52,6 +54,47 @@ impl RecoveryTarget for Engine {
     fn delete(&mut self, space_id: u32, key: &[u8]) -> Result<(), String> {
         let space = self.space_mut(space_id).map_err(|e| e.to_string())?;
         space.delete(0, key).map(drop).map_err(|e| e.to_string())
+    }
+}
+
+/// One space's blocks of a snapshot, read as they are asked for. A read error ends the
+/// blocks and is kept for recovery to report; the first block of the next space is kept
+/// for its own load.
+pub struct SpaceBlocks<'r> {
+    reader: &'r mut SnapshotReader,
+    progress: &'r mut Progress,
+    space_id: u32,
+    first: Option<SnapshotBlock>,
+    current: Option<SnapshotBlock>,
+    next_space_first: Option<SnapshotBlock>,
+    error: Option<WalError>,
+    tuples_read: u64,
+}
+
+impl SpaceBlocks<'_> {
+    /// The next block of the space; the previous one is dropped first.
+    pub fn next_block(&mut self) -> Option<&SnapshotBlock> {
+        self.current = None;
+        let block = match self.first.take() {
+            Some(block) => block,
+            None if self.error.is_some() || self.next_space_first.is_some() => return None,
+            None => match self.reader.next_block() {
+                Ok(Some(block)) if block.space_id == self.space_id => block,
+                Ok(Some(block)) => {
+                    self.next_space_first = Some(block);
+                    return None;
+                }
+                Ok(None) => return None,
+                Err(error) => {
+                    self.error = Some(error);
+                    return None;
+                }
+            },
+        };
+        self.tuples_read += block.tuple_count() as u64;
+        self.progress.tick("snapshot", block.tuple_count() as u64);
+        self.current = Some(block);
+        self.current.as_ref()
     }
 }
 
@@ -149,42 +192,40 @@ fn load_snapshot(
     let mut reader = SnapshotReader::open(path)?;
     check_header(config, path, &reader.header, lsn)?;
     tracing::info!(shard = config.shard_id, snapshot = %path.display(), "loading snapshot");
-    // One space's blocks are held until the space ends, then bulk-loaded in one go.
-    let mut blocks: Vec<SnapshotBlock> = Vec::new();
-    while let Some(block) = reader.next_block()? {
-        if blocks
-            .first()
-            .is_some_and(|first| first.space_id != block.space_id)
-        {
-            load_blocks(path, lsn, &mut blocks, target, recovered)?;
+    let mut next_space_first = reader.next_block()?;
+    while let Some(first) = next_space_first.take() {
+        let space_id = first.space_id;
+        let mut blocks = SpaceBlocks {
+            reader: &mut reader,
+            progress: &mut *progress,
+            space_id,
+            first: Some(first),
+            current: None,
+            next_space_first: None,
+            error: None,
+            tuples_read: 0,
+        };
+        let loaded = target.load_space(space_id, &mut blocks);
+        if loaded.is_ok() {
+            debug_assert!(
+                blocks.next_block().is_none(),
+                "the target takes every block"
+            );
+            while blocks.next_block().is_some() {}
         }
-        progress.tick("snapshot", block.tuple_count() as u64);
-        blocks.push(block);
+        if let Some(error) = blocks.error.take() {
+            return Err(error);
+        }
+        loaded.map_err(|reason| WalError::Replay {
+            file: path.to_path_buf(),
+            lsn,
+            reason: format!("space {space_id}: {reason}"),
+        })?;
+        recovered.tuples_loaded += blocks.tuples_read;
+        next_space_first = blocks.next_space_first.take();
     }
-    load_blocks(path, lsn, &mut blocks, target, recovered)?;
     recovered.snapshot_lsn = lsn;
     recovered.lsn_last = lsn;
-    Ok(())
-}
-
-fn load_blocks(
-    path: &Path,
-    lsn: u64,
-    blocks: &mut Vec<SnapshotBlock>,
-    target: &mut impl RecoveryTarget,
-    recovered: &mut Recovered,
-) -> Result<()> {
-    let Some(space_id) = blocks.first().map(|block| block.space_id) else {
-        return Ok(());
-    };
-    let loaded = target.load_space(space_id, &mut blocks.iter().flat_map(SnapshotBlock::tuples));
-    loaded.map_err(|reason| WalError::Replay {
-        file: path.to_path_buf(),
-        lsn,
-        reason: format!("space {space_id}: {reason}"),
-    })?;
-    recovered.tuples_loaded += blocks.iter().map(|b| b.tuple_count() as u64).sum::<u64>();
-    blocks.clear();
     Ok(())
 }
 
@@ -378,7 +419,7 @@ fn cut_torn_tail(
 }
 
 /// Logs recovery progress at least every 10 s or every million rows, and a final line.
-struct Progress {
+pub struct Progress {
     shard_id: u32,
     started: Instant,
     logged: Instant,

@@ -12,7 +12,7 @@ use proptest::prelude::*;
 use crate::wal::dir::{snapshot_file_name, wal_file_name};
 use crate::wal::format::*;
 use crate::wal::reader::{ReadMode, WalFile};
-use crate::wal::recovery::{collect_garbage, recover, RecoveryConfig, RecoveryTarget};
+use crate::wal::recovery::{collect_garbage, recover, RecoveryConfig, RecoveryTarget, SpaceBlocks};
 use crate::wal::snapshot::{
     read_snapshot_all, write_snapshot, write_snapshot_blocking, SnapshotMeta,
 };
@@ -35,14 +35,12 @@ fn key(key: u8) -> Vec<u8> {
 struct Model(BTreeMap<(u32, u8), Vec<u8>>);
 
 impl RecoveryTarget for Model {
-    fn load_space(
-        &mut self,
-        space_id: u32,
-        tuples: &mut dyn Iterator<Item = &[u8]>,
-    ) -> Result<(), String> {
+    fn load_space(&mut self, space_id: u32, blocks: &mut SpaceBlocks<'_>) -> Result<(), String> {
         self.0.retain(|(space, _), _| *space != space_id);
-        for tuple in tuples {
-            self.replace(space_id, tuple)?;
+        while let Some(block) = blocks.next_block() {
+            for tuple in block.tuples() {
+                self.replace(space_id, tuple)?;
+            }
         }
         Ok(())
     }
@@ -477,6 +475,46 @@ fn a_damaged_snapshot_is_corrupt() {
         read_snapshot_all(&written.path),
         Err(WalError::Corrupt { .. })
     ));
+}
+
+#[test]
+fn recovery_loads_every_block_of_every_space_and_stops_on_a_damaged_block() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let meta = SnapshotMeta {
+        shard_id: 0,
+        lsn: 5,
+        schema_fingerprint: FINGERPRINT,
+    };
+    // Space 512 spans several blocks; its tuples are [i, [i; 100_000 bytes]] pairs keyed i.
+    let big = |i: u8| {
+        let mut tuple = vec![0x92, i, 0xc6];
+        tuple.extend_from_slice(&100_000u32.to_be_bytes());
+        tuple.extend(std::iter::repeat_n(i, 100_000));
+        tuple
+    };
+    let mut tuples: Vec<(u32, Vec<u8>)> = (0..40u8).map(|i| (512, big(i))).collect();
+    tuples.extend((0..10u8).map(|k| (513, tuple(k, k))));
+    let written = write_snapshot_blocking(dir.path(), &meta, tuples.iter().map(|(s, t)| (*s, t)))
+        .expect("write");
+    write_file(dir.path(), wal_file_name(6), &wal_header(6));
+    let mut model = Model::default();
+    let recovered = recover(&config(dir.path()), &mut model).expect("recovers");
+    assert_eq!(recovered.tuples_loaded, 50);
+    let expected: BTreeMap<(u32, u8), Vec<u8>> = tuples
+        .iter()
+        .map(|(space, tuple)| ((*space, tuple[1]), tuple.clone()))
+        .collect();
+    assert_eq!(model.0, expected);
+
+    let mut bytes = std::fs::read(&written.path).expect("read");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 1;
+    std::fs::write(&written.path, &bytes).expect("write");
+    let error = recover(&config(dir.path()), &mut Model::default()).unwrap_err();
+    match error {
+        WalError::Corrupt { file, .. } => assert_eq!(file, written.path),
+        other => panic!("expected a corrupt snapshot, got {other}"),
+    }
 }
 
 #[test]
