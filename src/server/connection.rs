@@ -42,7 +42,7 @@ impl Connection {
                 find_packets(&mut read_buf, filled, max_packet_bytes, &mut packets);
             // Each packet's lookup is fetched a few packets before it runs, so the cache
             // misses of a pipelined run overlap (see `LookupPipeline`).
-            let mut pipeline = LookupPipeline::default();
+            let mut pipeline = self.session.lookup_pipeline();
             for ahead in 0..LookupPipeline::LEAD {
                 let packet = packets.get(ahead).map(|range| &read_buf[range.clone()]);
                 self.session.prefetch_ahead(&mut pipeline, packet);

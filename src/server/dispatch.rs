@@ -593,9 +593,17 @@ impl Session {
         (owner == self.core.id()).then_some(target)
     }
 
+    /// A pipeline for one run of this session's requests (see [`LookupPipeline`]).
+    pub fn lookup_pipeline(&self) -> LookupPipeline {
+        LookupPipeline::for_shard(&self.core.shard.borrow())
+    }
+
     /// Issues the prefetches due when the request `LookupPipeline::LEAD` places after the
     /// next one to run is `packet` (or when there is none).
     pub fn prefetch_ahead(&self, pipeline: &mut LookupPipeline, packet: Option<&[u8]>) {
+        if !pipeline.is_enabled() {
+            return;
+        }
         let target = packet.and_then(|packet| self.local_point_target(packet));
         pipeline.push(&self.core.shard.borrow(), target);
     }

@@ -29,8 +29,8 @@ pub fn grow_in_large_steps() {
 /// `glibc.malloc.hugetlb` tunable is set when the process starts; so this executes the
 /// program again, once, with the tunable set. It returns (and changes nothing) when the
 /// kernel's mode is `always` or `never`, when `GLIBC_TUNABLES` is already set (the
-/// operator's choice, and how the second start knows it is the second), or when the
-/// restart fails.
+/// operator's choice, and how the second start knows it is the second), under valgrind,
+/// or when the restart fails.
 pub fn restart_with_huge_pages() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
@@ -47,6 +47,13 @@ pub fn restart_with_huge_pages() {
         let Some(program) = args.next() else {
             return;
         };
+        // Under valgrind (whose preloads are in LD_PRELOAD) a restart would run the program
+        // outside it: stay as we are.
+        let under_valgrind = std::env::var_os("LD_PRELOAD")
+            .is_some_and(|preload| preload.to_string_lossy().contains("vgpreload"));
+        if under_valgrind {
+            return;
+        }
         let error = std::process::Command::new("/proc/self/exe")
             .arg0(program)
             .args(args)

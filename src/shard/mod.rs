@@ -176,10 +176,13 @@ impl Shard {
             return;
         };
         match self.engine.find_space(target.space_id) {
-            Some(space) if !cursor.is_done() => {
-                space.prefetch_step(target.index_id, target.key, cursor)
+            Some(space) => {
+                space.prefetch_step(target.index_id, target.key, cursor);
+                if cursor.is_done() {
+                    target.cursor = None;
+                }
             }
-            _ => target.cursor = None,
+            None => target.cursor = None,
         }
     }
 

@@ -56,15 +56,40 @@ const _: () = assert!(RING_SLOTS.is_power_of_two() && RING_SLOTS > LEAF_AHEAD);
 pub struct LookupPipeline {
     targets: [Option<PointTarget>; RING_SLOTS],
     pushed: usize,
+    /// Off for a shard whose data fits in the cache, where fetching ahead would only cost
+    /// instructions; then `push` does nothing.
+    enabled: bool,
 }
+
+/// Below this many bytes of tuples a shard's data stays in the last-level cache (32 MiB
+/// on these machines, shared), lookups hit it anyway, and fetching ahead is not worth its
+/// instructions (about 700 per request).
+const FETCH_AHEAD_FROM_BYTES: u64 = 32 << 20;
 
 impl LookupPipeline {
     pub const LEAD: usize = LEAF_AHEAD;
+
+    /// A pipeline for one run of requests on `shard`.
+    pub fn for_shard(shard: &Shard) -> LookupPipeline {
+        LookupPipeline {
+            enabled: shard.engine.quota().used_bytes() >= FETCH_AHEAD_FROM_BYTES,
+            ..LookupPipeline::default()
+        }
+    }
+
+    /// Whether pushes do anything: callers skip working out targets when not.
+    #[inline]
+    pub fn is_enabled(&self) -> bool {
+        self.enabled
+    }
 
     /// Starts the lookup of the request `LEAD` ahead and takes every earlier one that has
     /// not run yet one load further.
     #[inline]
     pub fn push(&mut self, shard: &Shard, target: Option<PointTarget>) {
+        if !self.enabled {
+            return;
+        }
         let position = self.pushed;
         self.pushed += 1;
         let first_waiting = position.saturating_sub(LEAF_AHEAD);
@@ -120,7 +145,10 @@ mod tests {
     fn run(shard: &Shard, requests: u64, key_of: impl Fn(u64) -> u64) {
         let lead = LookupPipeline::LEAD as u64;
         let target = |at: u64| (at < requests).then(|| PointTarget::new(KV, 0, key_of(at)));
-        let mut pipeline = LookupPipeline::default();
+        let mut pipeline = LookupPipeline {
+            enabled: true,
+            ..LookupPipeline::default()
+        };
         for ahead in 0..lead {
             pipeline.push(shard, target(ahead));
         }

@@ -456,7 +456,7 @@ impl Load {
                     RoundPacket::Restore(index) => restores.map_or(&[][..], |r| r.get(index)),
                 })
             };
-            let mut pipeline = LookupPipeline::default();
+            let mut pipeline = self.session.lookup_pipeline();
             for ahead in 0..LookupPipeline::LEAD {
                 self.session.prefetch_ahead(&mut pipeline, packet(ahead));
             }
