@@ -45,12 +45,16 @@ pub fn plan_point<'a>(
         3 => mp::take(&mut cursor)?,
         _ => mp::NIL,
     };
-    if count > positional && !matches!(mp::take(&mut cursor)?, [0xc0 | 0x80 | 0x90]) {
+    // Options, when given, are nil or an empty table: one byte, a whole value.
+    if count > positional && !matches!(cursor.first(), Some(0xc0 | 0x80 | 0x90)) {
         return None;
     }
+    // From the back: the spaces crud calls name are users', whose ids (from 512) sort
+    // after the system spaces'. Names are unique in an engine.
     let space = engine
         .spaces()
         .iter()
+        .rev()
         .find(|space| space.name.as_bytes() == name)?;
     let tuple = |tuple: &'a [u8]| {
         if !is_array(tuple) {
