@@ -41,9 +41,12 @@
 //!    [`finish_count`], [`finish_len`], [`finish_truncate`] return the CALL's values; the
 //!    connection wraps them with [`encode_reply`].
 //!
-//! Cost sketch: a point op borrows its arguments from the CALL packet and writes its reply
+//! Cost sketch: the common point calls (connector-shaped arguments, no options) are
+//! decoded in one pass ([`fast_call`]) and planned in one pass ([`fast_plan`]), each
+//! falling back to the general path on anything else. A point op borrows its arguments
+//! from the CALL packet and writes its reply
 //! from the stored tuple, its metadata copied from a per-space encoding
-//! ([`result::MetadataCache`]); beyond the reply it allocates what storage does (the new
+//! ([`result::MetadataCache`], found by `Space::instance`); beyond the reply it allocates what storage does (the new
 //! tuple): a tuple whose nil `bucket_id` it fills in is rebuilt in a per-thread buffer
 //! ([`write::Scratch`]) (`crud.get` and `crud.delete` allocate nothing;
 //! tests/crud_allocations.rs holds the counts). A select
