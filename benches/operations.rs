@@ -1,7 +1,7 @@
 //! The per-operation table: each operation as `raw` (the storage API directly), `proto`
 //! (an encoded IPROTO packet through decode, execute and reply encoding, the path a
 //! request takes inside a shard) and, for the crud ops, `crud_<op>` (an IPROTO CALL of
-//! `crud.<op>` through decode and `crud::on_shard::execute_on_shard`: plan, apply, logging
+//! `crud.<op>` through the server's decode (`crud::fast_call::decode_packet`) and `crud::on_shard::execute_on_shard`: plan, apply, logging
 //! hook, `{metadata, rows}` reply — the shape of the `proto` rows, which is what a
 //! one-shard server and the owner of a forwarded crud point op run), so the cost the
 //! protocol layer and the crud layer add is visible. No WAL in any row (`wal_mode = none`).
@@ -24,7 +24,7 @@ use tarn::config::Config;
 use tarn::protocol::client;
 use tarn::protocol::decode_packet;
 use tarn::protocol::request::{Select, Update, Upsert};
-use tarn::server::crud::{on_shard, CrudConfig};
+use tarn::server::crud::{fast_call, on_shard, CrudConfig};
 use tarn::server::schema;
 use tarn::shard::Shard;
 use tarn::storage::msgpack::{write_array_len, write_str, write_uint};
@@ -146,7 +146,8 @@ fn measure_crud(name: &str, shard: &mut Shard, packets: Vec<Vec<u8>>) {
         &timed,
         |packet| {
             out.clear();
-            let (header, request) = decode_packet(&packet[5..]).expect("decodes");
+            // As the server decodes packets: crud calls in one pass, the rest the general way.
+            let (header, request) = fast_call::decode_packet(&packet[5..]).expect("decodes");
             let tarn::protocol::request::Request::Call(call) = request else {
                 panic!("a CALL")
             };

@@ -382,7 +382,10 @@ impl Core {
             crud::wire::encode_items(replies, items.as_deref().ok());
             return Some(0);
         }
-        let decoded = decode_packet(entry.packet);
+        let decoded = match entry.kind {
+            Kind::CrudCall => crud::fast_call::decode_packet(entry.packet),
+            _ => decode_packet(entry.packet),
+        };
         // The accepting core decoded the same bytes before sending them.
         debug_assert!(decoded.is_ok(), "a forwarded packet does not decode");
         let (header, request) = decoded.ok()?;

@@ -19,7 +19,7 @@
 use crate::protocol::fast_decode::decode_common;
 use crate::protocol::reply::{self, DataReply, ErrorEntry};
 use crate::protocol::request::{Call, Request, Select};
-use crate::protocol::{decode_packet, ErrorCode, PacketError, ProtocolError};
+use crate::protocol::{ErrorCode, PacketError, ProtocolError};
 use crate::server::batch::Kind;
 use crate::server::core::Core;
 use crate::server::crud::{self, on_shard, wire, CrudReply, Plan};
@@ -98,7 +98,8 @@ impl Session {
     /// `out` is read, cleared or handed to another session. Pipelining many packets through
     /// `submit` and then one `finish` batches their trips to other cores.
     pub async fn submit(&mut self, packet: &[u8], out: &mut Vec<u8>) {
-        let (header, request) = match decode_packet(packet) {
+        // crud calls are decoded in one pass; every other packet goes on to the protocol's.
+        let (header, request) = match crud::fast_call::decode_packet(packet) {
             Ok(decoded) => decoded,
             Err(PacketError { sync, error }) => {
                 reply::encode_protocol_error(out, sync, SCHEMA_VERSION, &error);

@@ -52,7 +52,12 @@ pub struct Space {
     /// Reused buffer for the new tuple of an update, so updates do not allocate twice.
     update_scratch: Vec<u8>,
     retired: RetiredTuples,
+    /// See [`Space::instance`].
+    instance: u64,
 }
+
+/// The next [`Space::instance`].
+static NEXT_INSTANCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// How many writes a replaced tuple outlives its replacement by.
 const RETIRED_TUPLES: usize = 16;
@@ -154,7 +159,16 @@ impl Space {
             quota_bytes: 0,
             update_scratch: Vec::new(),
             retired: RetiredTuples::new(),
+            instance: NEXT_INSTANCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
+    }
+
+    /// Which space this is among every space built in the process: never reused, so a
+    /// cache of what a space's definition implies (crud's encoded metadata) can tell it
+    /// from a space built later with the same id, or at the same address, with one compare.
+    /// A space's definition (its `format`, its indexes) is fixed once it is built.
+    pub fn instance(&self) -> u64 {
+        self.instance
     }
 
     pub fn len(&self) -> usize {

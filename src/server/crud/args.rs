@@ -213,36 +213,101 @@ const BORDER_OPTIONS: &[&str] = &[
 const TIMEOUT_OPTIONS: &[&str] = &["timeout", "vshard_router"];
 
 impl Func {
+    /// Every function, for tests that go through them all.
+    pub const ALL: [Func; 24] = [
+        Func::Insert,
+        Func::InsertObject,
+        Func::InsertMany,
+        Func::InsertObjectMany,
+        Func::Replace,
+        Func::ReplaceObject,
+        Func::ReplaceMany,
+        Func::ReplaceObjectMany,
+        Func::Upsert,
+        Func::UpsertObject,
+        Func::UpsertMany,
+        Func::UpsertObjectMany,
+        Func::Update,
+        Func::Delete,
+        Func::Get,
+        Func::Select,
+        Func::Pairs,
+        Func::Count,
+        Func::Len,
+        Func::Min,
+        Func::Max,
+        Func::Truncate,
+        Func::StorageInfo,
+        Func::Stats,
+    ];
+
     /// The function a CALL names (`crud.insert` …); `None` for anything else.
     pub fn from_name(function_name: &str) -> Option<Func> {
+        Func::from_name_bytes(function_name.as_bytes())
+    }
+
+    /// [`Func::from_name`] of a name's bytes, which need not be UTF-8 checked first: every
+    /// name that matches is ASCII.
+    pub fn from_name_bytes(function_name: &[u8]) -> Option<Func> {
         use Func::*;
-        Some(match function_name.strip_prefix("crud.")? {
-            "insert" => Insert,
-            "insert_object" => InsertObject,
-            "insert_many" => InsertMany,
-            "insert_object_many" => InsertObjectMany,
-            "replace" => Replace,
-            "replace_object" => ReplaceObject,
-            "replace_many" => ReplaceMany,
-            "replace_object_many" => ReplaceObjectMany,
-            "upsert" => Upsert,
-            "upsert_object" => UpsertObject,
-            "upsert_many" => UpsertMany,
-            "upsert_object_many" => UpsertObjectMany,
-            "update" => Update,
-            "delete" => Delete,
-            "get" => Get,
-            "select" => Select,
-            "pairs" => Pairs,
-            "count" => Count,
-            "len" => Len,
-            "min" => Min,
-            "max" => Max,
-            "truncate" => Truncate,
-            "storage_info" => StorageInfo,
-            "stats" => Stats,
+        Some(match function_name.strip_prefix(b"crud.")? {
+            b"insert" => Insert,
+            b"insert_object" => InsertObject,
+            b"insert_many" => InsertMany,
+            b"insert_object_many" => InsertObjectMany,
+            b"replace" => Replace,
+            b"replace_object" => ReplaceObject,
+            b"replace_many" => ReplaceMany,
+            b"replace_object_many" => ReplaceObjectMany,
+            b"upsert" => Upsert,
+            b"upsert_object" => UpsertObject,
+            b"upsert_many" => UpsertMany,
+            b"upsert_object_many" => UpsertObjectMany,
+            b"update" => Update,
+            b"delete" => Delete,
+            b"get" => Get,
+            b"select" => Select,
+            b"pairs" => Pairs,
+            b"count" => Count,
+            b"len" => Len,
+            b"min" => Min,
+            b"max" => Max,
+            b"truncate" => Truncate,
+            b"storage_info" => StorageInfo,
+            b"stats" => Stats,
             _ => return None,
         })
+    }
+
+    /// The name a CALL gives this function (`crud.insert` …).
+    pub fn name(self) -> &'static str {
+        use Func::*;
+        match self {
+            Insert => "crud.insert",
+            InsertObject => "crud.insert_object",
+            InsertMany => "crud.insert_many",
+            InsertObjectMany => "crud.insert_object_many",
+            Replace => "crud.replace",
+            ReplaceObject => "crud.replace_object",
+            ReplaceMany => "crud.replace_many",
+            ReplaceObjectMany => "crud.replace_object_many",
+            Upsert => "crud.upsert",
+            UpsertObject => "crud.upsert_object",
+            UpsertMany => "crud.upsert_many",
+            UpsertObjectMany => "crud.upsert_object_many",
+            Update => "crud.update",
+            Delete => "crud.delete",
+            Get => "crud.get",
+            Select => "crud.select",
+            Pairs => "crud.pairs",
+            Count => "crud.count",
+            Len => "crud.len",
+            Min => "crud.min",
+            Max => "crud.max",
+            Truncate => "crud.truncate",
+            StorageInfo => "crud.storage_info",
+            Stats => "crud.stats",
+        }
     }
 
     /// The class name of the errors this function returns (`InsertError` …).

@@ -163,22 +163,42 @@ struct TupleFields<'t> {
 }
 
 impl<'t> TupleFields<'t> {
-    /// `None` when `tuple` is not a whole array.
+    /// `None` when `tuple` is not an array. `tuple` is one whole value (every caller's is:
+    /// taken from the arguments, or built), so its fields end where it does, and only the
+    /// fields up to the last of bucket_id and the key parts are walked.
     fn read(space: &Space, tuple: &'t [u8], bucket_field: usize) -> Option<TupleFields<'t>> {
+        debug_assert!(
+            {
+                let mut rest = tuple;
+                mp::take(&mut rest).is_some() && rest.is_empty()
+            },
+            "not one whole value: {tuple:02x?}"
+        );
         let parts = &space.indexes()[0].def.key_def.parts;
         let mut cursor = tuple;
-        let Ok(Value::Array(count)) = msgpack::read_value(&mut cursor) else {
-            return None;
+        let count = match cursor.split_first() {
+            Some((&marker @ 0x90..=0x9f, rest)) => {
+                cursor = rest;
+                usize::from(marker & 0x0f)
+            }
+            _ => match msgpack::read_value(&mut cursor) {
+                Ok(Value::Array(count)) => count as usize,
+                _ => return None,
+            },
         };
         let first = tuple.len() - cursor.len();
+        let last_needed = parts
+            .iter()
+            .map(|part| part.field_no as usize)
+            .fold(bucket_field, usize::max);
         let mut fields = TupleFields {
-            count: count as usize,
+            count,
             first,
-            end: first,
+            end: tuple.len(),
             bucket_id: None,
-            pk_parts: parts.iter().map(|_| mp::NIL).collect(),
+            pk_parts: SmallVec::from_elem(mp::NIL, parts.len()),
         };
-        for field_no in 0..fields.count {
+        for field_no in 0..count.min(last_needed + 1) {
             let start = tuple.len() - cursor.len();
             let value = mp::take(&mut cursor)?;
             if field_no == bucket_field {
@@ -190,7 +210,6 @@ impl<'t> TupleFields<'t> {
                 }
             }
         }
-        fields.end = tuple.len() - cursor.len();
         Some(fields)
     }
 }

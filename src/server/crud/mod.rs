@@ -41,9 +41,12 @@
 //!    [`finish_count`], [`finish_len`], [`finish_truncate`] return the CALL's values; the
 //!    connection wraps them with [`encode_reply`].
 //!
-//! Cost sketch: a point op borrows its arguments from the CALL packet and writes its reply
+//! Cost sketch: the common point calls (connector-shaped arguments, no options) are
+//! decoded in one pass ([`fast_call`]) and planned in one pass ([`fast_plan`]), each
+//! falling back to the general path on anything else. A point op borrows its arguments
+//! from the CALL packet and writes its reply
 //! from the stored tuple, its metadata copied from a per-space encoding
-//! ([`result::MetadataCache`]); beyond the reply it allocates what storage does (the new
+//! ([`result::MetadataCache`], found by `Space::instance`); beyond the reply it allocates what storage does (the new
 //! tuple): a tuple whose nil `bucket_id` it fills in is rebuilt in a per-thread buffer
 //! ([`write::Scratch`]) (`crud.get` and `crud.delete` allocate nothing;
 //! tests/crud_allocations.rs holds the counts). A select
@@ -52,6 +55,8 @@
 pub mod args;
 pub mod bucket;
 pub mod error;
+pub mod fast_call;
+pub mod fast_plan;
 pub mod flatten;
 pub mod mp;
 pub mod on_shard;
@@ -243,19 +248,44 @@ fn space_or_error<'e>(engine: &'e Engine, func: Func, name: &[u8]) -> Result<&'e
         .ok_or_else(|| func_error(func, error::no_such_space(name)))
 }
 
-/// Step 1: decodes and checks the call, and plans it against the schema.
+/// Step 1: decodes and checks the call, and plans it against the schema. The common
+/// point calls take [`fast_plan`]'s one pass; everything else, [`plan_general`].
 pub fn plan<'a>(
     engine: &Engine,
     config: &CrudConfig,
     function_name: &str,
     args: &'a [u8],
 ) -> Result<Plan<'a>, Raised> {
-    let Some(func) = Func::from_name(function_name) else {
-        return Err(Raised {
-            code: ErrorCode::ER_NO_SUCH_PROC,
-            message: format!("Procedure '{function_name}' is not defined"),
-        });
-    };
+    let func = func_or_raised(function_name)?;
+    if let Some(point) = fast_plan::plan_point(engine, config, func, args) {
+        return Ok(Plan::Point(point));
+    }
+    plan_func(engine, config, func, args)
+}
+
+/// [`plan`] without the one-pass path: the reference it is checked against.
+pub fn plan_general<'a>(
+    engine: &Engine,
+    config: &CrudConfig,
+    function_name: &str,
+    args: &'a [u8],
+) -> Result<Plan<'a>, Raised> {
+    plan_func(engine, config, func_or_raised(function_name)?, args)
+}
+
+fn func_or_raised(function_name: &str) -> Result<Func, Raised> {
+    Func::from_name(function_name).ok_or_else(|| Raised {
+        code: ErrorCode::ER_NO_SUCH_PROC,
+        message: format!("Procedure '{function_name}' is not defined"),
+    })
+}
+
+fn plan_func<'a>(
+    engine: &Engine,
+    config: &CrudConfig,
+    func: Func,
+    args: &'a [u8],
+) -> Result<Plan<'a>, Raised> {
     if func == Func::Stats {
         // Statistics are disabled: crud answers an empty table.
         return Ok(Plan::Reply(vec![0x91, 0x90]));

@@ -36,35 +36,73 @@ pub fn array_items(raw: &[u8]) -> Option<Vec<&[u8]>> {
 /// decode.
 ///
 /// Iterative, as `skip_value` is: a count of pending elements replaces recursion.
+#[inline]
 pub fn take<'a>(cursor: &mut &'a [u8]) -> Option<&'a [u8]> {
+    // Most values are scalars: measured inline, with no loop to enter.
     let raw = *cursor;
-    let mut rest = raw;
-    let mut pending = 1u64;
+    if let Some(len) = msgpack::scalar_len(raw) {
+        let taken = raw.get(..len)?;
+        *cursor = &raw[len..];
+        return Some(taken);
+    }
+    take_container(cursor)
+}
+
+/// The whole length of a value whose marker alone gives it (fixints, nil, booleans,
+/// fixstrs, fixed-width numbers); 0 for every other marker.
+const FIXED_LEN: [u8; 256] = {
+    let mut table = [0u8; 256];
+    let mut marker = 0;
+    while marker < 256 {
+        table[marker] = match marker as u8 {
+            0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => 1,
+            byte @ 0xa0..=0xbf => 1 + (byte & 0x1f),
+            0xcc | 0xd0 => 2,
+            0xcd | 0xd1 => 3,
+            0xca | 0xce | 0xd2 => 5,
+            0xcb | 0xcf | 0xd3 => 9,
+            _ => 0,
+        };
+        marker += 1;
+    }
+    table
+};
+
+/// [`take`] of anything but a scalar.
+fn take_container<'a>(cursor: &mut &'a [u8]) -> Option<&'a [u8]> {
+    let raw = *cursor;
+    // One table look-up per element for scalars; `at` may run past the end only on the
+    // last step, which the checks below catch.
+    let mut at = 0usize;
+    let mut pending = 1usize;
     while pending > 0 {
         pending -= 1;
-        let &marker = rest.first()?;
-        let len = match msgpack::scalar_len(rest) {
-            Some(len) => len,
-            None => match marker {
-                0x80..=0x8f => {
-                    pending += 2 * u64::from(marker & 0x0f);
-                    1
-                }
-                0x90..=0x9f => {
-                    pending += u64::from(marker & 0x0f);
-                    1
-                }
-                _ => {
-                    let mut after = rest;
-                    msgpack::skip_value(&mut after).ok()?;
-                    rest.len() - after.len()
-                }
-            },
+        let marker = *raw.get(at)?;
+        let fixed = FIXED_LEN[usize::from(marker)];
+        if fixed != 0 {
+            at += usize::from(fixed);
+            continue;
+        }
+        at += match marker {
+            0x80..=0x8f => {
+                pending += 2 * usize::from(marker & 0x0f);
+                1
+            }
+            0x90..=0x9f => {
+                pending += usize::from(marker & 0x0f);
+                1
+            }
+            0xd9 => 2 + usize::from(*raw.get(at + 1)?),
+            _ => {
+                let mut after = &raw[at..];
+                msgpack::skip_value(&mut after).ok()?;
+                raw.len() - at - after.len()
+            }
         };
-        rest = rest.get(len..)?;
     }
-    *cursor = rest;
-    Some(&raw[..raw.len() - rest.len()])
+    let taken = raw.get(..at)?;
+    *cursor = &raw[at..];
+    Some(taken)
 }
 
 /// An unsigned integer's value, read straight from its marker; `None` for anything else

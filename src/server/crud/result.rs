@@ -6,7 +6,7 @@
 use super::error::CrudError;
 use super::mp::{self, write_map_len};
 use crate::storage::msgpack::{write_array_len, write_str};
-use crate::storage::{FieldDef, Space, SpaceFormat};
+use crate::storage::{Space, SpaceFormat};
 use std::cell::RefCell;
 
 /// Which columns a result carries: every field of the format, or these field numbers.
@@ -131,11 +131,15 @@ pub struct MetadataCache {
 
 #[derive(Debug, Clone)]
 struct CachedResultStart {
+    /// `Space::instance` of the space it was encoded from: one cache may meet engines
+    /// built from different schemas (as tests do), and a space's instance is never reused.
+    instance: u64,
     space_id: u32,
-    /// The format it was encoded from; a hit must match it (one cache may meet engines
-    /// built from different schemas, as tests do).
-    fields: Vec<FieldDef>,
     encoded: Box<[u8]>,
+    /// The format it was encoded from, to check in debug builds that it is still the
+    /// space's (a compare that allocates nothing: the allocation tests count debug runs).
+    #[cfg(debug_assertions)]
+    fields: Vec<crate::storage::FieldDef>,
 }
 
 /// A cache holds no identity of its own.
@@ -158,27 +162,38 @@ impl MetadataCache {
     }
 
     fn write_result_start(&self, out: &mut Vec<u8>, space: &Space) {
-        let fields = &space.format.fields;
+        let instance = space.instance();
         let mut spaces = self.spaces.borrow_mut();
-        let cached = spaces
-            .iter()
-            .position(|cached| cached.space_id == space.id && cached.fields == *fields);
+        let cached = spaces.iter().position(|cached| cached.instance == instance);
         let at = cached.unwrap_or_else(|| {
-            let mut encoded = Vec::new();
-            write_map_len(&mut encoded, 2);
-            write_str(&mut encoded, b"metadata");
-            write_metadata(&mut encoded, &space.format, &Columns::All);
-            write_str(&mut encoded, b"rows");
+            // A space built again at this id replaces the entry of the one before it.
             spaces.retain(|cached| cached.space_id != space.id);
             spaces.push(CachedResultStart {
+                instance,
                 space_id: space.id,
-                fields: fields.clone(),
-                encoded: encoded.into_boxed_slice(),
+                encoded: encode_result_start(space).into_boxed_slice(),
+                #[cfg(debug_assertions)]
+                fields: space.format.fields.clone(),
             });
             spaces.len() - 1
         });
+        #[cfg(debug_assertions)]
+        assert!(
+            spaces[at].fields == space.format.fields,
+            "space {} changed its format after it was built",
+            space.id
+        );
         out.extend_from_slice(&spaces[at].encoded);
     }
+}
+
+fn encode_result_start(space: &Space) -> Vec<u8> {
+    let mut encoded = Vec::new();
+    write_map_len(&mut encoded, 2);
+    write_str(&mut encoded, b"metadata");
+    write_metadata(&mut encoded, &space.format, &Columns::All);
+    write_str(&mut encoded, b"rows");
+    encoded
 }
 
 /// Writes `{metadata: [...], rows: [...]}`, or `{metadata}` alone when `rows` is `None`.

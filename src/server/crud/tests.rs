@@ -1272,3 +1272,295 @@ fn crud_changes_are_logged_and_recover_exactly() {
     durability::recover_shard(&server_config, 0, fingerprint, &mut recovered).expect("recover");
     assert_eq!(dump(&recovered), live);
 }
+
+/// The one-pass decoder and planner against the general ones: whenever they answer, they
+/// answer exactly as the general path does, and the server's entry points answer as the
+/// general ones always.
+mod fast_paths {
+    use super::*;
+    use crate::protocol::client;
+    use crate::protocol::decode_packet_general;
+    use crate::storage::msgpack::{write_f64, write_int, write_str, write_uint};
+    use proptest::prelude::*;
+
+    /// One msgpack scalar of the kinds crud arguments hold, in every width.
+    fn scalar() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            any::<u64>().prop_map(|u| {
+                let mut out = Vec::new();
+                write_uint(&mut out, u >> (u % 64));
+                out
+            }),
+            any::<i64>().prop_map(|i| {
+                let mut out = Vec::new();
+                write_int(&mut out, i);
+                out
+            }),
+            "[a-z_.]{0,12}".prop_map(|text| {
+                let mut out = Vec::new();
+                write_str(&mut out, text.as_bytes());
+                out
+            }),
+            Just(vec![0xc0]),
+            Just(vec![0xc3]),
+            any::<f64>().prop_map(|f| {
+                let mut out = Vec::new();
+                write_f64(&mut out, f);
+                out
+            }),
+            // Wider headers than needed: uint 64, str 8, array 16.
+            Just(vec![0xcf, 0, 0, 0, 0, 0, 0, 0, 7]),
+            Just(vec![0xd9, 2, b'k', b'v']),
+        ]
+    }
+
+    /// A value: a scalar, an array of scalars or a map of string keys.
+    fn value() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            3 => scalar(),
+            3 => proptest::collection::vec(scalar(), 0..5).prop_map(|items| {
+                let mut out = Vec::new();
+                crate::storage::msgpack::write_array_len(&mut out, items.len() as u32);
+                items.iter().for_each(|item| out.extend_from_slice(item));
+                out
+            }),
+            1 => proptest::collection::vec(scalar(), 0..5).prop_map(|items| {
+                let mut out = vec![0xdc, 0, items.len() as u8];
+                items.iter().for_each(|item| out.extend_from_slice(item));
+                out
+            }),
+            1 => proptest::collection::vec(("[a-z_]{1,9}", scalar()), 0..3).prop_map(|pairs| {
+                let mut out = Vec::new();
+                mp::write_map_len(&mut out, pairs.len() as u32);
+                for (key, value) in pairs {
+                    write_str(&mut out, key.as_bytes());
+                    out.extend_from_slice(&value);
+                }
+                out
+            }),
+        ]
+    }
+
+    fn space_name() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            Just(json(r#""customers""#)),
+            Just(json(r#""pages""#)),
+            Just(json(r#""nope""#)),
+            Just(vec![0xd9, 5, b'p', b'a', b'g', b'e', b's']),
+            value(),
+        ]
+    }
+
+    fn opts() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            Just(vec![0xc0]),
+            Just(vec![0x80]),
+            Just(vec![0x90]),
+            Just(vec![0xde, 0, 0]),
+            Just(json(r#"{"noreturn": true}"#)),
+            Just(json(r#"{"fields": ["id"]}"#)),
+            Just(json(r#"{"bucket_id": 5}"#)),
+            Just(json(r#"{"badopt": 1}"#)),
+            value(),
+        ]
+    }
+
+    /// A tuple for `customers`/`pages`: the usual `[id, nil, ...]`, or anything.
+    fn tuple() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            (
+                any::<u16>(),
+                proptest::option::of(any::<u16>()),
+                "[a-z]{0,8}"
+            )
+                .prop_map(|(id, bucket_id, name)| {
+                    let bucket_id = bucket_id.map_or("null".to_string(), |b| b.to_string());
+                    json(&format!(r#"[{id}, {bucket_id}, "{name}"]"#))
+                }),
+            any::<u16>().prop_map(|id| json(&format!("[{id}]"))),
+            value(),
+        ]
+    }
+
+    fn ops() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            Just(json(r#"[["+", 4, 1]]"#)),
+            Just(json(r#"[["=", "name", "x"]]"#)),
+            Just(json("[]")),
+            value(),
+        ]
+    }
+
+    /// `[space, second, third, opts]` cut to `count` arguments.
+    fn args() -> impl Strategy<Value = Vec<u8>> {
+        (
+            space_name(),
+            prop_oneof![tuple(), value()],
+            ops(),
+            opts(),
+            0usize..6,
+        )
+            .prop_map(|(space, second, third, opts, count)| {
+                let items = [space, second, third, opts, vec![0xc0]];
+                let count = count.min(items.len());
+                let mut out = Vec::new();
+                crate::storage::msgpack::write_array_len(&mut out, count as u32);
+                items[..count]
+                    .iter()
+                    .for_each(|item| out.extend_from_slice(item));
+                out
+            })
+    }
+
+    fn function() -> impl Strategy<Value = &'static str> {
+        prop_oneof![
+            4 => proptest::sample::select(
+                &["crud.insert", "crud.replace", "crud.upsert", "crud.update", "crud.delete", "crud.get"][..]
+            ),
+            1 => proptest::sample::select(&Func::ALL[..]).prop_map(Func::name),
+            1 => Just("crud.nope"),
+            1 => Just("box.info"),
+        ]
+    }
+
+    /// A CALL packet with a header of the keys the server reads (in any order, sometimes
+    /// another key or type), and a body with its two keys in either order.
+    fn packet() -> impl Strategy<Value = Vec<u8>> {
+        (
+            function(),
+            args(),
+            any::<u64>(),
+            proptest::sample::select(&[10u8, 10, 10, 6, 1][..]),
+            any::<bool>(),
+            0u8..4,
+            proptest::collection::vec((any::<usize>(), any::<u8>()), 0..3),
+            any::<usize>(),
+        )
+            .prop_map(
+                |(name, args, sync, request_type, name_first, extra, flips, cut)| {
+                    let mut header = Vec::new();
+                    let keys = [2, 3, 4, 3][usize::from(extra)];
+                    mp::write_map_len(&mut header, keys);
+                    let mut body_of = |key: u8, value: &dyn Fn(&mut Vec<u8>)| {
+                        header.push(key);
+                        value(&mut header);
+                    };
+                    if extra == 3 {
+                        body_of(0x01, &|out| write_uint(out, sync));
+                        body_of(0x00, &|out| out.push(request_type));
+                    } else {
+                        body_of(0x00, &|out| out.push(request_type));
+                        body_of(0x01, &|out| write_uint(out, sync >> (sync % 64)));
+                    }
+                    if extra >= 1 {
+                        body_of(0x05, &|out| write_uint(out, 0));
+                    }
+                    if extra == 2 {
+                        // TIMESTAMP: read by the general decoder only.
+                        body_of(0x04, &|out| write_f64(out, 1.5));
+                    }
+                    let mut packet = header;
+                    packet.push(0x82);
+                    let mut name_pair = vec![0x22];
+                    write_str(&mut name_pair, name.as_bytes());
+                    let mut args_pair = vec![0x21];
+                    args_pair.extend_from_slice(&args);
+                    if name_first {
+                        packet.extend_from_slice(&name_pair);
+                        packet.extend_from_slice(&args_pair);
+                    } else {
+                        packet.extend_from_slice(&args_pair);
+                        packet.extend_from_slice(&name_pair);
+                    }
+                    for (at, byte) in flips {
+                        let at = at % packet.len();
+                        packet[at] = byte;
+                    }
+                    if cut % 4 == 0 {
+                        packet.truncate(cut / 4 % (packet.len() + 1));
+                    }
+                    packet
+                },
+            )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(4096))]
+
+        #[test]
+        fn call_decoder_agrees_with_the_general_one(packet in packet()) {
+            let general = decode_packet_general(&packet);
+            prop_assert_eq!(fast_call::decode_packet(&packet), general.clone());
+            if let Some(decoded) = fast_call::decode_crud_call(&packet) {
+                prop_assert_eq!(Ok(decoded), general);
+            }
+        }
+
+        #[test]
+        fn call_decoder_agrees_on_arbitrary_bytes(
+            bytes in proptest::collection::vec(any::<u8>(), 0..48),
+        ) {
+            for packet in [
+                bytes.clone(),
+                [&[0x82, 0x00, 0x0a, 0x01, 0x07][..], &bytes].concat(),
+                [&[0x82, 0x00, 0x0a, 0x01, 0x07, 0x82, 0x22, 0xa8][..], b"crud.get", &bytes].concat(),
+            ] {
+                prop_assert_eq!(fast_call::decode_packet(&packet), decode_packet_general(&packet));
+            }
+        }
+
+        #[test]
+        fn point_planner_agrees_with_the_general_one(function in function(), args in args()) {
+            let engine = engine();
+            let config = config();
+            let general = plan_general(&engine, &config, function, &args);
+            prop_assert_eq!(plan(&engine, &config, function, &args), general.clone());
+            if let Some(func) = Func::from_name(function) {
+                if let Some(point) = fast_plan::plan_point(&engine, &config, func, &args) {
+                    prop_assert_eq!(Ok(Plan::Point(point)), general);
+                }
+            }
+        }
+    }
+
+    /// The shapes the connectors send take the one-pass paths (or the benchmark would
+    /// time the general ones).
+    #[test]
+    fn connector_shapes_take_the_fast_paths() {
+        let engine = engine();
+        let config = config();
+        for (function, args) in [
+            ("crud.insert", r#"["customers", [1, null, "a"], {}]"#),
+            ("crud.replace", r#"["customers", [1, null, "a"]]"#),
+            (
+                "crud.upsert",
+                r#"["customers", [1, null, "a"], [["+", 4, 1]], {}]"#,
+            ),
+            (
+                "crud.update",
+                r#"["customers", 1, [["=", "name", "b"]], {}]"#,
+            ),
+            ("crud.delete", r#"["customers", [1], null]"#),
+            ("crud.get", r#"["pages", 1, []]"#),
+        ] {
+            let args = json(args);
+            let mut packet = Vec::new();
+            client::encode_call(&mut packet, 9, function, &args);
+            let decoded = fast_call::decode_crud_call(&packet[5..]);
+            assert!(decoded.is_some(), "{function} decoded the general way");
+            let func = Func::from_name(function).unwrap();
+            let point = fast_plan::plan_point(&engine, &config, func, &args);
+            assert!(point.is_some(), "{function} planned the general way");
+        }
+    }
+
+    #[test]
+    fn every_function_is_named_by_its_name() {
+        for func in Func::ALL {
+            assert_eq!(Func::from_name(func.name()), Some(func));
+            assert_eq!(Func::from_name_bytes(func.name().as_bytes()), Some(func));
+        }
+        assert_eq!(Func::from_name("crud.nope"), None);
+        assert_eq!(Func::from_name("insert"), None);
+    }
+}

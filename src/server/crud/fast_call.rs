@@ -1,0 +1,126 @@
+//! A single-pass decoder for the packets crud calls arrive as: a CALL (not CALL_16) whose
+//! header is a fixmap of the keys the server reads and whose body is `{FUNCTION_NAME,
+//! TUPLE}` (either order), the name one of crud's functions.
+//!
+//! Such a packet costs the general decoder a header decode in [`crate::protocol`]'s fast
+//! path, a second one in its general path, a generic body map walk, the UTF-8 check of
+//! the name and a generic walk of the arguments. Here it is one pass: the name is matched
+//! against crud's functions as bytes (a match is ASCII, so needs no UTF-8 check), and
+//! the arguments are measured with [`mp::take`].
+//!
+//! It gives up (`None`) on anything else and never reports errors: [`decode_packet`] then
+//! hands the packet to [`protocol::decode_packet`], so errors, their codes and the sync
+//! they carry come from one place. When it does decode a packet, the result is exactly
+//! the general decoder's (see the property tests in `crud::tests`).
+
+use super::mp;
+use super::Func;
+use crate::protocol::codes::{body_key, header_key, request_type};
+use crate::protocol::header::{Header, PacketError};
+use crate::protocol::request::{Call, Request};
+use crate::storage::msgpack::leading_uint;
+
+/// [`protocol::decode_packet`](crate::protocol::decode_packet), with crud calls decoded
+/// in one pass first. Other packets pay three byte compares: only a header that starts
+/// with `REQUEST_TYPE: CALL`, as connectors write it, is tried here (a call whose header
+/// starts otherwise is decoded the general way). Inlined, so that the general path's
+/// large result is not copied through one more frame: every other request pays for this.
+#[inline(always)]
+pub fn decode_packet(packet: &[u8]) -> Result<(Header, Request<'_>), PacketError> {
+    if let [0x80..=0x8f, 0x00, 0x0a, ..] = packet {
+        if let Some(decoded) = decode_crud_call(packet) {
+            return Ok(decoded);
+        }
+    }
+    crate::protocol::decode_packet(packet)
+}
+
+/// Decodes `packet` (header + body, no size prefix) if it is a crud call of the common
+/// shape.
+#[inline]
+pub fn decode_crud_call(packet: &[u8]) -> Option<(Header, Request<'_>)> {
+    let mut buf = packet;
+    let header = header(&mut buf)?;
+    let call = body(buf)?;
+    Some((header, Request::Call(call)))
+}
+
+/// A fixmap of REQUEST_TYPE (CALL), SYNC, SCHEMA_VERSION and STREAM_ID with uint values,
+/// any order. A packet of another type is given up on at its type.
+#[inline(always)]
+fn header(buf: &mut &[u8]) -> Option<Header> {
+    let (&marker, mut cursor) = buf.split_first()?;
+    if marker & 0xf0 != 0x80 {
+        return None;
+    }
+    let mut header = Header::default();
+    for _ in 0..marker & 0x0f {
+        let (&key, rest) = cursor.split_first()?;
+        let (value, rest) = leading_uint(rest)?;
+        cursor = rest;
+        match u64::from(key) {
+            header_key::REQUEST_TYPE if value == request_type::CALL => header.request_type = value,
+            header_key::SYNC => header.sync = value,
+            header_key::SCHEMA_VERSION => header.schema_version = value,
+            header_key::STREAM_ID => header.stream_id = value,
+            _ => return None,
+        }
+    }
+    if header.request_type != request_type::CALL {
+        return None;
+    }
+    *buf = cursor;
+    Some(header)
+}
+
+/// `{FUNCTION_NAME: "crud.<function>", TUPLE: [...]}`, the whole rest of the packet.
+#[inline(always)]
+fn body(body: &[u8]) -> Option<Call<'_>> {
+    let mut buf = body.strip_prefix(&[0x82])?;
+    let (mut func, mut args) = (None, None);
+    for _ in 0..2 {
+        let (&key, rest) = buf.split_first()?;
+        buf = rest;
+        match u64::from(key) {
+            body_key::FUNCTION_NAME => func = Some(function(&mut buf)?),
+            body_key::TUPLE => args = Some(array(&mut buf)?),
+            _ => return None,
+        }
+    }
+    if !buf.is_empty() {
+        return None;
+    }
+    Some(Call {
+        // The same text as the packet's: the name matched it byte for byte.
+        function_name: func?.name(),
+        args: args?,
+        is_call_16: false,
+    })
+}
+
+/// A fixstr or str8 naming one of crud's functions.
+#[inline(always)]
+fn function(buf: &mut &[u8]) -> Option<Func> {
+    let (&marker, rest) = buf.split_first()?;
+    let (len, rest) = match marker {
+        0xa0..=0xbf => (usize::from(marker & 0x1f), rest),
+        0xd9 => {
+            let (&len, rest) = rest.split_first()?;
+            (usize::from(len), rest)
+        }
+        _ => return None,
+    };
+    let name = rest.get(..len)?;
+    let func = Func::from_name_bytes(name)?;
+    *buf = &rest[len..];
+    Some(func)
+}
+
+/// A whole array value, header included.
+#[inline(always)]
+fn array<'a>(buf: &mut &'a [u8]) -> Option<&'a [u8]> {
+    if !matches!(buf.first(), Some(0x90..=0x9f | 0xdc | 0xdd)) {
+        return None;
+    }
+    mp::take(buf)
+}

@@ -1,0 +1,110 @@
+//! The plan of the common point call in one pass: `crud.insert`, `replace`, `upsert`,
+//! `update`, `delete` or `get` with its positional arguments as the connectors send them
+//! (the space by name, a tuple as an array, operations as an array) and no options (nil,
+//! `{}` or `[]`, or none at all).
+//!
+//! The general path ([`super::plan_general`]) checks every argument's Lua type, reads the
+//! options pair by pair and plans through closures built for every function; for these
+//! shapes all of that has one outcome, which this writes down directly.
+//!
+//! It gives up (`None`) on anything else — another shape, an unknown space, a tuple whose
+//! bucket_id cannot be set — and reports nothing: the caller then plans the general way,
+//! which also produces every error. When it does plan a call, the plan is exactly the
+//! general one (see the property tests in `crud::tests`).
+
+use super::result::Columns;
+use super::write::PointOp;
+use super::{flatten, mp, select, CrudConfig, Func, PointPlan};
+use crate::storage::Engine;
+
+/// The plan of a common point call, or `None` to plan it the general way.
+#[inline]
+pub fn plan_point<'a>(
+    engine: &Engine,
+    config: &CrudConfig,
+    func: Func,
+    args: &'a [u8],
+) -> Option<PointPlan<'a>> {
+    use Func::*;
+    let positional = match func {
+        Insert | Replace | Delete | Get => 2,
+        Upsert | Update => 3,
+        _ => return None,
+    };
+    let (&marker, mut cursor) = args.split_first()?;
+    let count = match marker {
+        0x90..=0x9f => marker & 0x0f,
+        _ => return None,
+    };
+    if count != positional && count != positional + 1 {
+        return None;
+    }
+    let name = space_name(mp::take(&mut cursor)?)?;
+    let second = mp::take(&mut cursor)?;
+    let third = match positional {
+        3 => mp::take(&mut cursor)?,
+        _ => mp::NIL,
+    };
+    // Options, when given, are nil or an empty table: one byte, a whole value.
+    if count > positional && !matches!(cursor.first(), Some(0xc0 | 0x80 | 0x90)) {
+        return None;
+    }
+    // From the back: the spaces crud calls name are users', whose ids (from 512) sort
+    // after the system spaces'. Names are unique in an engine.
+    let space = engine
+        .spaces()
+        .iter()
+        .rev()
+        .find(|space| space.name.as_bytes() == name)?;
+    let tuple = |tuple: &'a [u8]| {
+        if !is_array(tuple) {
+            return None;
+        }
+        flatten::set_bucket_id(space, tuple, None, config.bucket_count).ok()
+    };
+    let op = match func {
+        Insert => PointOp::Insert {
+            tuple: tuple(second)?,
+        },
+        Replace => PointOp::Replace {
+            tuple: tuple(second)?,
+        },
+        Upsert if is_array(third) => PointOp::Upsert {
+            tuple: tuple(second)?,
+            ops: third.into(),
+        },
+        Update if is_array(third) => PointOp::Update {
+            key: select::key_array(second),
+            ops: third.into(),
+        },
+        Delete => PointOp::Delete {
+            key: select::key_array(second),
+        },
+        Get => PointOp::Get {
+            key: select::key_array(second),
+        },
+        _ => return None,
+    };
+    Some(PointPlan {
+        func,
+        space_id: space.id,
+        op,
+        columns: Columns::All,
+        noreturn: false,
+    })
+}
+
+/// The bytes of a fixstr or str8 (a whole value: [`mp::take`] measured it).
+#[inline(always)]
+fn space_name(raw: &[u8]) -> Option<&[u8]> {
+    match raw.first()? {
+        0xa0..=0xbf => raw.get(1..),
+        0xd9 => raw.get(2..),
+        _ => None,
+    }
+}
+
+#[inline(always)]
+fn is_array(raw: &[u8]) -> bool {
+    matches!(raw.first(), Some(0x90..=0x9f | 0xdc | 0xdd))
+}
