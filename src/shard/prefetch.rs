@@ -109,8 +109,11 @@ impl LookupPipeline {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::protocol::request::{Delete, Insert, Request, Select};
     use crate::storage::msgpack;
     use crate::storage::{Engine, FieldDef, FieldType, IndexDef, KeyPart, SpaceDef, SpaceFormat};
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
 
     const KV: u32 = 512;
     /// Enough keys for a tree of three levels, so a path has every kind of step.
@@ -170,5 +173,102 @@ mod tests {
         run(&shard, 1_000, |at| at * 97 % KEYS);
         // Keys that are not there end their walk at the leaf.
         run(&shard, 100, |at| KEYS + at);
+    }
+
+    /// One request of the mixed workload below, as owned bytes.
+    enum Op {
+        Get(Vec<u8>),
+        Replace(Vec<u8>),
+        Insert(Vec<u8>),
+        Delete(Vec<u8>),
+    }
+
+    impl Op {
+        fn request(&self) -> Request<'_> {
+            match self {
+                Op::Get(key) => Request::Select(Select {
+                    space_id: KV,
+                    index_id: 0,
+                    limit: 1,
+                    offset: 0,
+                    iterator: 0,
+                    key,
+                    fetch_position: false,
+                    after_position: None,
+                    after_tuple: None,
+                }),
+                Op::Replace(tuple) => Request::Replace(Insert {
+                    space_id: KV,
+                    tuple,
+                }),
+                Op::Insert(tuple) => Request::Insert(Insert {
+                    space_id: KV,
+                    tuple,
+                }),
+                Op::Delete(key) => Request::Delete(Delete {
+                    space_id: KV,
+                    index_id: 0,
+                    key,
+                }),
+            }
+        }
+    }
+
+    fn one_uint_array(id: u64) -> Vec<u8> {
+        let mut bytes = vec![0x91];
+        msgpack::write_uint(&mut bytes, id);
+        bytes
+    }
+
+    #[test]
+    fn replies_are_the_same_with_lookups_fetched_ahead_while_writes_free_nodes() {
+        // Two shards with the same data run the same runs of mixed requests, one fetching
+        // lookups ahead (forced on: the shard is small) and one not. Deletes walk through
+        // the keys in order, emptying leaves so that they merge and are freed while
+        // cursors point at them: those cursors must restart from the root, never read a
+        // freed node (which would show as a crash or a different reply).
+        let mut fetched = kv_shard();
+        let mut plain = kv_shard();
+        let mut rng = StdRng::seed_from_u64(0x5eed);
+        let mut next_deleted = 0u64;
+        let (mut fetched_out, mut plain_out) = (Vec::new(), Vec::new());
+        for _run in 0..400 {
+            let ops: Vec<Op> = (0..64)
+                .map(|_| match rng.gen_range(0..8) {
+                    0..=2 => Op::Get(one_uint_array(rng.gen_range(0..KEYS + 1_000))),
+                    3 => Op::Replace(one_uint_array(rng.gen_range(0..KEYS))),
+                    4 => Op::Insert(one_uint_array(rng.gen_range(0..KEYS + 1_000))),
+                    _ => {
+                        next_deleted = (next_deleted + 1) % KEYS;
+                        Op::Delete(one_uint_array(next_deleted))
+                    }
+                })
+                .collect();
+            let lead = LookupPipeline::LEAD;
+            let mut pipeline = LookupPipeline {
+                enabled: true,
+                ..LookupPipeline::default()
+            };
+            let target = |shard: &Shard, at: usize| {
+                let op = ops.get(at)?;
+                shard.point_target(&op.request())
+            };
+            for ahead in 0..lead {
+                let next = target(&fetched, ahead);
+                pipeline.push(&fetched, next);
+            }
+            for (at, op) in ops.iter().enumerate() {
+                let next = target(&fetched, at + lead);
+                pipeline.push(&fetched, next);
+                fetched_out.clear();
+                plain_out.clear();
+                fetched.execute(at as u64, 1, &op.request(), &mut fetched_out);
+                plain.execute(at as u64, 1, &op.request(), &mut plain_out);
+                assert_eq!(fetched_out, plain_out);
+            }
+        }
+        let left = |shard: &Shard| shard.engine.space(KV).expect("kv").len();
+        assert_eq!(left(&fetched), left(&plain));
+        assert!(left(&fetched) < KEYS as usize, "the deletes emptied leaves");
     }
 }
