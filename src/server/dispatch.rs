@@ -29,7 +29,7 @@ use crate::server::session::{Access, AuthError};
 use crate::shard::prefetch::{LookupPipeline, PointTarget};
 use crate::storage::key::SearchKeyBuf;
 use crate::storage::msgpack::{self, write_str, write_uint};
-use crate::storage::IteratorType;
+use crate::storage::{FieldType, IteratorType};
 use crate::wal::Commit;
 use std::rc::Rc;
 
@@ -616,9 +616,26 @@ impl Session {
             return Some(0);
         }
         let shard = self.core.shard.borrow();
-        let space = shard.engine.space(space_id).ok()?;
+        let space = shard.engine.find_space(space_id)?;
         let key_def = &space.indexes()[0].def.key_def;
         let mut encoded = SearchKeyBuf::new();
+        // The usual primary key, one unsigned part, encodes to its 8 big-endian bytes: no
+        // need for the general encoder (the same bytes, so the same owner).
+        if let [part] = key_def.parts.as_slice() {
+            if part.field_type == FieldType::Unsigned && !part.is_nullable {
+                let id = match (key, tuple) {
+                    (Some(key), _) => msgpack::single_uint_array(key),
+                    (None, Some(tuple)) => space.leading_primary_key(tuple),
+                    (None, None) => None,
+                };
+                if let Some(id) = id {
+                    return Some(crate::server::shard_of_key(
+                        &id.to_be_bytes(),
+                        self.core.shard_count,
+                    ));
+                }
+            }
+        }
         match (key, tuple) {
             (Some(key), _) => {
                 let parts = key_def.encode_search_key(key, &mut encoded).ok()?;
