@@ -1,15 +1,20 @@
 //! Feeds arbitrary bytes through the server's read path: frame, header, body, and the
 //! AUTH scramble checks. Any panic is a bug: this layer faces the network. Every packet is
-//! also decoded by the general decoder alone, which must agree with the one-pass fast path
-//! `decode_packet` tries first: the same request, or the same error.
+//! also decoded by the general decoder alone, which must agree with the one-pass fast paths
+//! tried first — `protocol::decode_packet`'s, and the crud CALL decoder the server's
+//! sessions use (`server::crud::fast_call::decode_packet`): the same request, or the same
+//! error.
 //!
-//! Run with `cargo +nightly fuzz run decode_request` from the repository root
-//! (or `RUSTC_BOOTSTRAP=1 cargo fuzz run decode_request` on a stable toolchain).
+//! Run with `cargo +nightly fuzz run decode_request fuzz/corpus/decode_request
+//! fuzz/seeds/decode_request` from the repository root (or with `RUSTC_BOOTSTRAP=1 cargo
+//! fuzz run …` on a stable toolchain). The seeds are framed crud CALLs and a SELECT, which
+//! random bytes would take long to find.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use tarn::protocol::{decode_packet, decode_packet_general, frame, request::Request};
+use tarn::server::crud::fast_call;
 
 fuzz_target!(|data: &[u8]| {
     let mut buf = data;
@@ -18,7 +23,9 @@ fuzz_target!(|data: &[u8]| {
         match frame::split_frame(buf) {
             Ok(Some((packet, consumed))) => {
                 let decoded = decode_packet(packet);
-                assert_eq!(decoded, decode_packet_general(packet), "{packet:02x?}");
+                let general = decode_packet_general(packet);
+                assert_eq!(decoded, general, "{packet:02x?}");
+                assert_eq!(fast_call::decode_packet(packet), general, "{packet:02x?}");
                 match decoded {
                     Ok((header, request)) => {
                         if let Request::Auth(auth) = request {
