@@ -682,19 +682,8 @@ impl<K: TreeKey, V> BTree<K, V> {
     /// reads the internal nodes, which a large tree's upper levels keep in cache anyway.
     #[inline]
     pub fn prefetch_leaf(&self, probe: &K::Probe) {
-        let Some(mut node) = self.root.as_ref() else {
-            return;
-        };
-        loop {
-            match node {
-                Node::Internal(internal) => {
-                    node = internal.child(K::count_not_greater(internal.keys(), probe));
-                }
-                Node::Leaf(leaf) => {
-                    prefetch_slice(std::slice::from_ref(&**leaf));
-                    return;
-                }
-            }
+        if let Some(leaf) = self.leaf_for(probe) {
+            prefetch_slice(std::slice::from_ref(leaf));
         }
     }
 
