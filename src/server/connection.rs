@@ -11,7 +11,6 @@ use crate::protocol::reply;
 use crate::protocol::ProtocolError;
 use crate::server::dispatch::Session;
 use crate::server::schema::SCHEMA_VERSION;
-use crate::shard::prefetch::LookupPipeline;
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use glommio::net::TcpStream;
 use std::ops::Range;
@@ -43,14 +42,10 @@ impl Connection {
             // Each packet's lookup is fetched a few packets before it runs, so the cache
             // misses of a pipelined run overlap (see `LookupPipeline`).
             let mut pipeline = self.session.lookup_pipeline();
-            for ahead in 0..LookupPipeline::LEAD {
-                let packet = packets.get(ahead).map(|range| &read_buf[range.clone()]);
-                self.session.prefetch_ahead(&mut pipeline, packet);
-            }
             for (at, range) in packets.iter().enumerate() {
-                let ahead = packets.get(at + LookupPipeline::LEAD);
-                let packet = ahead.map(|range| &read_buf[range.clone()]);
-                self.session.prefetch_ahead(&mut pipeline, packet);
+                self.session.prefetch_before(&mut pipeline, at, |ahead| {
+                    packets.get(ahead).map(|range| &read_buf[range.clone()])
+                });
                 self.session
                     .submit(&read_buf[range.clone()], &mut out)
                     .await;

@@ -309,20 +309,12 @@ impl Core {
             let mut shard = self.shard.borrow_mut();
             // Lookups are fetched a few requests ahead, as on a connection's reads.
             let mut pipeline = LookupPipeline::for_shard(&shard);
+            // `before_running` asks for the targets in order, so one iterator walks ahead.
             let mut ahead = batch::requests(&requests);
-            let fetch_ahead = pipeline.is_enabled();
-            let mut next_target = |shard: &Shard| {
-                let entry = ahead.next()?;
-                fetch_ahead.then_some(())?;
-                point_target(shard, &entry)
-            };
-            for _ in 0..LookupPipeline::LEAD {
-                let target = next_target(&shard);
-                pipeline.push(&shard, target);
-            }
-            for entry in batch::requests(&requests) {
-                let target = next_target(&shard);
-                pipeline.push(&shard, target);
+            for (at, entry) in batch::requests(&requests).enumerate() {
+                pipeline.before_running(&shard, at, |_| {
+                    ahead.next().and_then(|entry| point_target(&shard, &entry))
+                });
                 let mark = batch::begin_reply(&mut replies, entry.ticket);
                 if let Some(sync) = self.serve_entry(&mut shard, &entry, &mut replies) {
                     if let Some(commit) = shard.take_commit() {

@@ -599,14 +599,21 @@ impl Session {
         LookupPipeline::for_shard(&self.core.shard.borrow())
     }
 
-    /// Issues the prefetches due when the request `LookupPipeline::LEAD` places after the
-    /// next one to run is `packet` (or when there is none).
-    pub fn prefetch_ahead(&self, pipeline: &mut LookupPipeline, packet: Option<&[u8]>) {
+    /// Issues the prefetches due before packet `running` of a run is submitted
+    /// ([`LookupPipeline::before_running`]); `packet_at(i)` is the run's packet `i`, `None`
+    /// past its end.
+    pub fn prefetch_before<'p>(
+        &self,
+        pipeline: &mut LookupPipeline,
+        running: usize,
+        packet_at: impl Fn(usize) -> Option<&'p [u8]>,
+    ) {
         if !pipeline.is_enabled() {
             return;
         }
-        let target = packet.and_then(|packet| self.local_point_target(packet));
-        pipeline.push(&self.core.shard.borrow(), target);
+        pipeline.before_running(&self.core.shard.borrow(), running, |at| {
+            packet_at(at).and_then(|packet| self.local_point_target(packet))
+        });
     }
 
     /// The core that owns the primary key given as a search key or inside a tuple; `None`

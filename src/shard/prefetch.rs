@@ -49,9 +49,10 @@ const _: () = assert!(RING_SLOTS.is_power_of_two() && RING_SLOTS > LEAF_AHEAD);
 
 /// The lookups of the requests from the one about to run to the one `LEAD` after it.
 ///
-/// Use: push the targets of the first `LEAD` requests (`None` for one that is not a local
-/// point request), then before running request `i` push the target of request `i + LEAD`,
-/// or `None` past the end, so the last requests' lookups still get their steps.
+/// Use: before running request `i` of a run (`i` = 0, 1, 2, …), call
+/// [`LookupPipeline::before_running`]; it starts the lookups of the first `LEAD` requests
+/// before the first, then that of request `i + LEAD`, so the last requests' lookups still
+/// get their steps.
 #[derive(Debug, Default)]
 pub struct LookupPipeline {
     targets: [Option<PointTarget>; RING_SLOTS],
@@ -83,10 +84,40 @@ impl LookupPipeline {
         self.enabled
     }
 
+    /// Issues what is due before request `running` of the run starts. `target_at(i)` is
+    /// request `i`'s target: `None` past the end of the run or for a request that is not a
+    /// local point request. It is called with 0, 1, 2, … in order, each index once, so it
+    /// may walk the run with an iterator.
+    #[inline]
+    pub fn before_running(
+        &mut self,
+        shard: &Shard,
+        running: usize,
+        mut target_at: impl FnMut(usize) -> Option<PointTarget>,
+    ) {
+        if !self.enabled {
+            return;
+        }
+        let expected_pushes = if running == 0 {
+            0
+        } else {
+            running + LEAF_AHEAD
+        };
+        debug_assert_eq!(self.pushed, expected_pushes, "requests run in order");
+        if running == 0 {
+            for ahead in 0..LEAF_AHEAD {
+                let target = target_at(ahead);
+                self.push(shard, target);
+            }
+        }
+        let target = target_at(running + LEAF_AHEAD);
+        self.push(shard, target);
+    }
+
     /// Starts the lookup of the request `LEAD` ahead and takes every earlier one that has
     /// not run yet one load further.
     #[inline]
-    pub fn push(&mut self, shard: &Shard, target: Option<PointTarget>) {
+    fn push(&mut self, shard: &Shard, target: Option<PointTarget>) {
         if !self.enabled {
             return;
         }
@@ -146,17 +177,13 @@ mod tests {
     /// Runs `requests` point lookups of `key_of(i)` through a pipeline and checks that each
     /// lookup was walked to its end by the time its request runs (or found nothing to walk).
     fn run(shard: &Shard, requests: u64, key_of: impl Fn(u64) -> u64) {
-        let lead = LookupPipeline::LEAD as u64;
         let target = |at: u64| (at < requests).then(|| PointTarget::new(KV, 0, key_of(at)));
         let mut pipeline = LookupPipeline {
             enabled: true,
             ..LookupPipeline::default()
         };
-        for ahead in 0..lead {
-            pipeline.push(shard, target(ahead));
-        }
         for running in 0..requests {
-            pipeline.push(shard, target(running + lead));
+            pipeline.before_running(shard, running as usize, |at| target(at as u64));
             let slot = pipeline.targets[running as usize % RING_SLOTS].expect("pushed");
             assert_eq!(slot.key, key_of(running));
             let walked = slot.cursor.is_none_or(|cursor| cursor.is_done());
@@ -244,7 +271,6 @@ mod tests {
                     }
                 })
                 .collect();
-            let lead = LookupPipeline::LEAD;
             let mut pipeline = LookupPipeline {
                 enabled: true,
                 ..LookupPipeline::default()
@@ -253,13 +279,8 @@ mod tests {
                 let op = ops.get(at)?;
                 shard.point_target(&op.request())
             };
-            for ahead in 0..lead {
-                let next = target(&fetched, ahead);
-                pipeline.push(&fetched, next);
-            }
             for (at, op) in ops.iter().enumerate() {
-                let next = target(&fetched, at + lead);
-                pipeline.push(&fetched, next);
+                pipeline.before_running(&fetched, at, |ahead| target(&fetched, ahead));
                 fetched_out.clear();
                 plain_out.clear();
                 fetched.execute(at as u64, 1, &op.request(), &mut fetched_out);

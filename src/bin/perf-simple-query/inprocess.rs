@@ -53,7 +53,6 @@ use tarn::protocol::frame::split_frame;
 use tarn::server::core::{Core, MeshStats};
 use tarn::server::dispatch::Session;
 use tarn::server::{shard_of_key, start_cores};
-use tarn::shard::prefetch::LookupPipeline;
 use tarn::storage::key::SearchKeyBuf;
 use tarn::storage::msgpack::{write_array_len, write_uint};
 use tarn::storage::prefetch::prefetch_slice;
@@ -457,12 +456,8 @@ impl Load {
                 })
             };
             let mut pipeline = self.session.lookup_pipeline();
-            for ahead in 0..LookupPipeline::LEAD {
-                self.session.prefetch_ahead(&mut pipeline, packet(ahead));
-            }
             for at in 0..self.round.len() {
-                let ahead = packet(at + LookupPipeline::LEAD);
-                self.session.prefetch_ahead(&mut pipeline, ahead);
+                self.session.prefetch_before(&mut pipeline, at, packet);
                 let running = packet(at).expect("a packet of this round");
                 self.session.submit(running, &mut self.out).await;
             }
