@@ -199,6 +199,8 @@ fn customer_tuple(id: u64, rng: &mut StdRng) -> Vec<u8> {
 }
 
 fn main() {
+    // As the server runs: with its heap on huge pages where the kernel offers them.
+    tarn::server::heap::restart_with_huge_pages();
     let config = Config::from_args();
     let n = config.tuple_count;
     let total = config.warmup_iterations + config.iterations;
@@ -207,6 +209,9 @@ fn main() {
         "# {} tuples per space, {} warm-up + {} timed iterations per op",
         n, config.warmup_iterations, config.iterations
     );
+    if selected("memory_latency") {
+        common::print_memory_latency();
+    }
 
     // kv: load, and measure what the loaded tuples cost.
     let tuples: Vec<Vec<u8>> = (0..n).map(|id| kv_tuple(id, &mut rng)).collect();

@@ -81,3 +81,51 @@ pub fn measure<T>(name: &str, warmup: &[T], timed: &[T], mut op: impl FnMut(&T))
         (after.calls - before.calls) as f64 / count,
     );
 }
+
+/// Nanoseconds of one load whose address depends on the load before, each to a random cache
+/// line of a buffer eight times the size of this machine's last-level cache: the time of one
+/// cache miss to memory, page walk included, as the operations above meet it. A lookup in a
+/// large index is a short chain of such misses, so its ns/op reads best in these units;
+/// the absolute figure drifts with the load on the host, the ratio much less.
+pub fn memory_latency_ns() -> f64 {
+    const LINE_WORDS: usize = 64 / std::mem::size_of::<u64>();
+    const BUFFER_BYTES: usize = 256 << 20;
+    const LOADS: usize = 2_000_000;
+    let line_count = BUFFER_BYTES / 64;
+    // Every line in a shuffled order, each pointing at the next and the last at the first:
+    // the prefetchers cannot guess the next line, and no line is visited twice before all are.
+    let mut order: Vec<u64> = (0..line_count as u64).collect();
+    let mut state = 0x9E37_79B9_7F4A_7C15u64;
+    for last in (1..line_count).rev() {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        order.swap(last, (state % (last as u64 + 1)) as usize);
+    }
+    let mut lines = vec![0u64; line_count * LINE_WORDS];
+    for (position, &line) in order.iter().enumerate() {
+        let next = order[(position + 1) % line_count];
+        lines[line as usize * LINE_WORDS] = next * LINE_WORDS as u64;
+    }
+    drop(order);
+    let mut at = 0u64;
+    for _ in 0..LOADS / 4 {
+        at = lines[at as usize];
+    }
+    let start = Instant::now();
+    for _ in 0..LOADS {
+        at = lines[at as usize];
+    }
+    let elapsed = start.elapsed();
+    std::hint::black_box(at);
+    elapsed.as_nanos() as f64 / LOADS as f64
+}
+
+/// Prints the reference row of [`memory_latency_ns`].
+pub fn print_memory_latency() {
+    let latency_ns = memory_latency_ns();
+    println!(
+        "{:<28} {:>8.1} ns/op (one dependent cache miss to memory: the unit of a lookup)",
+        "reference/memory_latency", latency_ns
+    );
+}
