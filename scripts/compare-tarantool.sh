@@ -8,6 +8,7 @@
 #   PARTITIONS   keys populated in each server before measuring (default 1000000)
 #   CLIENT_SMP   client executor threads (default 1, the same for every load and server)
 #   SHARDS       tarn --shards (default 0 = one per core)
+#   TARN_FLAGS   more tarn flags, e.g. "--idle-poll-us 0" (default none)
 #   TARANTOOL_PORT  port of the reference Tarantool (default 3311)
 #   KEEP_DIR     keep the work dir (logs, JSON results) instead of deleting it
 #
@@ -24,6 +25,7 @@ duration=${DURATION:-10}
 partitions=${PARTITIONS:-1000000}
 client_smp=${CLIENT_SMP:-1}
 shards=${SHARDS:-0}
+read -r -a tarn_flags <<<"${TARN_FLAGS:-}"
 tarantool_port=${TARANTOOL_PORT:-3311}
 
 if ! command -v tarantool >/dev/null; then
@@ -60,9 +62,9 @@ echo "starting Tarantool on 127.0.0.1:$tarantool_port..." >&2
 tarantool_dir=$("$here/tarantool/start.sh" "$tarantool_port" "$work/tarantool")
 tarantool_addr=127.0.0.1:$tarantool_port
 
-echo "starting tarn (--shards $shards)..." >&2
+echo "starting tarn (--shards $shards ${TARN_FLAGS:-})..." >&2
 NO_COLOR=1 RUST_LOG=info "$tarn_bin" --config "$root/conf/tarn.toml" --listen 127.0.0.1:0 \
-    --shards "$shards" --data-dir "$work/tarn-data" >"$work/tarn.out" 2>"$work/tarn.log" &
+    --shards "$shards" --data-dir "$work/tarn-data" ${tarn_flags[@]+"${tarn_flags[@]}"} >"$work/tarn.out" 2>"$work/tarn.log" &
 tarn_pid=$!
 tarn_addr=""
 for _ in $(seq 1 300); do
@@ -102,7 +104,7 @@ for load in "${loads[@]}"; do
 done
 
 echo
-echo "tarn ($tarn_addr, --shards $shards) vs Tarantool $(tarantool --version | head -n 1 | cut -d' ' -f2) ($tarantool_addr);" \
+echo "tarn ($tarn_addr, --shards $shards${TARN_FLAGS:+ $TARN_FLAGS}) vs Tarantool $(tarantool --version | head -n 1 | cut -d' ' -f2) ($tarantool_addr);" \
     "$partitions keys, ${duration}s per load, client --smp $client_smp, $(nproc) cores shared"
 python3 - "$work" <<'PY'
 import json, sys, os

@@ -54,6 +54,10 @@ pub struct CliArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_size_bytes)]
     pub memory: Option<u64>,
 
+    /// Microseconds a shard out of work keeps polling before it sleeps (0..=1000).
+    #[arg(long, value_name = "US")]
+    pub idle_poll_us: Option<u64>,
+
     /// Skip damaged WAL rows during recovery instead of refusing to start.
     #[arg(long)]
     pub force_recovery: bool,
@@ -83,6 +87,9 @@ impl CliArgs {
         }
         if let Some(wal_mode) = self.wal_mode {
             raw.wal_mode = wal_mode.name().to_owned();
+        }
+        if let Some(idle_poll_us) = self.idle_poll_us {
+            raw.idle_poll_us = idle_poll_us;
         }
         if let Some(memory_bytes) = self.memory {
             raw.memory = RawSize::Bytes(memory_bytes);

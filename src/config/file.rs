@@ -39,6 +39,8 @@ pub(crate) struct RawConfig {
     pub checkpoint_count: u64,
     #[serde(default = "default_bucket_count")]
     pub bucket_count: u64,
+    #[serde(default = "default_idle_poll_us")]
+    pub idle_poll_us: u64,
     #[serde(default)]
     pub guest: RawGuest,
     #[serde(default, rename = "user")]
@@ -79,6 +81,9 @@ fn default_checkpoint_count() -> u64 {
 }
 fn default_bucket_count() -> u64 {
     3000
+}
+fn default_idle_poll_us() -> u64 {
+    50
 }
 fn default_true() -> bool {
     true

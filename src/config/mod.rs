@@ -73,6 +73,8 @@ pub struct Config {
     pub log_level: LogLevel,
     /// Buckets of crud's `bucket_id` formula (`crc32(key) % bucket_count + 1`).
     pub bucket_count: u32,
+    /// How long a shard that ran out of work keeps polling before it sleeps.
+    pub idle_poll: std::time::Duration,
     pub durability: Durability,
     pub access: Access,
     /// In file order; ids and names are unique.
@@ -151,6 +153,7 @@ fn resolve(raw: &RawConfig, force_recovery: bool) -> Result<Config, ConfigError>
     )?;
     let log_level = LogLevel::parse(&raw.log_level)?;
     let bucket_count = settings::check_bucket_count(raw.bucket_count)?;
+    let idle_poll = settings::check_idle_poll(raw.idle_poll_us)?;
     let durability = durability::resolve_durability(
         &raw.wal_mode,
         &raw.wal_max_file_size,
@@ -169,6 +172,7 @@ fn resolve(raw: &RawConfig, force_recovery: bool) -> Result<Config, ConfigError>
         max_packet_size_bytes,
         log_level,
         bucket_count,
+        idle_poll,
         durability,
         access,
         spaces,

@@ -116,6 +116,20 @@ pub(crate) fn check_bucket_count(bucket_count: u64) -> Result<u32, ConfigError> 
         })
 }
 
+/// The longest idle poll: past a millisecond, polling costs a core's time for a wake-up
+/// the kernel would give sooner.
+pub const IDLE_POLL_US_MAX: u64 = 1000;
+
+pub(crate) fn check_idle_poll(idle_poll_us: u64) -> Result<std::time::Duration, ConfigError> {
+    if idle_poll_us > IDLE_POLL_US_MAX {
+        return Err(ConfigError::invalid(
+            "idle_poll_us",
+            format!("{idle_poll_us} is outside 0..={IDLE_POLL_US_MAX}"),
+        ));
+    }
+    Ok(std::time::Duration::from_micros(idle_poll_us))
+}
+
 /// Parses a size and checks `minimum..=maximum`, naming `key` in errors.
 pub(crate) fn size_in_range(
     raw: &RawSize,

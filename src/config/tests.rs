@@ -37,6 +37,7 @@ fn shipped_file_resolves_to_exact_values() {
     assert_eq!(config.max_packet_size_bytes, 16 << 20);
     assert_eq!(config.log_level, LogLevel::Info);
     assert_eq!(config.bucket_count, 3000);
+    assert_eq!(config.idle_poll, std::time::Duration::from_micros(50));
     assert_eq!(
         config.durability,
         Durability {
@@ -129,6 +130,7 @@ fn empty_file_takes_defaults_and_grants_guest_nothing() {
     assert_eq!(config.listen, "127.0.0.1:3301".parse().unwrap());
     assert_eq!(config.memory_bytes, 1 << 30);
     assert_eq!(config.durability.wal_mode, WalMode::None);
+    assert_eq!(config.idle_poll, std::time::Duration::from_micros(50));
     assert_eq!(config.access.guest, Grants::default());
     assert!(config.spaces.is_empty());
 }
@@ -334,6 +336,10 @@ fn scalar_settings_are_checked() {
     assert_invalid(
         "bucket_count = 0",
         "bucket_count: 0 is outside 1..=4294967295",
+    );
+    assert_invalid(
+        "idle_poll_us = 1001",
+        "idle_poll_us: 1001 is outside 0..=1000",
     );
 }
 
@@ -583,7 +589,7 @@ fn write_config(text: &str) -> (tempfile::TempDir, PathBuf) {
 fn flags_override_the_file() {
     let (_directory, path) = write_config(
         "listen = \"127.0.0.1:1\"\nshards = 2\ndata_dir = \"file\"\nlog_level = \"warn\"\n\
-         wal_mode = \"write\"\nmemory = \"64MiB\"\n",
+         wal_mode = \"write\"\nmemory = \"64MiB\"\nidle_poll_us = 0\n",
     );
     let path_text = path.to_str().unwrap();
 
@@ -595,6 +601,7 @@ fn flags_override_the_file() {
     assert_eq!(file_only.log_level, LogLevel::Warn);
     assert_eq!(file_only.durability.wal_mode, WalMode::Write);
     assert_eq!(file_only.memory_bytes, 64 << 20);
+    assert_eq!(file_only.idle_poll, std::time::Duration::ZERO);
     assert!(!file_only.durability.force_recovery);
 
     let args = CliArgs::try_parse_from([
@@ -613,6 +620,8 @@ fn flags_override_the_file() {
         "fsync",
         "--memory",
         "2GiB",
+        "--idle-poll-us",
+        "200",
         "--force-recovery",
     ])
     .unwrap();
@@ -623,6 +632,7 @@ fn flags_override_the_file() {
     assert_eq!(overridden.log_level, LogLevel::Debug);
     assert_eq!(overridden.durability.wal_mode, WalMode::Fsync);
     assert_eq!(overridden.memory_bytes, 2 << 30);
+    assert_eq!(overridden.idle_poll, std::time::Duration::from_micros(200));
     assert!(overridden.durability.force_recovery);
 }
 
@@ -723,6 +733,7 @@ fn help_documents_every_flag() {
         "--log-level <LEVEL>",
         "--wal-mode <MODE>",
         "--memory <SIZE>",
+        "--idle-poll-us <US>",
         "--force-recovery",
     ] {
         assert!(help.contains(flag), "help lacks {flag}:\n{help}");

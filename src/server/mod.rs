@@ -156,6 +156,7 @@ where
     let joined = Arc::new(AtomicUsize::new(0));
     let any_failed = Arc::new(AtomicBool::new(false));
     let handles = LocalExecutorPoolBuilder::new(PoolPlacement::MaxSpread(shard_count, None))
+        .spin_before_park(shared.config.idle_poll)
         .on_all_shards(move || {
             let (shared, mesh) = (shared.clone(), mesh.clone());
             let (per_core, finished) = (per_core.clone(), finished.clone());
