@@ -1,5 +1,5 @@
 //! Heap allocations of crud point calls on the shard that owns the key, counted exactly by
-//! a counting global allocator (per thread: the tests of this file run in parallel).
+//! a counting global allocator (a slot per test: the tests of this file run in parallel).
 //!
 //! * `crud.get` allocates nothing beyond the reply, which goes into a buffer the caller
 //!   owns and reuses: found or not, key scalar or array, through `execute_on_shard` (a
@@ -11,8 +11,10 @@
 //!
 //! No timing anywhere: only counts.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+#[path = "common/counting_allocator.rs"]
+mod counting_allocator;
+
+use counting_allocator::{allocations, register_counter, CountingAllocator};
 use tarn::config::{Config, SHIPPED_CONFIG_TOML};
 use tarn::protocol::client;
 use tarn::protocol::request::Request;
@@ -21,46 +23,12 @@ use tarn::server::schema;
 use tarn::shard::Shard;
 use tarn::storage::msgpack::{write_array_len, write_str, write_uint};
 
-struct CountingAllocator;
-
-thread_local! {
-    static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn count_one() {
-    // During thread teardown the counter may be gone; those allocations are nobody's.
-    let _ = ALLOCATIONS.try_with(|count| count.set(count.get() + 1));
-}
-
-/// Allocations (and reallocations) made so far by this thread.
-fn allocations() -> u64 {
-    ALLOCATIONS.with(Cell::get)
-}
-
-// SAFETY: every call is forwarded to `System` unchanged; the counter only observes.
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count_one();
-        System.alloc(layout)
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        count_one();
-        System.alloc_zeroed(layout)
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count_one();
-        System.realloc(ptr, layout, new_size)
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout)
-    }
-}
-
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;
+
+/// Counter slots: the tests of this file run in parallel threads of one process.
+const GET_SLOT: usize = 1;
+const WRITES_SLOT: usize = 2;
 
 const KV_SPACE_ID: u32 = 512;
 const KEYS: u64 = 1000;
@@ -177,6 +145,7 @@ fn allocations_per_call(path: Path, packets: &[Vec<u8>]) -> f64 {
 
 #[test]
 fn crud_get_allocates_nothing_beyond_the_reply() {
+    register_counter(GET_SLOT);
     let scalar: Vec<Vec<u8>> = (0..CALLS)
         .map(|id| crud_call("get", &[&uint(id * 7 % KEYS)]))
         .collect();
@@ -203,6 +172,7 @@ fn crud_get_allocates_nothing_beyond_the_reply() {
 
 #[test]
 fn crud_writes_allocate_the_stored_tuple_only() {
+    register_counter(WRITES_SLOT);
     let cases: [(&str, Vec<Vec<u8>>, f64); 4] = [
         (
             // Deleting keys that are gone after the warm-up round.

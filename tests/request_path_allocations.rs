@@ -9,10 +9,12 @@
 //!
 //! No timing anywhere: only counts.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+#[path = "common/counting_allocator.rs"]
+mod counting_allocator;
+
+use counting_allocator::{allocations, allocations_in, register_counter, CountingAllocator};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tarn::config::{Config, SHIPPED_CONFIG_TOML};
@@ -24,59 +26,6 @@ use tarn::server::dispatch::Session;
 use tarn::server::start_cores;
 use tarn::storage::key::SearchKeyBuf;
 use tarn::storage::msgpack::{read_value, write_array_len, write_str, write_uint, Value};
-
-struct CountingAllocator;
-
-/// One counter per thread that asked for one (a core registers its slot); every other
-/// thread counts into slot 0. Atomics, so that one core can read another's counter at the
-/// edges of a window it alone delimits.
-static COUNTERS: [AtomicU64; 8] = [const { AtomicU64::new(0) }; 8];
-
-thread_local! {
-    static SLOT: Cell<usize> = const { Cell::new(0) };
-}
-
-fn count_one() {
-    let slot = SLOT.try_with(Cell::get).unwrap_or(0);
-    COUNTERS[slot].fetch_add(1, Ordering::Relaxed);
-}
-
-/// Counts this thread's allocations in its own slot from now on.
-fn register_counter(slot: usize) {
-    assert!(slot > 0 && slot < COUNTERS.len());
-    SLOT.with(|current| current.set(slot));
-}
-
-/// Allocations made so far by the thread registered in `slot` (reallocations count too).
-fn allocations_in(slot: usize) -> u64 {
-    COUNTERS[slot].load(Ordering::Relaxed)
-}
-
-/// Allocations made so far by this thread.
-fn allocations() -> u64 {
-    allocations_in(SLOT.with(Cell::get))
-}
-
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count_one();
-        System.alloc(layout)
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        count_one();
-        System.alloc_zeroed(layout)
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count_one();
-        System.realloc(ptr, layout, new_size)
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        System.dealloc(ptr, layout)
-    }
-}
 
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;
