@@ -295,6 +295,16 @@ async fn serve_clients(core: Rc<core::Core>, listening: Arc<Listening>) -> Resul
     if id == 0 {
         tracing::info!("shutting down on signal");
     }
+    if core.shard_count > 1 {
+        let mesh = core.stats();
+        tracing::info!(
+            shard = id,
+            requests_forwarded = mesh.requests_sent,
+            batches_sent = mesh.request_batches_sent,
+            batches_served = mesh.request_batches_served,
+            "traffic to other shards"
+        );
+    }
     let wal = core.shard.borrow().wal.clone();
     if let Some(wal) = wal {
         if let Err(error) = wal.close().await {
