@@ -78,6 +78,11 @@ pub struct Args {
     #[arg(long, value_name = "BOOL", action = clap::ArgAction::Set)]
     pub shard_aware: Option<bool>,
 
+    /// In-process mode: microseconds a shard out of work polls before it sleeps (the
+    /// server's `idle_poll_us`; default: the shipped config's).
+    #[arg(long, value_name = "US")]
+    pub idle_poll_us: Option<u64>,
+
     /// Drive a running IPROTO server at HOST:PORT over TCP instead of running in-process.
     #[arg(long, value_name = "HOST:PORT")]
     pub connect: Option<String>,
@@ -252,6 +257,11 @@ impl Args {
                 }
                 if self.shard_aware.is_some() {
                     notes.push("--shard-aware has no effect with --connect: the server routes keys to shards".into());
+                }
+                if self.idle_poll_us.is_some() {
+                    notes.push(
+                        "--idle-poll-us has no effect with --connect: set it on the server".into(),
+                    );
                 }
                 Mode::Connect { addr }
             }

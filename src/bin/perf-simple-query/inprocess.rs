@@ -79,6 +79,7 @@ struct Plan {
     single_key: bool,
     shard_aware: bool,
     wal: WalMode,
+    idle_poll_us: Option<u64>,
 }
 
 pub struct InProcess {
@@ -102,6 +103,7 @@ impl InProcess {
                 single_key: args.query_single_key,
                 shard_aware: args.shard_aware.unwrap_or(true),
                 wal: args.wal.unwrap_or(WalMode::None),
+                idle_poll_us: args.idle_poll_us,
             },
         }
     }
@@ -130,6 +132,9 @@ impl Driver for InProcess {
             .map_err(|e| DriverError::Setup(format!("shipped config: {e}")))?;
         config.data_dir = data_dir.path.clone();
         config.durability.wal_mode = plan.wal;
+        if let Some(idle_poll_us) = plan.idle_poll_us {
+            config.idle_poll = std::time::Duration::from_micros(idle_poll_us);
+        }
         let outputs = {
             let (plan, progress) = (plan.clone(), progress.clone());
             start_cores(config, plan.shards, move |core| {
@@ -564,6 +569,7 @@ mod tests {
             single_key: false,
             shard_aware: true,
             wal: WalMode::None,
+            idle_poll_us: None,
         };
         let owned: Vec<u64> = (0..100).filter(|&k| placement_of(k, 2) == 1).collect();
         assert!(!owned.is_empty() && owned.len() < 100);
