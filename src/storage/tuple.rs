@@ -46,6 +46,56 @@ impl Tuple {
         Tuple(unsafe { rc.assume_init() })
     }
 
+    /// Builds a tuple from the concatenation of `pieces`, validated by `check` where it
+    /// lands: a caller whose tuple is the request's bytes with a field swapped gets it
+    /// copied once, into the tuple's own allocation. On a failed check the allocation is
+    /// freed and nothing is built.
+    fn from_pieces_checked(
+        pieces: &[&[u8]],
+        slot_count: usize,
+        check: impl FnOnce(&[u8]) -> Result<FieldOffsets>,
+    ) -> Result<Tuple> {
+        debug_assert!(slot_count <= MAX_FIELD_SLOTS);
+        let data_len: usize = pieces.iter().map(|piece| piece.len()).sum();
+        let header_len = 1 + 4 * slot_count;
+        let mut rc = Rc::<[u8]>::new_uninit_slice(header_len + data_len);
+        // The Rc was created just above, so it has no other owner yet.
+        let slice = Rc::get_mut(&mut rc).expect("fresh Rc is unique");
+        let mut at = header_len;
+        for piece in pieces {
+            let dst = &mut slice[at..at + piece.len()];
+            // SAFETY: `dst` is `piece.len()` bytes of a fresh allocation, which no slice
+            // borrowed from elsewhere can overlap. (A plain copy: the element-wise writes
+            // of `from_parts` are not turned into one here.)
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    piece.as_ptr(),
+                    dst.as_mut_ptr().cast::<u8>(),
+                    piece.len(),
+                );
+            }
+            at += piece.len();
+        }
+        debug_assert_eq!(at, slice.len());
+        // SAFETY: every byte from `header_len` on was written just above.
+        let data = unsafe {
+            std::slice::from_raw_parts(slice[header_len..].as_ptr().cast::<u8>(), data_len)
+        };
+        let offsets = check(data)?;
+        debug_assert_eq!(offsets.len(), slot_count);
+        slice[0].write(slot_count as u8);
+        for (slot, offset) in offsets.iter().enumerate() {
+            for (dst, &src) in slice[1 + 4 * slot..5 + 4 * slot]
+                .iter_mut()
+                .zip(&offset.to_le_bytes())
+            {
+                dst.write(src);
+            }
+        }
+        // SAFETY: the header was written just above, the data before the check.
+        Ok(Tuple(unsafe { rc.assume_init() }))
+    }
+
     fn slot_count(&self) -> usize {
         self.0[0] as usize
     }
@@ -235,6 +285,14 @@ impl SpaceFormat {
     pub fn build_tuple(&self, field_map: &FieldMap, data: &[u8]) -> Result<Tuple> {
         let offsets = self.check_tuple(field_map, data)?;
         Ok(Tuple::from_parts(data, &offsets))
+    }
+
+    /// `build_tuple` of the concatenation of `pieces`, copied once (into the tuple) and
+    /// validated there: the same checks and errors as `build_tuple` of the joined bytes.
+    pub fn build_tuple_from_pieces(&self, field_map: &FieldMap, pieces: &[&[u8]]) -> Result<Tuple> {
+        Tuple::from_pieces_checked(pieces, field_map.slot_count as usize, |data| {
+            self.check_tuple(field_map, data)
+        })
     }
 
     /// Validates `data` as `build_tuple` does, without building: returns the field map
