@@ -40,6 +40,34 @@ pub fn run_point(
     shard: &mut Shard,
     plan: &PointPlan<'_>,
 ) -> Result<Result<Option<Tuple>, StorageError>, WalError> {
+    // Inserts and replaces, most writes, go to storage directly: the general path's
+    // undo bookkeeping is all `Undo::Nothing` for a lone op, and its row and change are
+    // the stored tuple either way.
+    let stored = match &plan.op {
+        PointOp::Insert { tuple } => shard
+            .engine
+            .space_mut(plan.space_id)
+            .and_then(|space| tuple.insert_into(space)),
+        PointOp::Replace { tuple } => shard
+            .engine
+            .space_mut(plan.space_id)
+            .and_then(|space| tuple.replace_into(space)),
+        _ => return run_point_applied(shard, plan),
+    };
+    match stored {
+        Ok(new) => {
+            shard.log(plan.space_id, &Written::Stored(new.clone()))?;
+            Ok(Ok(Some(new)))
+        }
+        Err(error) => Ok(Err(error)),
+    }
+}
+
+/// [`run_point`] through `write::apply_point`.
+fn run_point_applied(
+    shard: &mut Shard,
+    plan: &PointPlan<'_>,
+) -> Result<Result<Option<Tuple>, StorageError>, WalError> {
     let applied = match shard
         .engine
         .space_mut(plan.space_id)
