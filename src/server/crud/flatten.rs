@@ -148,6 +148,41 @@ pub fn take_with_bucket_id<'t>(
         }
         return mp::take(cursor).map(OpBytes::from);
     };
+    if let ([part], [marker @ 0x90..=0x9f, fields @ ..]) =
+        (space.indexes()[0].def.key_def.parts.as_slice(), start)
+    {
+        // One key part and a short array, nearly every call: the walk finds the key and
+        // the bucket_id field itself, with nothing collected.
+        let (key_field, bucket_field) = (part.field_no as usize, bucket_field as usize);
+        let mut key = mp::NIL;
+        let mut bucket = None;
+        let mut rest = fields;
+        for field_no in 0..usize::from(marker & 0x0f) {
+            let at = start.len() - rest.len();
+            let value = take_field(&mut rest)?;
+            if field_no == bucket_field {
+                bucket = Some((at, at + value.len()));
+            }
+            if field_no == key_field {
+                key = value;
+            }
+        }
+        *cursor = rest;
+        let tuple = &start[..start.len() - rest.len()];
+        if let Some((at, end)) = bucket.filter(|&(at, end)| is_nil_field(&tuple[at..end])) {
+            let bucket_id = bucket_id_of_parts([key], bucket_count);
+            let mut computed = [0u8; 9];
+            let value = encode_uint(bucket_id, &mut computed);
+            return Some(OpBytes::Spliced(Spliced::new(
+                &tuple[..at],
+                value,
+                &tuple[end..],
+            )));
+        }
+        let mut again = tuple;
+        let fields = TupleFields::take(space, &mut again, bucket_field)?;
+        return with_bucket_id(tuple, &fields, bucket_field as u32, None, bucket_count).ok();
+    }
     let fields = TupleFields::take(space, cursor, bucket_field as usize)?;
     let tuple = &start[..start.len() - cursor.len()];
     if let Some((start, end)) = fields.bucket_id {
