@@ -64,6 +64,14 @@ impl Tuple {
         let mut at = header_len;
         for piece in pieces {
             let dst = &mut slice[at..at + piece.len()];
+            if piece.len() <= SHORT_PIECE {
+                // A field or two: cheaper by hand than the call a copy of unknown length is.
+                for (dst, &src) in dst.iter_mut().zip(*piece) {
+                    dst.write(src);
+                }
+                at += piece.len();
+                continue;
+            }
             // SAFETY: `dst` is `piece.len()` bytes of a fresh allocation, which no slice
             // borrowed from elsewhere can overlap. (A plain copy: the element-wise writes
             // of `from_parts` are not turned into one here.)
@@ -179,6 +187,9 @@ impl std::fmt::Debug for Tuple {
         f.write_str(&crate::storage::text::msgpack_to_text(self.data()))
     }
 }
+
+/// Pieces up to this long are copied byte by byte by `Tuple::from_pieces_checked`.
+const SHORT_PIECE: usize = 16;
 
 /// Field-map slots whose offsets a tuple's validation keeps without allocating.
 const INLINE_OFFSETS: usize = 8;

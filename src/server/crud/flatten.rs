@@ -172,10 +172,11 @@ pub fn take_with_bucket_id<'t>(
         if let Some((at, end)) = bucket.filter(|&(at, end)| is_nil_field(&tuple[at..end])) {
             let bucket_id = bucket_id_of_parts([key], bucket_count);
             let mut computed = [0u8; 9];
-            let value = encode_uint(bucket_id, &mut computed);
+            let value_len = encode_uint(bucket_id, &mut computed).len();
             return Some(OpBytes::Spliced(Spliced::new(
                 &tuple[..at],
-                value,
+                computed,
+                value_len,
                 &tuple[end..],
             )));
         }
@@ -190,10 +191,11 @@ pub fn take_with_bucket_id<'t>(
             // The common case, a nil in place: the header stays, only the field changes.
             let bucket_id = bucket_id_of_parts(fields.pk_parts.iter().copied(), bucket_count);
             let mut computed = [0u8; 9];
-            let value = encode_uint(bucket_id, &mut computed);
+            let value_len = encode_uint(bucket_id, &mut computed).len();
             return Some(OpBytes::Spliced(Spliced::new(
                 &tuple[..start],
-                value,
+                computed,
+                value_len,
                 &tuple[end..],
             )));
         }

@@ -49,15 +49,15 @@ pub struct Spliced<'a> {
 }
 
 impl<'a> Spliced<'a> {
-    /// `head`, then `value` (at most 9 bytes), then `tail`.
-    pub fn new(head: &'a [u8], value: &[u8], tail: &'a [u8]) -> Spliced<'a> {
-        debug_assert!(value.len() <= 9, "{value:02x?}");
-        let mut stored = [0u8; 9];
-        stored[..value.len()].copy_from_slice(value);
+    /// `head`, then the first `value_len` bytes of `value`, then `tail`. The value comes
+    /// as the whole buffer it was encoded into: copying a slice of unknown length costs a
+    /// call to `memcpy`.
+    pub fn new(head: &'a [u8], value: [u8; 9], value_len: usize, tail: &'a [u8]) -> Spliced<'a> {
+        debug_assert!(value_len <= value.len());
         Spliced {
             head,
-            value: stored,
-            value_len: value.len() as u8,
+            value,
+            value_len: value_len as u8,
             tail,
             joined: std::cell::OnceCell::new(),
         }
