@@ -39,7 +39,7 @@ pub fn plan_point<'a>(
     if count != positional && count != positional + 1 {
         return None;
     }
-    let name = space_name(mp::take(&mut cursor)?)?;
+    let name = space_name(&mut cursor)?;
     // From the back: the spaces crud calls name are users', whose ids (from 512) sort
     // after the system spaces'. Names are unique in an engine.
     let space = engine
@@ -95,14 +95,17 @@ pub fn plan_point<'a>(
     })
 }
 
-/// The bytes of a fixstr or str8 (a whole value: [`mp::take`] measured it).
+/// The bytes of the fixstr or str8 at the start of `cursor`, which moves past it.
 #[inline(always)]
-fn space_name(raw: &[u8]) -> Option<&[u8]> {
-    match raw.first()? {
-        0xa0..=0xbf => raw.get(1..),
-        0xd9 => raw.get(2..),
-        _ => None,
-    }
+fn space_name<'a>(cursor: &mut &'a [u8]) -> Option<&'a [u8]> {
+    let (len, rest) = match *cursor {
+        [marker @ 0xa0..=0xbf, rest @ ..] => (usize::from(marker & 0x1f), rest),
+        [0xd9, len, rest @ ..] => (usize::from(*len), rest),
+        _ => return None,
+    };
+    let name = rest.get(..len)?;
+    *cursor = &rest[len..];
+    Some(name)
 }
 
 #[inline(always)]
