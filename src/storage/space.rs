@@ -328,16 +328,20 @@ impl Space {
     /// straight into the stored tuple, for a caller whose tuple is a request's bytes with a
     /// field swapped. Same checks, errors and outcome as `insert` of the joined bytes. The
     /// primary key is looked for in the first piece alone (a hint, checked once built).
-    pub fn insert_pieces(&mut self, pieces: &[&[u8]]) -> Result<Tuple> {
+    pub fn insert_pieces<const N: usize>(&mut self, pieces: &[&[u8]; N]) -> Result<Tuple> {
         self.put_pieces(pieces, WriteMode::Insert)
     }
 
     /// `replace` of the concatenation of `pieces`, as [`Space::insert_pieces`].
-    pub fn replace_pieces(&mut self, pieces: &[&[u8]]) -> Result<Tuple> {
+    pub fn replace_pieces<const N: usize>(&mut self, pieces: &[&[u8]; N]) -> Result<Tuple> {
         self.put_pieces(pieces, WriteMode::Replace)
     }
 
-    fn put_pieces(&mut self, pieces: &[&[u8]], mode: WriteMode) -> Result<Tuple> {
+    fn put_pieces<const N: usize>(
+        &mut self,
+        pieces: &[&[u8]; N],
+        mode: WriteMode,
+    ) -> Result<Tuple> {
         let first = pieces.first().copied().unwrap_or_default();
         let build = |format: &SpaceFormat, field_map: &FieldMap| {
             format.build_tuple_from_pieces(field_map, pieces)

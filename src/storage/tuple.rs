@@ -49,9 +49,10 @@ impl Tuple {
     /// Builds a tuple from the concatenation of `pieces`, validated by `check` where it
     /// lands: a caller whose tuple is the request's bytes with a field swapped gets it
     /// copied once, into the tuple's own allocation. On a failed check the allocation is
-    /// freed and nothing is built.
-    fn from_pieces_checked(
-        pieces: &[&[u8]],
+    /// freed and nothing is built. The count is a constant, so the loops over the pieces
+    /// unroll.
+    fn from_pieces_checked<const N: usize>(
+        pieces: &[&[u8]; N],
         slot_count: usize,
         check: impl FnOnce(&[u8]) -> Result<FieldOffsets>,
     ) -> Result<Tuple> {
@@ -61,42 +62,36 @@ impl Tuple {
         let mut rc = Rc::<[u8]>::new_uninit_slice(header_len + data_len);
         // The Rc was created just above, so it has no other owner yet.
         let slice = Rc::get_mut(&mut rc).expect("fresh Rc is unique");
-        let mut at = header_len;
+        let (header, body) = slice.split_at_mut(header_len);
+        let mut rest = &mut *body;
         for piece in pieces {
-            let dst = &mut slice[at..at + piece.len()];
+            let (dst, after) = rest.split_at_mut(piece.len());
             if piece.len() <= SHORT_PIECE {
                 // A field or two: cheaper by hand than the call a copy of unknown length is.
                 for (dst, &src) in dst.iter_mut().zip(*piece) {
                     dst.write(src);
                 }
-                at += piece.len();
-                continue;
+            } else {
+                // SAFETY: `dst` is `piece.len()` bytes of a fresh allocation, which no
+                // slice borrowed from elsewhere can overlap.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        piece.as_ptr(),
+                        dst.as_mut_ptr().cast::<u8>(),
+                        piece.len(),
+                    );
+                }
             }
-            // SAFETY: `dst` is `piece.len()` bytes of a fresh allocation, which no slice
-            // borrowed from elsewhere can overlap. (A plain copy: the element-wise writes
-            // of `from_parts` are not turned into one here.)
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    piece.as_ptr(),
-                    dst.as_mut_ptr().cast::<u8>(),
-                    piece.len(),
-                );
-            }
-            at += piece.len();
+            rest = after;
         }
-        debug_assert_eq!(at, slice.len());
-        // SAFETY: every byte from `header_len` on was written just above.
-        let data = unsafe {
-            std::slice::from_raw_parts(slice[header_len..].as_ptr().cast::<u8>(), data_len)
-        };
+        debug_assert!(rest.is_empty());
+        // SAFETY: every byte of `body` was written just above.
+        let data = unsafe { std::slice::from_raw_parts(body.as_ptr().cast::<u8>(), data_len) };
         let offsets = check(data)?;
         debug_assert_eq!(offsets.len(), slot_count);
-        slice[0].write(slot_count as u8);
-        for (slot, offset) in offsets.iter().enumerate() {
-            for (dst, &src) in slice[1 + 4 * slot..5 + 4 * slot]
-                .iter_mut()
-                .zip(&offset.to_le_bytes())
-            {
+        header[0].write(slot_count as u8);
+        for (slot, offset) in header[1..].chunks_exact_mut(4).zip(&offsets) {
+            for (dst, &src) in slot.iter_mut().zip(&offset.to_le_bytes()) {
                 dst.write(src);
             }
         }
@@ -300,7 +295,11 @@ impl SpaceFormat {
 
     /// `build_tuple` of the concatenation of `pieces`, copied once (into the tuple) and
     /// validated there: the same checks and errors as `build_tuple` of the joined bytes.
-    pub fn build_tuple_from_pieces(&self, field_map: &FieldMap, pieces: &[&[u8]]) -> Result<Tuple> {
+    pub fn build_tuple_from_pieces<const N: usize>(
+        &self,
+        field_map: &FieldMap,
+        pieces: &[&[u8]; N],
+    ) -> Result<Tuple> {
         Tuple::from_pieces_checked(pieces, field_map.slot_count as usize, |data| {
             self.check_tuple(field_map, data)
         })
