@@ -273,14 +273,14 @@ pub fn plan_general<'a>(
     plan_func(engine, config, func_or_raised(function_name)?, args)
 }
 
-fn func_or_raised(function_name: &str) -> Result<Func, Raised> {
+pub(super) fn func_or_raised(function_name: &str) -> Result<Func, Raised> {
     Func::from_name(function_name).ok_or_else(|| Raised {
         code: ErrorCode::ER_NO_SUCH_PROC,
         message: format!("Procedure '{function_name}' is not defined"),
     })
 }
 
-fn plan_func<'a>(
+pub(super) fn plan_func<'a>(
     engine: &Engine,
     config: &CrudConfig,
     func: Func,

@@ -13,9 +13,9 @@ use super::select::{self, ShardRows};
 use super::wire::Part;
 use super::write::{self, BatchItem, PointOp};
 use super::{
-    encode_reply, encode_values_reply, finish_border, finish_count, finish_len, finish_many,
-    finish_point, finish_select, finish_truncate, plan, write_point_values, CrudConfig, CrudReply,
-    Func, Plan, PointPlan, Raised,
+    encode_reply, encode_values_reply, fast_plan, finish_border, finish_count, finish_len,
+    finish_many, finish_point, finish_select, finish_truncate, func_or_raised, plan_func,
+    write_point_values, CrudConfig, CrudReply, Func, Plan, PointPlan, Raised,
 };
 use crate::protocol::ErrorCode;
 use crate::shard::{Shard, Written};
@@ -260,6 +260,18 @@ pub fn run_planned_into(
         let reply = run_planned(shard, config, plan);
         return encode_reply(out, sync, schema_version, &reply);
     };
+    run_point_into(shard, config, point, sync, schema_version, out);
+}
+
+/// [`run_planned_into`] of a point op.
+fn run_point_into(
+    shard: &mut Shard,
+    config: &CrudConfig,
+    point: &PointPlan<'_>,
+    sync: u64,
+    schema_version: u64,
+    out: &mut Vec<u8>,
+) {
     if let PointOp::Insert { tuple } | PointOp::Replace { tuple } = &point.op {
         if write_into(shard, config, point, tuple, sync, schema_version, out) {
             return;
@@ -327,8 +339,17 @@ pub fn execute_on_shard(
     args: &[u8],
     out: &mut Vec<u8>,
 ) {
-    match plan(&shard.engine, config, function_name, args) {
-        Ok(plan) => run_planned_into(shard, config, &plan, sync, schema_version, out),
+    // `plan`, with the common point calls run straight from their one-pass plan: no
+    // `Plan` is built around them, moved or dropped.
+    let planned = func_or_raised(function_name).and_then(|func| {
+        if let Some(point) = fast_plan::plan_point(&shard.engine, config, func, args) {
+            return Ok(Err(point));
+        }
+        plan_func(&shard.engine, config, func, args).map(Ok)
+    });
+    match planned {
+        Ok(Err(point)) => run_point_into(shard, config, &point, sync, schema_version, out),
+        Ok(Ok(plan)) => run_planned_into(shard, config, &plan, sync, schema_version, out),
         Err(raised) => encode_reply(out, sync, schema_version, &CrudReply::Raised(raised)),
     }
 }
