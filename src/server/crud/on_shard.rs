@@ -9,6 +9,7 @@
 //! When the WAL refuses a row the change stays in memory (as with `Shard::execute`) but is
 //! never acknowledged: the call raises `ER_WAL_IO` instead.
 
+use super::result::Columns;
 use super::select::{self, ShardRows};
 use super::wire::Part;
 use super::write::{self, BatchItem, PointOp};
@@ -315,8 +316,15 @@ fn write_into(
     };
     let start = out.len();
     let space = &*space;
-    encode_values_reply(out, sync, schema_version, |out| {
-        write_point_values(out, config, space, point, stored.as_ref().map(Some))
+    encode_values_reply(out, sync, schema_version, |out| match &stored {
+        // `[{metadata, rows: [new]}, nil]`, as write_point_values writes it, without its
+        // general cases (errors, noreturn, chosen fields).
+        Ok(new) if !point.noreturn && matches!(point.columns, Columns::All) => {
+            out.push(0x92);
+            config.metadata.write_result_all(out, space, &[new.data()]);
+            out.push(0xc0);
+        }
+        _ => write_point_values(out, config, space, point, stored.as_ref().map(Some)),
     });
     if let Ok(new) = stored {
         if let Err(error) = shard.log(point.space_id, &Written::Stored(new)) {
