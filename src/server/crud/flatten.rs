@@ -186,7 +186,9 @@ pub fn take_with_bucket_id<'t>(
     }
     let fields = TupleFields::take(space, cursor, bucket_field as usize)?;
     let tuple = &start[..start.len() - cursor.len()];
-    if let Some((start, end)) = fields.bucket_id {
+    if let (Some((start, end)), [0x90..=0x9f, ..]) = (fields.bucket_id, tuple) {
+        // Only under a fixarray header: `set_bucket_id` writes the header afresh in its
+        // shortest form, which for a fixarray is the same byte.
         if is_nil_field(&tuple[start..end]) {
             // The common case, a nil in place: the header stays, only the field changes.
             let bucket_id = bucket_id_of_parts(fields.pk_parts.iter().copied(), bucket_count);

@@ -382,6 +382,46 @@ fn bucket_id_is_pinned_for_keys_of_every_kind() {
     }
 }
 
+/// A tuple under a wider array header than it needs (array16 of three fields) is planned
+/// with a fresh, shortest header on both planners (a proptest found the one-pass planner
+/// keeping the wide one).
+#[test]
+fn wide_array_headers_are_rewritten_by_both_planners() {
+    let engine = engine();
+    let config = config();
+    let tuple = [&[0xdc, 0x00, 0x03, 0x05, 0xc0, 0xa1][..], b"a"].concat();
+    let name = [&[0xa9][..], b"customers"].concat();
+    for (function, args) in [
+        ("crud.insert", [&[0x92][..], &name, &tuple].concat()),
+        (
+            "crud.replace",
+            [&[0x93][..], &name, &tuple, &[0x80]].concat(),
+        ),
+        (
+            "crud.upsert",
+            [&[0x93][..], &name, &tuple, &json(r#"[["+", 4, 1]]"#)].concat(),
+        ),
+    ] {
+        let general = plan_general(&engine, &config, function, &args);
+        assert_eq!(
+            plan(&engine, &config, function, &args),
+            general,
+            "{function}"
+        );
+        let Ok(Plan::Point(point)) = general else {
+            panic!("{function}: {general:?}")
+        };
+        let (PointOp::Insert { tuple }
+        | PointOp::Replace { tuple }
+        | PointOp::Upsert { tuple, .. }) = &point.op
+        else {
+            panic!("{function}: {point:?}")
+        };
+        assert_eq!(msgpack_to_text(tuple), r#"[5, 1172, "a"]"#, "{function}");
+        assert_eq!(tuple[0], 0x93, "{function}");
+    }
+}
+
 #[test]
 fn insert_computes_bucket_id_and_returns_metadata_and_rows() {
     let mut engine = engine();
