@@ -55,6 +55,7 @@ pub fn plan_point<'a>(
                 space,
                 &mut cursor,
                 config.bucket_count,
+                func != Upsert,
             )?),
         ),
         _ => (mp::take(&mut cursor)?, None),

@@ -135,11 +135,16 @@ pub fn set_bucket_id<'t>(
 /// [`set_bucket_id`] without `opts.bucket_id`, of the tuple at the start of `cursor`, which
 /// is measured in the same walk (the cursor moves past it): the point calls' one walk over
 /// their tuple. `None` when it is not a whole array; then nothing is planned from it.
+///
+/// With `splice`, a nil bucket_id is filled as [`OpBytes::Spliced`], for a caller whose
+/// storage write takes pieces (insert, replace); without, the tuple is rebuilt whole (an
+/// upsert's storage reads it as one slice, which a splice would join on the heap).
 #[inline]
 pub fn take_with_bucket_id<'t>(
     space: &Space,
     cursor: &mut &'t [u8],
     bucket_count: u32,
+    splice: bool,
 ) -> Option<OpBytes<'t>> {
     let start = *cursor;
     let Some(bucket_field) = bucket_field_of(space) else {
@@ -169,7 +174,8 @@ pub fn take_with_bucket_id<'t>(
         }
         *cursor = rest;
         let tuple = &start[..start.len() - rest.len()];
-        if let Some((at, end)) = bucket.filter(|&(at, end)| is_nil_field(&tuple[at..end])) {
+        if let Some((at, end)) = bucket.filter(|&(at, end)| splice && is_nil_field(&tuple[at..end]))
+        {
             let bucket_id = bucket_id_of_parts([key], bucket_count);
             let mut computed = [0u8; 9];
             let value_len = encode_uint(bucket_id, &mut computed).len();
@@ -189,7 +195,7 @@ pub fn take_with_bucket_id<'t>(
     if let (Some((start, end)), [0x90..=0x9f, ..]) = (fields.bucket_id, tuple) {
         // Only under a fixarray header: `set_bucket_id` writes the header afresh in its
         // shortest form, which for a fixarray is the same byte.
-        if is_nil_field(&tuple[start..end]) {
+        if splice && is_nil_field(&tuple[start..end]) {
             // The common case, a nil in place: the header stays, only the field changes.
             let bucket_id = bucket_id_of_parts(fields.pk_parts.iter().copied(), bucket_count);
             let mut computed = [0u8; 9];
