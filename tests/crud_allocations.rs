@@ -173,7 +173,7 @@ fn crud_get_allocates_nothing_beyond_the_reply() {
 #[test]
 fn crud_writes_allocate_the_stored_tuple_only() {
     register_counter(WRITES_SLOT);
-    let cases: [(&str, Vec<Vec<u8>>, f64); 4] = [
+    let cases: [(&str, Vec<Vec<u8>>, f64); 5] = [
         (
             // Deleting keys that are gone after the warm-up round.
             "delete",
@@ -198,6 +198,18 @@ fn crud_writes_allocate_the_stored_tuple_only() {
             "replace, bucket_id nil",
             (0..CALLS)
                 .map(|id| crud_call("replace", &[&kv_tuple(id, None)]))
+                .collect(),
+            1.0,
+        ),
+        (
+            "upsert, bucket_id nil",
+            (0..CALLS)
+                .map(|id| {
+                    crud_call(
+                        "upsert",
+                        &[&kv_tuple(id, None), &[0x91, 0x93, 0xa1, b'+', 0x02, 0x01]],
+                    )
+                })
                 .collect(),
             1.0,
         ),

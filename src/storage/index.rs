@@ -317,7 +317,9 @@ impl Index {
 
     /// The leaf of a TREE index keyed by one unsigned part where `key` is or would be,
     /// already loading (`BTree::leaf_for_write`); `None` for other indexes and an empty tree.
-    #[inline]
+    /// Always inlined: each of `Space`'s two leaf writers (bytes, pieces) keeps the descent
+    /// in its own frame, as the one writer did.
+    #[inline(always)]
     pub fn unsigned_leaf(&mut self, key: u64) -> Option<btree::LeafHandle<'_, u64, Tuple>> {
         match &mut self.data {
             IndexData::TreeUnsigned(map) => map.leaf_for_write(&key),

@@ -93,6 +93,7 @@ impl RetiredTuples {
     }
 }
 
+#[derive(Clone, Copy)]
 enum WriteMode {
     Insert,
     Replace,
@@ -321,6 +322,36 @@ impl Space {
         self.prefetch_primary_entry(data);
         let tuple = self.format.build_tuple(&self.field_map, data)?;
         self.put(tuple, WriteMode::Replace)
+    }
+
+    /// `insert` of the tuple whose bytes are the concatenation of `pieces`: copied once,
+    /// straight into the stored tuple, for a caller whose tuple is a request's bytes with a
+    /// field swapped. Same checks, errors and outcome as `insert` of the joined bytes. The
+    /// primary key is looked for in the first piece alone (a hint, checked once built).
+    pub fn insert_pieces<const N: usize>(&mut self, pieces: &[&[u8]; N]) -> Result<Tuple> {
+        self.put_pieces(pieces, WriteMode::Insert)
+    }
+
+    /// `replace` of the concatenation of `pieces`, as [`Space::insert_pieces`].
+    pub fn replace_pieces<const N: usize>(&mut self, pieces: &[&[u8]; N]) -> Result<Tuple> {
+        self.put_pieces(pieces, WriteMode::Replace)
+    }
+
+    fn put_pieces<const N: usize>(
+        &mut self,
+        pieces: &[&[u8]; N],
+        mode: WriteMode,
+    ) -> Result<Tuple> {
+        let first = pieces.first().copied().unwrap_or_default();
+        let build = |format: &SpaceFormat, field_map: &FieldMap| {
+            format.build_tuple_from_pieces(field_map, pieces)
+        };
+        if let Some(written) = self.put_in_unsigned_leaf_with(first, mode, build) {
+            return written;
+        }
+        self.prefetch_primary_entry(first);
+        let tuple = build(&self.format, &self.field_map)?;
+        self.put(tuple, mode)
     }
 
     /// Starts loading the primary index's entry for the tuple `data` is about to become, so
@@ -761,6 +792,20 @@ impl Space {
     /// failure changes nothing. `None` (nothing done) when the space, the tree or the
     /// request is of another shape.
     fn put_in_unsigned_leaf(&mut self, data: &[u8], mode: WriteMode) -> Option<Result<Tuple>> {
+        self.put_in_unsigned_leaf_with(data, mode, |format, field_map| {
+            format.build_tuple(field_map, data)
+        })
+    }
+
+    /// [`Space::put_in_unsigned_leaf`] of the tuple `build` makes, its key read from `data`
+    /// (the tuple's bytes, or a prefix of them) as a hint, checked once it is built.
+    #[inline(always)]
+    fn put_in_unsigned_leaf_with(
+        &mut self,
+        data: &[u8],
+        mode: WriteMode,
+        build: impl FnOnce(&SpaceFormat, &FieldMap) -> Result<Tuple>,
+    ) -> Option<Result<Tuple>> {
         let [primary] = self.indexes.as_slice() else {
             return None;
         };
@@ -778,7 +823,7 @@ impl Space {
             ..
         } = self;
         let leaf = indexes[0].unsigned_leaf(key)?;
-        let new = match format.build_tuple(field_map, data) {
+        let new = match build(format, field_map) {
             Ok(new) => new,
             Err(error) => return Some(Err(error)),
         };

@@ -827,3 +827,69 @@ proptest::proptest! {
         }
     }
 }
+
+/// `insert_pieces` / `replace_pieces` are `insert` / `replace` of the joined bytes: the
+/// same tuples, the same errors (bad types, missing fields, not an array, torn or
+/// trailing bytes, duplicates), wherever the pieces are cut, on the one-unsigned-key
+/// leaf path and on the general one.
+#[test]
+fn pieces_writes_match_writes_of_the_joined_bytes() {
+    fn kv() -> Space {
+        let def = SpaceDef {
+            id: 514,
+            name: "kv".into(),
+            format: SpaceFormat::new(vec![
+                FieldDef::new("id", FieldType::Unsigned),
+                FieldDef::new("bucket_id", FieldType::Unsigned),
+                FieldDef::new("s", FieldType::String),
+            ]),
+            indexes: vec![IndexDef::tree(
+                0,
+                "primary",
+                true,
+                vec![KeyPart::new(0, FieldType::Unsigned)],
+            )],
+        };
+        Space::new(def, Rc::new(MemoryQuota::unlimited())).unwrap()
+    }
+    let outcome = |written: Result<Tuple>| match written {
+        Ok(tuple) => text(&tuple),
+        Err(error) => format!("error: {error}"),
+    };
+    let tuples: Vec<Vec<u8>> = vec![
+        mp(&[V::U(1), V::U(7), V::S("a")]),
+        mp(&[V::U(300), V::Nil, V::S("b")]),
+        mp(&[V::U(1), V::S("a")]),
+        mp(&[V::U(2), V::S("b"), V::U(30)]),
+        mp(&[V::S("x"), V::U(7), V::S("a")]),
+        mp(&[V::I(-1), V::U(7), V::S("a")]),
+        mp(&[V::U(1)]),
+        mp(&[]),
+        vec![0x05],
+        vec![0x93, 0x01, 0x07],
+        [mp(&[V::U(4), V::U(7), V::S("a")]), vec![0xc0]].concat(),
+    ];
+    for make in [kv as fn() -> Space, people, two_part_space] {
+        for tuple in &tuples {
+            for i in 0..=tuple.len() {
+                for j in i..=tuple.len() {
+                    let pieces = [&tuple[..i], &tuple[i..j], &tuple[j..]];
+                    let (mut joined, mut split) = (make(), make());
+                    for _ in 0..2 {
+                        assert_eq!(
+                            outcome(split.insert_pieces(&pieces)),
+                            outcome(joined.insert(tuple)),
+                            "insert {tuple:02x?} cut at {i}, {j}"
+                        );
+                    }
+                    assert_eq!(
+                        outcome(split.replace_pieces(&pieces)),
+                        outcome(joined.replace(tuple)),
+                        "replace {tuple:02x?} cut at {i}, {j}"
+                    );
+                    assert_eq!(split.len(), joined.len());
+                }
+            }
+        }
+    }
+}

@@ -46,6 +46,59 @@ impl Tuple {
         Tuple(unsafe { rc.assume_init() })
     }
 
+    /// Builds a tuple from the concatenation of `pieces`, validated by `check` where it
+    /// lands: a caller whose tuple is the request's bytes with a field swapped gets it
+    /// copied once, into the tuple's own allocation. On a failed check the allocation is
+    /// freed and nothing is built. The count is a constant, so the loops over the pieces
+    /// unroll.
+    fn from_pieces_checked<const N: usize>(
+        pieces: &[&[u8]; N],
+        slot_count: usize,
+        check: impl FnOnce(&[u8]) -> Result<FieldOffsets>,
+    ) -> Result<Tuple> {
+        debug_assert!(slot_count <= MAX_FIELD_SLOTS);
+        let data_len: usize = pieces.iter().map(|piece| piece.len()).sum();
+        let header_len = 1 + 4 * slot_count;
+        let mut rc = Rc::<[u8]>::new_uninit_slice(header_len + data_len);
+        // The Rc was created just above, so it has no other owner yet.
+        let slice = Rc::get_mut(&mut rc).expect("fresh Rc is unique");
+        let (header, body) = slice.split_at_mut(header_len);
+        let mut rest = &mut *body;
+        for piece in pieces {
+            let (dst, after) = rest.split_at_mut(piece.len());
+            if piece.len() <= SHORT_PIECE {
+                // A field or two: cheaper by hand than the call a copy of unknown length is.
+                for (dst, &src) in dst.iter_mut().zip(*piece) {
+                    dst.write(src);
+                }
+            } else {
+                // SAFETY: `dst` is `piece.len()` bytes of a fresh allocation, which no
+                // slice borrowed from elsewhere can overlap.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        piece.as_ptr(),
+                        dst.as_mut_ptr().cast::<u8>(),
+                        piece.len(),
+                    );
+                }
+            }
+            rest = after;
+        }
+        debug_assert!(rest.is_empty());
+        // SAFETY: every byte of `body` was written just above.
+        let data = unsafe { std::slice::from_raw_parts(body.as_ptr().cast::<u8>(), data_len) };
+        let offsets = check(data)?;
+        debug_assert_eq!(offsets.len(), slot_count);
+        header[0].write(slot_count as u8);
+        for (slot, offset) in header[1..].chunks_exact_mut(4).zip(&offsets) {
+            for (dst, &src) in slot.iter_mut().zip(&offset.to_le_bytes()) {
+                dst.write(src);
+            }
+        }
+        // SAFETY: the header was written just above, the data before the check.
+        Ok(Tuple(unsafe { rc.assume_init() }))
+    }
+
     fn slot_count(&self) -> usize {
         self.0[0] as usize
     }
@@ -129,6 +182,9 @@ impl std::fmt::Debug for Tuple {
         f.write_str(&crate::storage::text::msgpack_to_text(self.data()))
     }
 }
+
+/// Pieces up to this long are copied byte by byte by `Tuple::from_pieces_checked`.
+const SHORT_PIECE: usize = 16;
 
 /// Field-map slots whose offsets a tuple's validation keeps without allocating.
 const INLINE_OFFSETS: usize = 8;
@@ -235,6 +291,18 @@ impl SpaceFormat {
     pub fn build_tuple(&self, field_map: &FieldMap, data: &[u8]) -> Result<Tuple> {
         let offsets = self.check_tuple(field_map, data)?;
         Ok(Tuple::from_parts(data, &offsets))
+    }
+
+    /// `build_tuple` of the concatenation of `pieces`, copied once (into the tuple) and
+    /// validated there: the same checks and errors as `build_tuple` of the joined bytes.
+    pub fn build_tuple_from_pieces<const N: usize>(
+        &self,
+        field_map: &FieldMap,
+        pieces: &[&[u8]; N],
+    ) -> Result<Tuple> {
+        Tuple::from_pieces_checked(pieces, field_map.slot_count as usize, |data| {
+            self.check_tuple(field_map, data)
+        })
     }
 
     /// Validates `data` as `build_tuple` does, without building: returns the field map

@@ -58,6 +58,7 @@ const CRC32C_TABLE: [u32; 256] = {
 
 /// `crc32c::crc32c_append`, by table for the few bytes of a key's text: the crate's
 /// vectorised loop costs more to enter than such inputs cost to checksum.
+#[inline]
 fn crc32c_append(crc: u32, bytes: &[u8]) -> u32 {
     if bytes.len() > 32 {
         return crc32c::crc32c_append(crc, bytes);
@@ -70,12 +71,22 @@ fn crc32c_append(crc: u32, bytes: &[u8]) -> u32 {
 }
 
 /// Continues `crc` over Lua's `tostring` of a value, as [`lua_tostring`] writes it.
+#[inline]
 fn append_lua_tostring(crc: u32, raw: &[u8]) -> u32 {
     const EXACT_DOUBLE_MAX: u64 = 1 << 53;
-    let mut digits = [0u8; 21];
+    let mut digits = [0u8; DECIMAL_MAX];
+    // Unsigned keys, nearly every key, before anything is decoded.
     if let Some(u) = super::mp::uint(raw).filter(|&u| u <= EXACT_DOUBLE_MAX) {
         return crc32c_append(crc, decimal(u, false, &mut digits));
     }
+    append_other(crc, raw)
+}
+
+/// [`append_lua_tostring`] of anything but an unsigned integer marker.
+#[inline(never)]
+fn append_other(crc: u32, raw: &[u8]) -> u32 {
+    const EXACT_DOUBLE_MAX: u64 = 1 << 53;
+    let mut digits = [0u8; DECIMAL_MAX];
     match super::mp::value(raw) {
         Value::Uint(u) if u <= EXACT_DOUBLE_MAX => {
             crc32c_append(crc, decimal(u, false, &mut digits))
@@ -92,17 +103,39 @@ fn append_lua_tostring(crc: u32, raw: &[u8]) -> u32 {
     }
 }
 
+/// The longest decimal text [`decimal`] writes: `u64::MAX`'s 20 digits and a sign.
+const DECIMAL_MAX: usize = 21;
+
+/// "00" to "99", so [`decimal`] writes two digits per division.
+const DIGIT_PAIRS: [u8; 200] = {
+    let mut pairs = [0u8; 200];
+    let mut n = 0;
+    while n < 100 {
+        pairs[2 * n] = b'0' + (n / 10) as u8;
+        pairs[2 * n + 1] = b'0' + (n % 10) as u8;
+        n += 1;
+    }
+    pairs
+};
+
 /// The decimal text of `magnitude` (with a minus sign when `negative`), at the end of
 /// `buffer`.
-fn decimal(mut magnitude: u64, negative: bool, buffer: &mut [u8; 21]) -> &[u8] {
+#[inline(always)]
+fn decimal(mut magnitude: u64, negative: bool, buffer: &mut [u8; DECIMAL_MAX]) -> &[u8] {
     let mut start = buffer.len();
-    loop {
+    while magnitude >= 100 {
+        let pair = (magnitude % 100) as usize;
+        magnitude /= 100;
+        start -= 2;
+        buffer[start..start + 2].copy_from_slice(&DIGIT_PAIRS[2 * pair..2 * pair + 2]);
+    }
+    if magnitude >= 10 {
+        let pair = magnitude as usize;
+        start -= 2;
+        buffer[start..start + 2].copy_from_slice(&DIGIT_PAIRS[2 * pair..2 * pair + 2]);
+    } else {
         start -= 1;
-        buffer[start] = b'0' + (magnitude % 10) as u8;
-        magnitude /= 10;
-        if magnitude == 0 {
-            break;
-        }
+        buffer[start] = b'0' + magnitude as u8;
     }
     if negative {
         start -= 1;
@@ -254,6 +287,26 @@ mod tests {
                 let parts: [&[u8]; 2] = [first, second];
                 assert_eq!(bucket_id_of(&parts, 3000), concatenated(&parts));
             }
+        }
+    }
+
+    #[test]
+    fn decimal_matches_format() {
+        let mut values = vec![0, 9, 10, 99, 100, 101, 999, 1000, u64::MAX, u64::MAX - 1];
+        values.extend((0..64).map(|shift| 1u64 << shift));
+        values.extend((0..64).map(|shift| (1u64 << shift) - 1));
+        values.extend((1..20).map(|power| 10u64.pow(power)));
+        values.extend((1..20).map(|power| 10u64.pow(power) - 1));
+        for value in values {
+            let mut buffer = [0u8; DECIMAL_MAX];
+            assert_eq!(
+                decimal(value, false, &mut buffer),
+                value.to_string().as_bytes()
+            );
+            assert_eq!(
+                decimal(value, true, &mut buffer),
+                format!("-{value}").as_bytes()
+            );
         }
     }
 

@@ -39,8 +39,27 @@ pub fn plan_point<'a>(
     if count != positional && count != positional + 1 {
         return None;
     }
-    let name = space_name(mp::take(&mut cursor)?)?;
-    let second = mp::take(&mut cursor)?;
+    let name = space_name(&mut cursor)?;
+    // From the back: the spaces crud calls name are users', whose ids (from 512) sort
+    // after the system spaces'. Names are unique in an engine.
+    let space = engine
+        .spaces()
+        .iter()
+        .rev()
+        .find(|space| space.name.as_bytes() == name)?;
+    // A tuple is measured and given its bucket_id in one walk.
+    let (second, tuple) = match func {
+        Insert | Replace | Upsert => (
+            mp::NIL,
+            Some(flatten::take_with_bucket_id(
+                space,
+                &mut cursor,
+                config.bucket_count,
+                func != Upsert,
+            )?),
+        ),
+        _ => (mp::take(&mut cursor)?, None),
+    };
     let third = match positional {
         3 => mp::take(&mut cursor)?,
         _ => mp::NIL,
@@ -49,28 +68,11 @@ pub fn plan_point<'a>(
     if count > positional && !matches!(cursor.first(), Some(0xc0 | 0x80 | 0x90)) {
         return None;
     }
-    // From the back: the spaces crud calls name are users', whose ids (from 512) sort
-    // after the system spaces'. Names are unique in an engine.
-    let space = engine
-        .spaces()
-        .iter()
-        .rev()
-        .find(|space| space.name.as_bytes() == name)?;
-    let tuple = |tuple: &'a [u8]| {
-        if !is_array(tuple) {
-            return None;
-        }
-        flatten::set_bucket_id(space, tuple, None, config.bucket_count).ok()
-    };
     let op = match func {
-        Insert => PointOp::Insert {
-            tuple: tuple(second)?,
-        },
-        Replace => PointOp::Replace {
-            tuple: tuple(second)?,
-        },
+        Insert => PointOp::Insert { tuple: tuple? },
+        Replace => PointOp::Replace { tuple: tuple? },
         Upsert if is_array(third) => PointOp::Upsert {
-            tuple: tuple(second)?,
+            tuple: tuple?,
             ops: third.into(),
         },
         Update if is_array(third) => PointOp::Update {
@@ -94,14 +96,17 @@ pub fn plan_point<'a>(
     })
 }
 
-/// The bytes of a fixstr or str8 (a whole value: [`mp::take`] measured it).
+/// The bytes of the fixstr or str8 at the start of `cursor`, which moves past it.
 #[inline(always)]
-fn space_name(raw: &[u8]) -> Option<&[u8]> {
-    match raw.first()? {
-        0xa0..=0xbf => raw.get(1..),
-        0xd9 => raw.get(2..),
-        _ => None,
-    }
+fn space_name<'a>(cursor: &mut &'a [u8]) -> Option<&'a [u8]> {
+    let (len, rest) = match *cursor {
+        [marker @ 0xa0..=0xbf, rest @ ..] => (usize::from(marker & 0x1f), rest),
+        [0xd9, len, rest @ ..] => (usize::from(*len), rest),
+        _ => return None,
+    };
+    let name = rest.get(..len)?;
+    *cursor = &rest[len..];
+    Some(name)
 }
 
 #[inline(always)]

@@ -7,12 +7,24 @@
 
 use super::bucket::bucket_id_of_parts;
 use super::mp;
-use super::write::{OpBytes, Scratch};
+use super::write::{OpBytes, Scratch, Spliced};
 use crate::storage::msgpack::{self, Value};
 use crate::storage::Space;
 use smallvec::SmallVec;
 
 pub const BUCKET_ID_FIELD: &str = "bucket_id";
+
+/// The number of the space's `bucket_id` field: `field_no_by_name`, with the name
+/// compared as a constant (no call to a general compare per field).
+#[inline]
+fn bucket_field_of(space: &Space) -> Option<u32> {
+    space
+        .format
+        .fields
+        .iter()
+        .position(|field| field.name.as_bytes() == BUCKET_ID_FIELD.as_bytes())
+        .map(|field_no| field_no as u32)
+}
 
 /// The message of a FlattenError (wrapped by the caller into its own class).
 pub fn flatten(
@@ -102,16 +114,115 @@ pub fn set_bucket_id<'t>(
     opts_bucket_id: Option<&[u8]>,
     bucket_count: u32,
 ) -> Result<OpBytes<'t>, String> {
-    let Some(bucket_field) = space.format.field_no_by_name(BUCKET_ID_FIELD) else {
+    let Some(bucket_field) = bucket_field_of(space) else {
         return Ok(tuple.into());
     };
-    let Some(fields) = TupleFields::read(space, tuple, bucket_field as usize) else {
+    debug_assert!(
+        {
+            let mut rest = tuple;
+            mp::take(&mut rest).is_some() && rest.is_empty()
+        },
+        "not one whole value: {tuple:02x?}"
+    );
+    let mut cursor = tuple;
+    let Some(fields) = TupleFields::take(space, &mut cursor, bucket_field as usize) else {
         // Not an array: storage will name the problem.
         return Ok(tuple.into());
     };
+    with_bucket_id(tuple, &fields, bucket_field, opts_bucket_id, bucket_count)
+}
+
+/// [`set_bucket_id`] without `opts.bucket_id`, of the tuple at the start of `cursor`, which
+/// is measured in the same walk (the cursor moves past it): the point calls' one walk over
+/// their tuple. `None` when it is not a whole array; then nothing is planned from it.
+///
+/// With `splice`, a nil bucket_id is filled as [`OpBytes::Spliced`], for a caller whose
+/// storage write takes pieces (insert, replace); without, the tuple is rebuilt whole (an
+/// upsert's storage reads it as one slice, which a splice would join on the heap).
+#[inline]
+pub fn take_with_bucket_id<'t>(
+    space: &Space,
+    cursor: &mut &'t [u8],
+    bucket_count: u32,
+    splice: bool,
+) -> Option<OpBytes<'t>> {
+    let start = *cursor;
+    let Some(bucket_field) = bucket_field_of(space) else {
+        if !matches!(start.first(), Some(0x90..=0x9f | 0xdc | 0xdd)) {
+            return None;
+        }
+        return mp::take(cursor).map(OpBytes::from);
+    };
+    if let ([part], [marker @ 0x90..=0x9f, fields @ ..]) =
+        (space.indexes()[0].def.key_def.parts.as_slice(), start)
+    {
+        // One key part and a short array, nearly every call: the walk finds the key and
+        // the bucket_id field itself, with nothing collected.
+        let (key_field, bucket_field) = (part.field_no as usize, bucket_field as usize);
+        let mut key = mp::NIL;
+        let mut bucket = None;
+        let mut rest = fields;
+        for field_no in 0..usize::from(marker & 0x0f) {
+            let at = start.len() - rest.len();
+            let value = take_field(&mut rest)?;
+            if field_no == bucket_field {
+                bucket = Some((at, at + value.len()));
+            }
+            if field_no == key_field {
+                key = value;
+            }
+        }
+        *cursor = rest;
+        let tuple = &start[..start.len() - rest.len()];
+        if let Some((at, end)) = bucket.filter(|&(at, end)| splice && is_nil_field(&tuple[at..end]))
+        {
+            let bucket_id = bucket_id_of_parts([key], bucket_count);
+            let mut computed = [0u8; 9];
+            let value_len = encode_uint(bucket_id, &mut computed).len();
+            return Some(OpBytes::Spliced(Spliced::new(
+                &tuple[..at],
+                computed,
+                value_len,
+                &tuple[end..],
+            )));
+        }
+        let mut again = tuple;
+        let fields = TupleFields::take(space, &mut again, bucket_field)?;
+        return with_bucket_id(tuple, &fields, bucket_field as u32, None, bucket_count).ok();
+    }
+    let fields = TupleFields::take(space, cursor, bucket_field as usize)?;
+    let tuple = &start[..start.len() - cursor.len()];
+    if let (Some((start, end)), [0x90..=0x9f, ..]) = (fields.bucket_id, tuple) {
+        // Only under a fixarray header: `set_bucket_id` writes the header afresh in its
+        // shortest form, which for a fixarray is the same byte.
+        if splice && is_nil_field(&tuple[start..end]) {
+            // The common case, a nil in place: the header stays, only the field changes.
+            let bucket_id = bucket_id_of_parts(fields.pk_parts.iter().copied(), bucket_count);
+            let mut computed = [0u8; 9];
+            let value_len = encode_uint(bucket_id, &mut computed).len();
+            return Some(OpBytes::Spliced(Spliced::new(
+                &tuple[..start],
+                computed,
+                value_len,
+                &tuple[end..],
+            )));
+        }
+    }
+    // Without opts.bucket_id there is no disagreement to report.
+    with_bucket_id(tuple, &fields, bucket_field, None, bucket_count).ok()
+}
+
+/// The bucket_id step of [`set_bucket_id`] once the tuple's fields are found.
+fn with_bucket_id<'t>(
+    tuple: &'t [u8],
+    fields: &TupleFields<'t>,
+    bucket_field: u32,
+    opts_bucket_id: Option<&[u8]>,
+    bucket_count: u32,
+) -> Result<OpBytes<'t>, String> {
     let present = fields
         .bucket_id
-        .filter(|&(start, end)| !mp::is_nil(&tuple[start..end]));
+        .filter(|&(start, end)| !is_nil_field(&tuple[start..end]));
     let mut computed = [0u8; 9];
     let bucket_id: &[u8] = match (present, opts_bucket_id) {
         (Some((start, end)), Some(given)) if !same_number(&tuple[start..end], given) => {
@@ -139,10 +250,10 @@ pub fn set_bucket_id<'t>(
         Some((start, end)) => {
             out.extend_from_slice(&tuple[fields.first..start]);
             out.extend_from_slice(bucket_id);
-            out.extend_from_slice(&tuple[end..fields.end]);
+            out.extend_from_slice(&tuple[end..]);
         }
         None => {
-            out.extend_from_slice(&tuple[fields.first..fields.end]);
+            out.extend_from_slice(&tuple[fields.first..]);
             out.resize(out.len() + (bucket_field - fields.count), mp::NIL[0]);
             out.extend_from_slice(bucket_id);
         }
@@ -153,9 +264,8 @@ pub fn set_bucket_id<'t>(
 /// Where a tuple's fields are, for [`set_bucket_id`]: byte offsets into it.
 struct TupleFields<'t> {
     count: usize,
-    /// The first field's start and the last field's end.
+    /// The first field's start (the fields end where the tuple does).
     first: usize,
-    end: usize,
     /// The bucket_id field's bytes, when the tuple is long enough to have it.
     bucket_id: Option<(usize, usize)>,
     /// The primary key's values, in key part order (nil for fields the tuple lacks).
@@ -163,55 +273,96 @@ struct TupleFields<'t> {
 }
 
 impl<'t> TupleFields<'t> {
-    /// `None` when `tuple` is not an array. `tuple` is one whole value (every caller's is:
-    /// taken from the arguments, or built), so its fields end where it does, and only the
-    /// fields up to the last of bucket_id and the key parts are walked.
-    fn read(space: &Space, tuple: &'t [u8], bucket_field: usize) -> Option<TupleFields<'t>> {
-        debug_assert!(
-            {
-                let mut rest = tuple;
-                mp::take(&mut rest).is_some() && rest.is_empty()
-            },
-            "not one whole value: {tuple:02x?}"
-        );
+    /// The fields of the array at the start of `cursor`, every one walked so that the
+    /// cursor ends past the array; `None` when it is not an array or is torn.
+    #[inline]
+    fn take(space: &Space, cursor: &mut &'t [u8], bucket_field: usize) -> Option<TupleFields<'t>> {
+        let tuple = *cursor;
         let parts = &space.indexes()[0].def.key_def.parts;
-        let mut cursor = tuple;
-        let count = match cursor.split_first() {
-            Some((&marker @ 0x90..=0x9f, rest)) => {
-                cursor = rest;
+        let mut rest = tuple;
+        let count = match rest.split_first() {
+            Some((&marker @ 0x90..=0x9f, after)) => {
+                rest = after;
                 usize::from(marker & 0x0f)
             }
-            _ => match msgpack::read_value(&mut cursor) {
+            Some((0xdc | 0xdd, _)) => match msgpack::read_value(&mut rest) {
                 Ok(Value::Array(count)) => count as usize,
                 _ => return None,
             },
+            _ => return None,
         };
-        let first = tuple.len() - cursor.len();
-        let last_needed = parts
-            .iter()
-            .map(|part| part.field_no as usize)
-            .fold(bucket_field, usize::max);
+        let first = tuple.len() - rest.len();
         let mut fields = TupleFields {
             count,
             first,
-            end: tuple.len(),
             bucket_id: None,
-            pk_parts: SmallVec::from_elem(mp::NIL, parts.len()),
+            pk_parts: if parts.len() <= 4 {
+                SmallVec::from_buf_and_len([mp::NIL; 4], parts.len())
+            } else {
+                SmallVec::from_elem(mp::NIL, parts.len())
+            },
         };
-        for field_no in 0..count.min(last_needed + 1) {
-            let start = tuple.len() - cursor.len();
-            let value = mp::take(&mut cursor)?;
-            if field_no == bucket_field {
-                fields.bucket_id = Some((start, start + value.len()));
+        if let [part] = parts.as_slice() {
+            // One key part, most keys: one compare per field, not a loop over the parts.
+            let key_field = part.field_no as usize;
+            for field_no in 0..count {
+                let start = tuple.len() - rest.len();
+                let value = take_field(&mut rest)?;
+                if field_no == bucket_field {
+                    fields.bucket_id = Some((start, start + value.len()));
+                }
+                if field_no == key_field {
+                    fields.pk_parts[0] = value;
+                }
             }
-            for (part, slot) in parts.iter().zip(fields.pk_parts.iter_mut()) {
-                if part.field_no as usize == field_no {
-                    *slot = value;
+        } else {
+            for field_no in 0..count {
+                let start = tuple.len() - rest.len();
+                let value = take_field(&mut rest)?;
+                if field_no == bucket_field {
+                    fields.bucket_id = Some((start, start + value.len()));
+                }
+                for (part, slot) in parts.iter().zip(fields.pk_parts.iter_mut()) {
+                    if part.field_no as usize == field_no {
+                        *slot = value;
+                    }
                 }
             }
         }
+        *cursor = rest;
         Some(fields)
     }
+}
+
+/// [`mp::is_nil`], answered from the marker for the values a bucket_id field holds.
+#[inline(always)]
+fn is_nil_field(raw: &[u8]) -> bool {
+    match raw.first() {
+        Some(0xc0) => true,
+        Some(0x00..=0x7f | 0xcc..=0xcf) => false,
+        _ => mp::is_nil(raw),
+    }
+}
+
+/// [`mp::take`] with the common fields (numbers, nil, strings up to 64 KiB) measured here
+/// by their marker, inline: a tuple's walk is most of a write's planning.
+#[inline(always)]
+fn take_field<'t>(cursor: &mut &'t [u8]) -> Option<&'t [u8]> {
+    let raw = *cursor;
+    let len = match *raw.first()? {
+        0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => 1,
+        marker @ 0xa0..=0xbf => 1 + usize::from(marker & 0x1f),
+        0xcc | 0xd0 => 2,
+        0xcd | 0xd1 => 3,
+        0xca | 0xce | 0xd2 => 5,
+        0xcb | 0xcf | 0xd3 => 9,
+        0xd9 => 2 + usize::from(*raw.get(1)?),
+        0xda => 3 + usize::from(u16::from_be_bytes([*raw.get(1)?, *raw.get(2)?])),
+        _ => return mp::take(cursor),
+    };
+    let taken = raw.get(..len)?;
+    *cursor = &raw[len..];
+    Some(taken)
 }
 
 /// msgpack's shortest encoding of an unsigned integer (as `write_uint`), into `buffer`.

@@ -47,9 +47,12 @@
 //! from the CALL packet and writes its reply
 //! from the stored tuple, its metadata copied from a per-space encoding
 //! ([`result::MetadataCache`], found by `Space::instance`); beyond the reply it allocates what storage does (the new
-//! tuple): a tuple whose nil `bucket_id` it fills in is rebuilt in a per-thread buffer
+//! tuple): a tuple whose nil `bucket_id` it fills in stays the request's bytes with that
+//! field swapped ([`write::Spliced`]), which storage copies once, straight into the stored
+//! tuple (`Space::insert_pieces`); other rebuilt tuples use a per-thread buffer
 //! ([`write::Scratch`]) (`crud.get` and `crud.delete` allocate nothing;
-//! tests/crud_allocations.rs holds the counts). A select
+//! tests/crud_allocations.rs holds the counts). `execute_on_shard` runs such a point plan
+//! without wrapping it in a [`Plan`]. A select
 //! holds at most `first` rows per shard before the merge.
 
 pub mod args;
@@ -273,14 +276,14 @@ pub fn plan_general<'a>(
     plan_func(engine, config, func_or_raised(function_name)?, args)
 }
 
-fn func_or_raised(function_name: &str) -> Result<Func, Raised> {
+pub(super) fn func_or_raised(function_name: &str) -> Result<Func, Raised> {
     Func::from_name(function_name).ok_or_else(|| Raised {
         code: ErrorCode::ER_NO_SUCH_PROC,
         message: format!("Procedure '{function_name}' is not defined"),
     })
 }
 
-fn plan_func<'a>(
+pub(super) fn plan_func<'a>(
     engine: &Engine,
     config: &CrudConfig,
     func: Func,

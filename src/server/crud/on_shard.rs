@@ -9,13 +9,14 @@
 //! When the WAL refuses a row the change stays in memory (as with `Shard::execute`) but is
 //! never acknowledged: the call raises `ER_WAL_IO` instead.
 
+use super::result::Columns;
 use super::select::{self, ShardRows};
 use super::wire::Part;
 use super::write::{self, BatchItem, PointOp};
 use super::{
-    encode_reply, encode_values_reply, finish_border, finish_count, finish_len, finish_many,
-    finish_point, finish_select, finish_truncate, plan, write_point_values, CrudConfig, CrudReply,
-    Func, Plan, PointPlan, Raised,
+    encode_reply, encode_values_reply, fast_plan, finish_border, finish_count, finish_len,
+    finish_many, finish_point, finish_select, finish_truncate, func_or_raised, plan_func,
+    write_point_values, CrudConfig, CrudReply, Func, Plan, PointPlan, Raised,
 };
 use crate::protocol::ErrorCode;
 use crate::shard::{Shard, Written};
@@ -37,6 +38,34 @@ fn log_refused(shard: &Shard, error: &WalError) {
 /// A point op on its owner shard: the op's outcome (a box error is an outcome), or the
 /// WAL's refusal of its row.
 pub fn run_point(
+    shard: &mut Shard,
+    plan: &PointPlan<'_>,
+) -> Result<Result<Option<Tuple>, StorageError>, WalError> {
+    // Inserts and replaces, most writes, go to storage directly: the general path's
+    // undo bookkeeping is all `Undo::Nothing` for a lone op, and its row and change are
+    // the stored tuple either way.
+    let stored = match &plan.op {
+        PointOp::Insert { tuple } => shard
+            .engine
+            .space_mut(plan.space_id)
+            .and_then(|space| tuple.insert_into(space)),
+        PointOp::Replace { tuple } => shard
+            .engine
+            .space_mut(plan.space_id)
+            .and_then(|space| tuple.replace_into(space)),
+        _ => return run_point_applied(shard, plan),
+    };
+    match stored {
+        Ok(new) => {
+            shard.log(plan.space_id, &Written::Stored(new.clone()))?;
+            Ok(Ok(Some(new)))
+        }
+        Err(error) => Ok(Err(error)),
+    }
+}
+
+/// [`run_point`] through `write::apply_point`.
+fn run_point_applied(
     shard: &mut Shard,
     plan: &PointPlan<'_>,
 ) -> Result<Result<Option<Tuple>, StorageError>, WalError> {
@@ -232,6 +261,23 @@ pub fn run_planned_into(
         let reply = run_planned(shard, config, plan);
         return encode_reply(out, sync, schema_version, &reply);
     };
+    run_point_into(shard, config, point, sync, schema_version, out);
+}
+
+/// [`run_planned_into`] of a point op.
+fn run_point_into(
+    shard: &mut Shard,
+    config: &CrudConfig,
+    point: &PointPlan<'_>,
+    sync: u64,
+    schema_version: u64,
+    out: &mut Vec<u8>,
+) {
+    if let PointOp::Insert { tuple } | PointOp::Replace { tuple } = &point.op {
+        if write_into(shard, config, point, tuple, sync, schema_version, out) {
+            return;
+        }
+    }
     match run_point(shard, point) {
         Ok(outcome) => {
             let space = shard.engine.space(point.space_id).expect("planned");
@@ -246,6 +292,50 @@ pub fn run_planned_into(
     }
 }
 
+/// [`run_planned_into`] of an insert or a replace of `tuple`, the most common writes: the
+/// reply is written from the space the write borrowed and the outcome never travels
+/// through [`run_point`]'s nested results. The same bytes as the general path; a refused
+/// WAL row takes back the success reply written ahead of it. `false` (nothing done) when
+/// the space is missing: the general path answers that.
+fn write_into(
+    shard: &mut Shard,
+    config: &CrudConfig,
+    point: &PointPlan<'_>,
+    tuple: &write::OpBytes<'_>,
+    sync: u64,
+    schema_version: u64,
+    out: &mut Vec<u8>,
+) -> bool {
+    let Ok(space) = shard.engine.space_mut(point.space_id) else {
+        // The general path's answer, whatever it is.
+        return false;
+    };
+    let stored = match point.op {
+        PointOp::Insert { .. } => tuple.insert_into(space),
+        _ => tuple.replace_into(space),
+    };
+    let start = out.len();
+    let space = &*space;
+    encode_values_reply(out, sync, schema_version, |out| match &stored {
+        // `[{metadata, rows: [new]}, nil]`, as write_point_values writes it, without its
+        // general cases (errors, noreturn, chosen fields).
+        Ok(new) if !point.noreturn && matches!(point.columns, Columns::All) => {
+            out.push(0x92);
+            config.metadata.write_result_all(out, space, &[new.data()]);
+            out.push(0xc0);
+        }
+        _ => write_point_values(out, config, space, point, stored.as_ref().map(Some)),
+    });
+    if let Ok(new) = stored {
+        if let Err(error) = shard.log(point.space_id, &Written::Stored(new)) {
+            log_refused(shard, &error);
+            out.truncate(start);
+            encode_reply(out, sync, schema_version, &wal_refused());
+        }
+    }
+    true
+}
+
 /// A whole crud CALL on this one shard: plan, run, finish, and the IPROTO reply appended to
 /// `out`. The caller awaits `shard.take_commit()` before sending it.
 pub fn execute_on_shard(
@@ -257,8 +347,17 @@ pub fn execute_on_shard(
     args: &[u8],
     out: &mut Vec<u8>,
 ) {
-    match plan(&shard.engine, config, function_name, args) {
-        Ok(plan) => run_planned_into(shard, config, &plan, sync, schema_version, out),
+    // `plan`, with the common point calls run straight from their one-pass plan: no
+    // `Plan` is built around them, moved or dropped.
+    let planned = func_or_raised(function_name).and_then(|func| {
+        if let Some(point) = fast_plan::plan_point(&shard.engine, config, func, args) {
+            return Ok(Err(point));
+        }
+        plan_func(&shard.engine, config, func, args).map(Ok)
+    });
+    match planned {
+        Ok(Err(point)) => run_point_into(shard, config, &point, sync, schema_version, out),
+        Ok(Ok(plan)) => run_planned_into(shard, config, &plan, sync, schema_version, out),
         Err(raised) => encode_reply(out, sync, schema_version, &CrudReply::Raised(raised)),
     }
 }

@@ -27,6 +27,54 @@ pub enum OpBytes<'a> {
     Built(SmallVec<[u8; 24]>),
     /// A tuple rebuilt in this thread's scratch buffer (see [`Scratch`]).
     Scratch(Scratch),
+    /// A tuple that is the request's bytes with one field's bytes swapped (see
+    /// [`Spliced`]): storage joins it as it copies it in.
+    Spliced(Spliced<'a>),
+}
+
+/// The request's tuple with one field replaced, kept as its three pieces: a filled-in
+/// `bucket_id` costs no rebuilt copy, as storage copies the pieces straight into the stored
+/// tuple (`Space::insert_pieces`). Joined only when something needs the bytes whole (an
+/// undo, a forwarded batch, a comparison), then once.
+#[derive(Clone)]
+pub struct Spliced<'a> {
+    /// The array header and the fields before the swapped one.
+    head: &'a [u8],
+    /// The swapped field's new bytes (a bucket_id: at most 9).
+    value: [u8; 9],
+    value_len: u8,
+    /// The fields after the swapped one.
+    tail: &'a [u8],
+    joined: std::cell::OnceCell<Vec<u8>>,
+}
+
+impl<'a> Spliced<'a> {
+    /// `head`, then the first `value_len` bytes of `value`, then `tail`. The value comes
+    /// as the whole buffer it was encoded into: copying a slice of unknown length costs a
+    /// call to `memcpy`.
+    pub fn new(head: &'a [u8], value: [u8; 9], value_len: usize, tail: &'a [u8]) -> Spliced<'a> {
+        debug_assert!(value_len <= value.len());
+        Spliced {
+            head,
+            value,
+            value_len: value_len as u8,
+            tail,
+            joined: std::cell::OnceCell::new(),
+        }
+    }
+
+    /// The tuple's bytes as pieces, in order; the first holds the array header.
+    pub fn pieces(&self) -> [&[u8]; 3] {
+        [
+            self.head,
+            &self.value[..usize::from(self.value_len)],
+            self.tail,
+        ]
+    }
+
+    fn joined(&self) -> &[u8] {
+        self.joined.get_or_init(|| self.pieces().concat())
+    }
 }
 
 /// Bytes built in a per-thread buffer that goes back to the thread when dropped, so a
@@ -81,6 +129,40 @@ impl OpBytes<'_> {
             OpBytes::Borrowed(bytes) => OpBytes::Built(SmallVec::from_slice(bytes)),
             OpBytes::Built(bytes) => OpBytes::Built(bytes),
             OpBytes::Scratch(bytes) => OpBytes::Scratch(bytes),
+            OpBytes::Spliced(spliced) => OpBytes::Built(SmallVec::from_slice(spliced.joined())),
+        }
+    }
+
+    /// `f` of the bytes, joined in this thread's scratch buffer when they are spliced
+    /// rather than allocated: for a look at them on the hot path (the placement key).
+    pub fn with_bytes<T>(&self, f: impl FnOnce(&[u8]) -> T) -> T {
+        match self {
+            OpBytes::Spliced(spliced) if spliced.joined.get().is_none() => {
+                let pieces = spliced.pieces();
+                let mut scratch = Scratch::with_capacity(pieces.iter().map(|p| p.len()).sum());
+                for piece in pieces {
+                    scratch.bytes_mut().extend_from_slice(piece);
+                }
+                f(&scratch.0)
+            }
+            bytes => f(bytes),
+        }
+    }
+
+    /// Stores the tuple these bytes are (`Space::insert`), straight from the pieces when
+    /// spliced.
+    pub fn insert_into(&self, space: &mut Space) -> Result<Tuple, StorageError> {
+        match self {
+            OpBytes::Spliced(spliced) => space.insert_pieces(&spliced.pieces()),
+            bytes => space.insert(bytes),
+        }
+    }
+
+    /// `Space::replace` of these bytes, as [`OpBytes::insert_into`].
+    pub fn replace_into(&self, space: &mut Space) -> Result<Tuple, StorageError> {
+        match self {
+            OpBytes::Spliced(spliced) => space.replace_pieces(&spliced.pieces()),
+            bytes => space.replace(bytes),
         }
     }
 }
@@ -93,6 +175,7 @@ impl Deref for OpBytes<'_> {
             OpBytes::Borrowed(bytes) => bytes,
             OpBytes::Built(bytes) => bytes,
             OpBytes::Scratch(bytes) => &bytes.0,
+            OpBytes::Spliced(spliced) => spliced.joined(),
         }
     }
 }
@@ -168,7 +251,9 @@ impl PointOp<'_> {
         match self {
             PointOp::Insert { tuple }
             | PointOp::Replace { tuple }
-            | PointOp::Upsert { tuple, .. } => key_def.encode_from_tuple_data(tuple, out),
+            | PointOp::Upsert { tuple, .. } => {
+                tuple.with_bytes(|tuple| key_def.encode_from_tuple_data(tuple, out))
+            }
             PointOp::Update { key, .. } | PointOp::Delete { key } | PointOp::Get { key } => {
                 let parts = key_def.encode_search_key(key, out)?;
                 if parts != key_def.part_count() {
@@ -269,7 +354,7 @@ fn apply_with(space: &mut Space, op: &PointOp, keep_undo: bool) -> Result<Applie
     };
     Ok(match op {
         PointOp::Insert { tuple } => {
-            let new = space.insert(tuple)?;
+            let new = tuple.insert_into(space)?;
             let key = key_of(space, new.data());
             Applied {
                 undo: undo_of(None, key),
@@ -280,7 +365,7 @@ fn apply_with(space: &mut Space, op: &PointOp, keep_undo: bool) -> Result<Applie
         PointOp::Replace { tuple } => {
             let key = key_of(space, tuple);
             let old = old_of(space, &key);
-            let new = space.replace(tuple)?;
+            let new = tuple.replace_into(space)?;
             Applied {
                 row: Some(new.clone()),
                 undo: undo_of(old, key),

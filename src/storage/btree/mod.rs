@@ -690,7 +690,8 @@ impl<K: TreeKey, V> BTree<K, V> {
     /// The leaf where `probe` is or would be, its lines already loading, for a write that
     /// has other work to do before it looks there: the walk down pays the upper levels'
     /// loads now, and the leaf's cache miss overlaps that work. `None` on an empty tree.
-    #[inline]
+    /// Always inlined, as `Index::unsigned_leaf` is.
+    #[inline(always)]
     pub fn leaf_for_write(&mut self, probe: &K::Probe) -> Option<LeafHandle<'_, K, V>> {
         let BTree { root, len, .. } = self;
         let mut node = root.as_mut()?;
