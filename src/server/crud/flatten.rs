@@ -132,6 +132,19 @@ pub fn set_bucket_id<'t>(
     with_bucket_id(tuple, &fields, bucket_field, opts_bucket_id, bucket_count)
 }
 
+/// `tuple` with the field at `field` (its nil) replaced by `bucket_id`, as pieces.
+#[inline]
+fn splice_bucket_id(tuple: &[u8], field: (usize, usize), bucket_id: u64) -> OpBytes<'_> {
+    let mut computed = [0u8; 9];
+    let value_len = encode_uint(bucket_id, &mut computed).len();
+    OpBytes::Spliced(Spliced::new(
+        &tuple[..field.0],
+        computed,
+        value_len,
+        &tuple[field.1..],
+    ))
+}
+
 /// [`set_bucket_id`] without `opts.bucket_id`, of the tuple at the start of `cursor`, which
 /// is measured in the same walk (the cursor moves past it): the point calls' one walk over
 /// their tuple. `None` when it is not a whole array; then nothing is planned from it.
@@ -177,14 +190,7 @@ pub fn take_with_bucket_id<'t>(
         if let Some((at, end)) = bucket.filter(|&(at, end)| splice && is_nil_field(&tuple[at..end]))
         {
             let bucket_id = bucket_id_of_parts([key], bucket_count);
-            let mut computed = [0u8; 9];
-            let value_len = encode_uint(bucket_id, &mut computed).len();
-            return Some(OpBytes::Spliced(Spliced::new(
-                &tuple[..at],
-                computed,
-                value_len,
-                &tuple[end..],
-            )));
+            return Some(splice_bucket_id(tuple, (at, end), bucket_id));
         }
         let mut again = tuple;
         let fields = TupleFields::take(space, &mut again, bucket_field)?;
@@ -198,14 +204,7 @@ pub fn take_with_bucket_id<'t>(
         if splice && is_nil_field(&tuple[start..end]) {
             // The common case, a nil in place: the header stays, only the field changes.
             let bucket_id = bucket_id_of_parts(fields.pk_parts.iter().copied(), bucket_count);
-            let mut computed = [0u8; 9];
-            let value_len = encode_uint(bucket_id, &mut computed).len();
-            return Some(OpBytes::Spliced(Spliced::new(
-                &tuple[..start],
-                computed,
-                value_len,
-                &tuple[end..],
-            )));
+            return Some(splice_bucket_id(tuple, (start, end), bucket_id));
         }
     }
     // Without opts.bucket_id there is no disagreement to report.
