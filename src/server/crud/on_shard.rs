@@ -44,16 +44,13 @@ pub fn run_point(
     // Inserts and replaces, most writes, go to storage directly: the general path's
     // undo bookkeeping is all `Undo::Nothing` for a lone op, and its row and change are
     // the stored tuple either way.
-    let stored = match &plan.op {
-        PointOp::Insert { tuple } => shard
-            .engine
-            .space_mut(plan.space_id)
-            .and_then(|space| tuple.insert_into(space)),
-        PointOp::Replace { tuple } => shard
-            .engine
-            .space_mut(plan.space_id)
-            .and_then(|space| tuple.replace_into(space)),
-        _ => return run_point_applied(shard, plan),
+    let stored = match shard.engine.space_mut(plan.space_id) {
+        Ok(space) => match plan.op.store_into(space) {
+            Some(stored) => stored,
+            None => return run_point_applied(shard, plan),
+        },
+        // The general path answers a missing space as it does for every op.
+        Err(_) => return run_point_applied(shard, plan),
     };
     match stored {
         Ok(new) => {
@@ -273,10 +270,8 @@ fn run_point_into(
     schema_version: u64,
     out: &mut Vec<u8>,
 ) {
-    if let PointOp::Insert { tuple } | PointOp::Replace { tuple } = &point.op {
-        if write_into(shard, config, point, tuple, sync, schema_version, out) {
-            return;
-        }
+    if write_into(shard, config, point, sync, schema_version, out) {
+        return;
     }
     match run_point(shard, point) {
         Ok(outcome) => {
@@ -292,27 +287,24 @@ fn run_point_into(
     }
 }
 
-/// [`run_planned_into`] of an insert or a replace of `tuple`, the most common writes: the
-/// reply is written from the space the write borrowed and the outcome never travels
-/// through [`run_point`]'s nested results. The same bytes as the general path; a refused
-/// WAL row takes back the success reply written ahead of it. `false` (nothing done) when
-/// the space is missing: the general path answers that.
+/// [`run_planned_into`] of an insert or a replace, the most common writes: the reply is
+/// written from the space the write borrowed and the outcome never travels through
+/// [`run_point`]'s nested results. The same bytes as the general path; a refused WAL row
+/// takes back the success reply written ahead of it. `false` (nothing done) for other ops
+/// and when the space is missing: the general path answers those.
 fn write_into(
     shard: &mut Shard,
     config: &CrudConfig,
     point: &PointPlan<'_>,
-    tuple: &write::OpBytes<'_>,
     sync: u64,
     schema_version: u64,
     out: &mut Vec<u8>,
 ) -> bool {
     let Ok(space) = shard.engine.space_mut(point.space_id) else {
-        // The general path's answer, whatever it is.
         return false;
     };
-    let stored = match point.op {
-        PointOp::Insert { .. } => tuple.insert_into(space),
-        _ => tuple.replace_into(space),
+    let Some(stored) = point.op.store_into(space) else {
+        return false;
     };
     let start = out.len();
     let space = &*space;

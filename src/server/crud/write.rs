@@ -243,6 +243,16 @@ pub enum PointOp<'a> {
 pub const CRUD_INDEX_BASE: u32 = 1;
 
 impl PointOp<'_> {
+    /// Stores the tuple of an insert or a replace (from its pieces when spliced); `None`,
+    /// and nothing done, for the other ops.
+    pub fn store_into(&self, space: &mut Space) -> Option<Result<Tuple, StorageError>> {
+        match self {
+            PointOp::Insert { tuple } => Some(tuple.insert_into(space)),
+            PointOp::Replace { tuple } => Some(tuple.replace_into(space)),
+            _ => None,
+        }
+    }
+
     /// The encoded primary key that places this op on a shard (`shard_of_key`); an error
     /// when the key or tuple does not parse, which the owner-less caller may answer from
     /// any shard (the local one reports the same error).
