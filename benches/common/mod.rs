@@ -3,6 +3,9 @@
 
 #![allow(dead_code)]
 
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
@@ -95,13 +98,7 @@ pub fn memory_latency_ns() -> f64 {
     // Every line in a shuffled order, each pointing at the next and the last at the first:
     // the prefetchers cannot guess the next line, and no line is visited twice before all are.
     let mut order: Vec<u64> = (0..line_count as u64).collect();
-    let mut state = 0x9E37_79B9_7F4A_7C15u64;
-    for last in (1..line_count).rev() {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        order.swap(last, (state % (last as u64 + 1)) as usize);
-    }
+    order.shuffle(&mut StdRng::seed_from_u64(0x9E37_79B9));
     let mut lines = vec![0u64; line_count * LINE_WORDS];
     for (position, &line) in order.iter().enumerate() {
         let next = order[(position + 1) % line_count];
