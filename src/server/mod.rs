@@ -36,6 +36,7 @@
 //! `start_cores` keeps each core answering its peers until all closures are done.
 
 pub mod batch;
+pub mod checksum;
 pub mod connection;
 pub mod core;
 pub mod crud;
@@ -122,7 +123,7 @@ pub enum ServerError {
 /// Placement: which shard owns an encoded primary key. CRC-32C is stable across builds
 /// and restarts, which the per-shard WAL will rely on.
 pub fn shard_of_key(encoded_primary_key: &[u8], shard_count: usize) -> usize {
-    (crc32c::crc32c(encoded_primary_key) as usize) % shard_count
+    (checksum::crc32c(encoded_primary_key) as usize) % shard_count
 }
 
 pub fn shard_count_for(config: &Config) -> usize {

@@ -5,6 +5,7 @@
 //! The `crc32c` crate computes the standard CRC-32C, which does apply the final XOR, so
 //! Tarantool's value is its bitwise complement.
 
+use crate::server::checksum::crc32c_append;
 use crate::storage::field_type::EXT_UUID;
 use crate::storage::msgpack::Value;
 
@@ -33,41 +34,6 @@ pub fn bucket_id_of_parts<'a>(
         crc = append_lua_tostring(crc, part);
     }
     u64::from(!crc % bucket_count.max(1)) + 1
-}
-
-/// CRC-32C (reflected polynomial 0x82F63B78) one byte at a time.
-const CRC32C_TABLE: [u32; 256] = {
-    let mut table = [0u32; 256];
-    let mut byte = 0;
-    while byte < 256 {
-        let mut crc = byte as u32;
-        let mut bit = 0;
-        while bit < 8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ 0x82F6_3B78
-            } else {
-                crc >> 1
-            };
-            bit += 1;
-        }
-        table[byte] = crc;
-        byte += 1;
-    }
-    table
-};
-
-/// `crc32c::crc32c_append`, by table for the few bytes of a key's text: the crate's
-/// vectorised loop costs more to enter than such inputs cost to checksum.
-#[inline]
-fn crc32c_append(crc: u32, bytes: &[u8]) -> u32 {
-    if bytes.len() > 32 {
-        return crc32c::crc32c_append(crc, bytes);
-    }
-    let mut register = !crc;
-    for &byte in bytes {
-        register = CRC32C_TABLE[((register ^ u32::from(byte)) & 0xff) as usize] ^ (register >> 8);
-    }
-    !register
 }
 
 /// Continues `crc` over Lua's `tostring` of a value, as [`lua_tostring`] writes it.
@@ -212,20 +178,6 @@ fn trim_zeros(text: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn table_crc_matches_the_crate() {
-        let bytes: Vec<u8> = (0..=255u8).cycle().take(100).collect();
-        for len in 0..=bytes.len() {
-            for start in [0u32, 1, 0xdead_beef, u32::MAX] {
-                assert_eq!(
-                    crc32c_append(start, &bytes[..len]),
-                    crc32c::crc32c_append(start, &bytes[..len]),
-                    "{len} from {start:x}"
-                );
-            }
-        }
-    }
 
     /// The part-by-part checksum equals the one over the concatenated text.
     #[test]

@@ -46,47 +46,43 @@ pub fn plan_point<'a>(
         .spaces()
         .iter()
         .rev()
-        .find(|space| space.name.as_bytes() == name)?;
-    // A tuple is measured and given its bucket_id in one walk.
-    let (second, tuple) = match func {
-        Insert | Replace | Upsert => (
-            mp::NIL,
-            Some(flatten::take_with_bucket_id(
+        .find(|space| mp::same_name(space.name.as_bytes(), name))?;
+    // Each op is built where it is planned: a point op is large, and every move of one
+    // costs stores on the hottest path a crud call has.
+    let op = match func {
+        // A tuple is measured and given its bucket_id in one walk.
+        Insert | Replace | Upsert => {
+            let tuple = flatten::take_with_bucket_id(
                 space,
                 &mut cursor,
                 config.bucket_count,
                 func != Upsert,
-            )?),
-        ),
-        _ => (mp::take(&mut cursor)?, None),
-    };
-    let third = match positional {
-        3 => mp::take(&mut cursor)?,
-        _ => mp::NIL,
+            )?;
+            match func {
+                Insert => PointOp::Insert { tuple },
+                Replace => PointOp::Replace { tuple },
+                _ => PointOp::Upsert {
+                    tuple,
+                    ops: array(&mut cursor)?.into(),
+                },
+            }
+        }
+        _ => {
+            let key = select::key_array(mp::take(&mut cursor)?);
+            match func {
+                Update => PointOp::Update {
+                    key,
+                    ops: array(&mut cursor)?.into(),
+                },
+                Delete => PointOp::Delete { key },
+                _ => PointOp::Get { key },
+            }
+        }
     };
     // Options, when given, are nil or an empty table: one byte, a whole value.
     if count > positional && !matches!(cursor.first(), Some(0xc0 | 0x80 | 0x90)) {
         return None;
     }
-    let op = match func {
-        Insert => PointOp::Insert { tuple: tuple? },
-        Replace => PointOp::Replace { tuple: tuple? },
-        Upsert if is_array(third) => PointOp::Upsert {
-            tuple: tuple?,
-            ops: third.into(),
-        },
-        Update if is_array(third) => PointOp::Update {
-            key: select::key_array(second),
-            ops: third.into(),
-        },
-        Delete => PointOp::Delete {
-            key: select::key_array(second),
-        },
-        Get => PointOp::Get {
-            key: select::key_array(second),
-        },
-        _ => return None,
-    };
     Some(PointPlan {
         func,
         space_id: space.id,
@@ -109,7 +105,10 @@ fn space_name<'a>(cursor: &mut &'a [u8]) -> Option<&'a [u8]> {
     Some(name)
 }
 
+/// The whole array at the start of `cursor` (update and upsert operations), which moves
+/// past it; `None` for any other value.
 #[inline(always)]
-fn is_array(raw: &[u8]) -> bool {
-    matches!(raw.first(), Some(0x90..=0x9f | 0xdc | 0xdd))
+fn array<'a>(cursor: &mut &'a [u8]) -> Option<&'a [u8]> {
+    let value = mp::take(cursor)?;
+    matches!(value.first(), Some(0x90..=0x9f | 0xdc | 0xdd)).then_some(value)
 }

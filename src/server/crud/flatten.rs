@@ -15,14 +15,14 @@ use smallvec::SmallVec;
 pub const BUCKET_ID_FIELD: &str = "bucket_id";
 
 /// The number of the space's `bucket_id` field: `field_no_by_name`, with the name
-/// compared as a constant (no call to a general compare per field).
+/// compared without a call to a general compare per field.
 #[inline]
 fn bucket_field_of(space: &Space) -> Option<u32> {
     space
         .format
         .fields
         .iter()
-        .position(|field| field.name.as_bytes() == BUCKET_ID_FIELD.as_bytes())
+        .position(|field| mp::same_name(field.name.as_bytes(), BUCKET_ID_FIELD.as_bytes()))
         .map(|field_no| field_no as u32)
 }
 

@@ -564,7 +564,7 @@ pub fn finish_many(
     items: &[BatchItem],
 ) -> Vec<u8> {
     debug_assert_eq!(items.len(), plan.ops.len());
-    let call_error = |tuple: &[u8], message: &str| {
+    let call_error = |tuple: &OpBytes, message: &str| {
         CrudError::new(
             "CallError",
             "crud/common/call.lua",
@@ -573,7 +573,7 @@ pub fn finish_many(
                 config.instance_uuid
             ),
         )
-        .with_operation_data(tuple)
+        .with_operation_data(&tuple.bytes())
     };
     let mut errors = plan.early_errors.clone();
     let mut rows: Vec<&[u8]> = Vec::new();

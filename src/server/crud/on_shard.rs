@@ -341,15 +341,19 @@ pub fn execute_on_shard(
 ) {
     // `plan`, with the common point calls run straight from their one-pass plan: no
     // `Plan` is built around them, moved or dropped.
-    let planned = func_or_raised(function_name).and_then(|func| {
-        if let Some(point) = fast_plan::plan_point(&shard.engine, config, func, args) {
-            return Ok(Err(point));
+    let func = match func_or_raised(function_name) {
+        Ok(func) => func,
+        Err(raised) => {
+            return encode_reply(out, sync, schema_version, &CrudReply::Raised(raised));
         }
-        plan_func(&shard.engine, config, func, args).map(Ok)
-    });
-    match planned {
-        Ok(Err(point)) => run_point_into(shard, config, &point, sync, schema_version, out),
-        Ok(Ok(plan)) => run_planned_into(shard, config, &plan, sync, schema_version, out),
+    };
+    // Borrowed where it was returned: a point plan is large, and moving it costs stores.
+    let point = fast_plan::plan_point(&shard.engine, config, func, args);
+    if let Some(point) = &point {
+        return run_point_into(shard, config, point, sync, schema_version, out);
+    }
+    match plan_func(&shard.engine, config, func, args) {
+        Ok(plan) => run_planned_into(shard, config, &plan, sync, schema_version, out),
         Err(raised) => encode_reply(out, sync, schema_version, &CrudReply::Raised(raised)),
     }
 }

@@ -417,7 +417,8 @@ fn wide_array_headers_are_rewritten_by_both_planners() {
         else {
             panic!("{function}: {point:?}")
         };
-        assert_eq!(msgpack_to_text(tuple), r#"[5, 1172, "a"]"#, "{function}");
+        let tuple = tuple.bytes();
+        assert_eq!(msgpack_to_text(&tuple), r#"[5, 1172, "a"]"#, "{function}");
         assert_eq!(tuple[0], 0x93, "{function}");
     }
 }
@@ -1748,5 +1749,40 @@ mod fast_paths {
         }
         assert_eq!(Func::from_name("crud.nope"), None);
         assert_eq!(Func::from_name("insert"), None);
+        assert_eq!(Func::from_name("crud."), None);
+        assert_eq!(Func::from_name(""), None);
+    }
+
+    #[test]
+    fn same_name_is_byte_equality_at_every_length() {
+        for len in 0..=20usize {
+            let name: Vec<u8> = (0..len as u8).map(|at| b'a' + at).collect();
+            assert!(mp::same_name(&name, &name.clone()), "{len}");
+            for at in 0..len {
+                let mut other = name.clone();
+                other[at] = b'_';
+                assert!(!mp::same_name(&name, &other), "{len} at {at}");
+            }
+            assert!(
+                !mp::same_name(&name, &[name.as_slice(), b"x"].concat()),
+                "{len}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_name_one_byte_off_names_no_function() {
+        for func in Func::ALL {
+            let name = func.name().as_bytes();
+            for at in 0..name.len() {
+                let mut changed = name.to_vec();
+                changed[at] ^= 0x20;
+                assert_eq!(Func::from_name_bytes(&changed), None, "{changed:?}");
+                let mut shorter = name.to_vec();
+                shorter.remove(at);
+                assert_eq!(Func::from_name_bytes(&shorter), None, "{shorter:?}");
+            }
+            assert_eq!(Func::from_name_bytes(&[name, b"s"].concat()), None);
+        }
     }
 }

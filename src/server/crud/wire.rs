@@ -108,17 +108,19 @@ pub fn encode_ops<'o, 'b: 'o>(
     out.push(flags);
     put_u32(out, ops.len());
     for op in ops {
-        let (tag, first, second): (u8, &[u8], &[u8]) = match op {
-            PointOp::Insert { tuple } => (0, tuple, &[]),
-            PointOp::Replace { tuple } => (1, tuple, &[]),
+        let none = OpBytes::Borrowed(&[]);
+        let (tag, first, second) = match op {
+            PointOp::Insert { tuple } => (0, tuple, &none),
+            PointOp::Replace { tuple } => (1, tuple, &none),
             PointOp::Upsert { tuple, ops } => (2, tuple, ops),
             PointOp::Update { key, ops } => (3, key, ops),
-            PointOp::Delete { key } => (4, key, &[]),
-            PointOp::Get { key } => (5, key, &[]),
+            PointOp::Delete { key } => (4, key, &none),
+            PointOp::Get { key } => (5, key, &none),
         };
+        let (first, second) = (first.bytes(), second.bytes());
         out.push(tag);
-        put_bytes(out, first);
-        put_bytes(out, second);
+        put_bytes(out, &first);
+        put_bytes(out, &second);
     }
 }
 
