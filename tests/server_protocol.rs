@@ -239,3 +239,61 @@ fn connections_over_max_connections_are_closed_and_the_others_go_on() {
         8
     );
 }
+
+/// A crud call framed as one packet: `header` (a map's bytes), then `{FUNCTION_NAME: name,
+/// TUPLE: args}` with `args` as given (whole or not).
+fn crud_packet(header: &[u8], name: &str, args: &[u8]) -> Vec<u8> {
+    let mut body = vec![0x82, 0x22, 0xa0 | name.len() as u8];
+    body.extend_from_slice(name.as_bytes());
+    body.push(0x21);
+    body.extend_from_slice(args);
+    let len = (header.len() + body.len()) as u32;
+    let mut packet = vec![0xce];
+    packet.extend_from_slice(&len.to_be_bytes());
+    packet.extend_from_slice(header);
+    packet.extend_from_slice(&body);
+    packet
+}
+
+/// The crud decoder leaves a call's arguments for the planner to walk; torn ones still get
+/// the general decoder's answer, before any other error, and the connection goes on.
+#[test]
+fn torn_crud_arguments_are_packet_body_errors() {
+    let server = common::Server::start(2, "");
+    let mut client = Client::connect(&server);
+    // ["kv", [7, "seven"]]: whole, then cut inside the tuple, then with a byte after it.
+    let whole: &[u8] = &[
+        0x92, 0xa2, b'k', b'v', 0x92, 0x07, 0xa5, b's', b'e', b'v', b'e', b'n',
+    ];
+    let cut = &whole[..whole.len() - 2];
+    let trailing = [whole, &[0xc0]].concat();
+    // {REQUEST_TYPE: CALL, SYNC: n}, and one with SCHEMA_VERSION 99 (a wrong one).
+    let header = |sync: u8| vec![0x82, 0x00, 0x0a, 0x01, sync];
+    let wrong_schema = |sync: u8| vec![0x83, 0x00, 0x0a, 0x01, sync, 0x05, 99];
+    for (sync, packet) in [
+        (1, crud_packet(&header(1), "crud.insert", cut)),
+        (2, crud_packet(&header(2), "crud.replace", &trailing)),
+        (3, crud_packet(&header(3), "crud.select", cut)),
+        (4, crud_packet(&wrong_schema(4), "crud.get", &trailing)),
+    ] {
+        client.send(&packet);
+        let reply = client.read_packet().expect("an error reply");
+        let reply = decode_reply(&reply).unwrap();
+        assert_eq!(reply.sync(), sync);
+        assert_eq!(reply.error_code(), Some(ErrorCode::ER_INVALID_MSGPACK));
+        assert_eq!(reply.error_message(), Some("Invalid MsgPack - packet body"));
+    }
+    // A wrong schema version with whole arguments is its own error.
+    client.send(&crud_packet(&wrong_schema(5), "crud.get", whole));
+    let reply = client.read_packet().expect("an error reply");
+    let reply = decode_reply(&reply).unwrap();
+    assert_eq!(
+        (reply.sync(), reply.error_code()),
+        (5, Some(ErrorCode::ER_WRONG_SCHEMA_VERSION))
+    );
+    // The connection goes on: the whole call is answered.
+    client.send(&crud_packet(&header(6), "crud.insert", whole));
+    let reply = client.read_packet().expect("a reply");
+    let reply = decode_reply(&reply).unwrap();
+    assert_eq!((reply.sync(), reply.error_code()), (6, None));
+}

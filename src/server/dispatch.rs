@@ -107,7 +107,15 @@ impl Session {
             }
         };
         let sync = header.sync;
-        if header.schema_version != 0 && header.schema_version != SCHEMA_VERSION {
+        let wrong_schema = header.schema_version != 0 && header.schema_version != SCHEMA_VERSION;
+        let in_stream = header.stream_id != 0 && !matches!(request, Request::Ping);
+        if (wrong_schema || in_stream) && crud::fast_call::has_torn_args(&request) {
+            // The general decoder would have refused the packet before either check.
+            let error = crud::fast_call::torn_args_error();
+            reply::encode_protocol_error(out, sync, SCHEMA_VERSION, &error);
+            return;
+        }
+        if wrong_schema {
             let error = ProtocolError::WrongSchemaVersion {
                 server_version: SCHEMA_VERSION,
                 request_version: header.schema_version,
@@ -115,7 +123,7 @@ impl Session {
             reply::encode_protocol_error(out, sync, SCHEMA_VERSION, &error);
             return;
         }
-        if header.stream_id != 0 && !matches!(request, Request::Ping) {
+        if in_stream {
             return unsupported(out, sync, "streams");
         }
         // By reference: a Request is large, and the point paths below hand it on as it is.
@@ -247,6 +255,11 @@ impl Session {
         let function_name = call.function_name;
         let grants = &self.core.shared.users.get(self.user_id).grants;
         if !grants.execute {
+            if crud::fast_call::is_torn(call.args) {
+                // The general decoder would have refused the packet before this check.
+                let error = crud::fast_call::torn_args_error();
+                return reply::encode_protocol_error(out, sync, SCHEMA_VERSION, &error);
+            }
             return access_denied(
                 out,
                 sync,

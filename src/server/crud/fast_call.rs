@@ -5,17 +5,26 @@
 //! Such a packet costs the general decoder a header decode in [`crate::protocol`]'s fast
 //! path, a second one in its general path, a generic body map walk, the UTF-8 check of
 //! the name and a generic walk of the arguments. Here it is one pass: the name is matched
-//! against crud's functions as bytes (a match is ASCII, so needs no UTF-8 check), and
-//! the arguments are measured with [`mp::take`].
+//! against crud's functions as bytes (a match is ASCII, so needs no UTF-8 check).
+//!
+//! **The arguments are not measured when they end the packet**, as every connector writes
+//! them (`TUPLE` after `FUNCTION_NAME`): `args` is then the rest of the packet, which may
+//! be torn or carry trailing bytes. Planning walks the arguments whole anyway, so it
+//! checks them there (`plan_point` consumes them exactly or gives up; the general planner
+//! checks them first), and answers a torn one with the error this decoder would have
+//! ([`torn_args_error`]). Measuring them here too was a tenth of a crud insert's time. A
+//! caller that answers a call with an error before planning it (a wrong schema version,
+//! a denied grant) asks [`has_torn_args`] first, so the decoder's error still comes first.
 //!
 //! It gives up (`None`) on anything else and never reports errors: [`decode_packet`] then
 //! hands the packet to [`protocol::decode_packet`], so errors, their codes and the sync
-//! they carry come from one place. When it does decode a packet, the result is exactly
-//! the general decoder's (see the property tests in `crud::tests`).
+//! they carry come from one place. When the general decoder accepts a packet, this one's
+//! result is exactly the same (see the property tests in `crud::tests`).
 
 use super::mp;
 use super::Func;
 use crate::protocol::codes::{body_key, header_key, request_type};
+use crate::protocol::error::{invalid_msgpack, ProtocolError};
 use crate::protocol::header::{Header, PacketError};
 use crate::protocol::request::{Call, Request};
 use crate::storage::msgpack::leading_uint;
@@ -78,11 +87,15 @@ fn header(buf: &mut &[u8]) -> Option<Header> {
 fn body(body: &[u8]) -> Option<Call<'_>> {
     let mut buf = body.strip_prefix(&[0x82])?;
     let (mut func, mut args) = (None, None);
-    for _ in 0..2 {
+    for keys_after in [1, 0] {
         let (&key, rest) = buf.split_first()?;
         buf = rest;
         match u64::from(key) {
             body_key::FUNCTION_NAME => func = Some(function(&mut buf)?),
+            // Last: the rest of the packet, unmeasured (see the module docs).
+            body_key::TUPLE if keys_after == 0 && starts_with_array(buf) => {
+                args = Some(std::mem::take(&mut buf));
+            }
             body_key::TUPLE => args = Some(array(&mut buf)?),
             _ => return None,
         }
@@ -119,8 +132,33 @@ fn function(buf: &mut &[u8]) -> Option<Func> {
 /// A whole array value, header included.
 #[inline(always)]
 fn array<'a>(buf: &mut &'a [u8]) -> Option<&'a [u8]> {
-    if !matches!(buf.first(), Some(0x90..=0x9f | 0xdc | 0xdd)) {
+    if !starts_with_array(buf) {
         return None;
     }
     mp::take(buf)
+}
+
+#[inline(always)]
+fn starts_with_array(buf: &[u8]) -> bool {
+    matches!(buf.first(), Some(0x90..=0x9f | 0xdc | 0xdd))
+}
+
+/// The error the general decoder gives a CALL whose arguments are torn or followed by
+/// trailing bytes.
+pub fn torn_args_error() -> ProtocolError {
+    ProtocolError::InvalidMsgpack(invalid_msgpack::PACKET_BODY)
+}
+
+/// Whether `args` are not exactly one whole value: the arguments of a call this decoder
+/// left unmeasured, which the general decoder would have refused. Always `false` for
+/// arguments the general decoder decoded.
+pub fn is_torn(args: &[u8]) -> bool {
+    let mut rest = args;
+    mp::take(&mut rest).is_none() || !rest.is_empty()
+}
+
+/// [`is_torn`] of a request's arguments, if it is a call: for a caller about to answer a
+/// request with an error of its own, which must not come before the decoder's.
+pub fn has_torn_args(request: &Request<'_>) -> bool {
+    matches!(request, Request::Call(call) if is_torn(call.args))
 }

@@ -8,7 +8,8 @@
 //! shapes all of that has one outcome, which this writes down directly.
 //!
 //! It gives up (`None`) on anything else — another shape, an unknown space, a tuple whose
-//! bucket_id cannot be set — and reports nothing: the caller then plans the general way,
+//! bucket_id cannot be set, arguments that are not exactly one whole value — and reports
+//! nothing: the caller then plans the general way,
 //! which also produces every error. When it does plan a call, the plan is exactly the
 //! general one (see the property tests in `crud::tests`).
 
@@ -80,7 +81,15 @@ pub fn plan_point<'a>(
         }
     };
     // Options, when given, are nil or an empty table: one byte, a whole value.
-    if count > positional && !matches!(cursor.first(), Some(0xc0 | 0x80 | 0x90)) {
+    if count > positional {
+        let ([0xc0 | 0x80 | 0x90], rest) = cursor.split_at_checked(1)? else {
+            return None;
+        };
+        cursor = rest;
+    }
+    // The arguments end here, or they are torn (the decoder may leave them unmeasured:
+    // `fast_call`), which the general planner reports.
+    if !cursor.is_empty() {
         return None;
     }
     Some(PointPlan {

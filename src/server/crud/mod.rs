@@ -289,6 +289,14 @@ pub(super) fn plan_func<'a>(
     func: Func,
     args: &'a [u8],
 ) -> Result<Plan<'a>, Raised> {
+    // The decoder may have left them unmeasured (`fast_call`); its error comes first.
+    if fast_call::is_torn(args) {
+        let error = fast_call::torn_args_error();
+        return Err(Raised {
+            code: error.code(),
+            message: error.to_string(),
+        });
+    }
     if func == Func::Stats {
         // Statistics are disabled: crud answers an empty table.
         return Ok(Plan::Reply(vec![0x91, 0x90]));
