@@ -9,9 +9,9 @@
 //!
 //! It gives up (`None`) on anything else — another shape, an unknown space, a tuple whose
 //! bucket_id cannot be set, arguments that are not exactly one whole value — and reports
-//! nothing: the caller then plans the general way,
-//! which also produces every error. When it does plan a call, the plan is exactly the
-//! general one (see the property tests in `crud::tests`).
+//! nothing: the caller then plans the general way, which also produces every error. When
+//! it does plan a call, the plan is exactly the general one (see the property tests in
+//! `crud::tests`).
 
 use super::result::Columns;
 use super::write::PointOp;
