@@ -8,13 +8,17 @@
 //! entries it has four levels, the upper two of which stay in cache.
 //!
 //! Searches within a node go through [`TreeKey`], so a key type can bring its own search;
-//! `u64` counts the smaller keys with a branch-free loop the compiler vectorises.
+//! `u64` counts the smaller keys with a branch-free loop, and a point lookup on a CPU with
+//! AVX2 runs a copy of itself compiled for AVX2 with a vector count (see `simd`).
 //!
 //! Iteration keeps a path from the root to the current leaf (there are no parent or
 //! sibling links, and so no `unsafe`): a range resolves both ends once, O(log n), then
 //! walks lazily from either end, O(1) amortised per step.
 //!
 //! Knows nothing of tuples, indexes or Tarantool semantics.
+
+#[cfg(target_arch = "x86_64")]
+mod simd;
 
 use crate::storage::prefetch::{prefetch_line, prefetch_slice};
 use smallvec::SmallVec;
@@ -54,6 +58,32 @@ pub trait TreeKey: Ord + Clone + Default {
     fn count_not_greater(keys: &[Self], probe: &Self::Probe) -> usize {
         keys.partition_point(|key| key.probe() <= probe)
     }
+
+    /// Whether [`TreeKey::count_avx2`] is a count of its own, worth a lookup compiled for
+    /// AVX2 (see `simd`).
+    #[cfg(target_arch = "x86_64")]
+    const AVX2_COUNT: bool = false;
+
+    /// [`TreeKey::count_less`], or with `OR_EQUAL` [`TreeKey::count_not_greater`], over
+    /// `keys[..len]`, for code compiled with AVX2, into which it is inlined. Takes the
+    /// node's whole key array so that a vector count needs no bounds (see `simd`).
+    ///
+    /// # Safety
+    ///
+    /// The CPU has the features `simd::available` asks for.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn count_avx2<const OR_EQUAL: bool, const CAP: usize>(
+        keys: &[Self; CAP],
+        len: usize,
+        probe: &Self::Probe,
+    ) -> usize {
+        if OR_EQUAL {
+            Self::count_not_greater(&keys[..len], probe)
+        } else {
+            Self::count_less(&keys[..len], probe)
+        }
+    }
 }
 
 impl TreeKey for u64 {
@@ -74,6 +104,20 @@ impl TreeKey for u64 {
     fn count_not_greater(keys: &[u64], probe: &u64) -> usize {
         let probe = *probe;
         count_in_blocks(keys, |key| key <= probe)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    const AVX2_COUNT: bool = true;
+
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn count_avx2<const OR_EQUAL: bool, const CAP: usize>(
+        keys: &[u64; CAP],
+        len: usize,
+        probe: &u64,
+    ) -> usize {
+        // SAFETY: the caller's CPU has the features `simd::count` is compiled for.
+        unsafe { simd::count::<OR_EQUAL, CAP>(keys, len, *probe) }
     }
 }
 
@@ -98,6 +142,28 @@ fn count_in_blocks(keys: &[u64], below: impl Fn(u64) -> bool) -> usize {
             .iter()
             .map(|&key| usize::from(below(key)))
             .sum::<usize>()
+}
+
+/// [`TreeKey::count_less`], or with `OR_EQUAL` [`TreeKey::count_not_greater`], over
+/// `keys[..len]`; with `AVX2`, which only code compiled for AVX2 passes,
+/// [`TreeKey::count_avx2`].
+#[inline(always)]
+fn count<K: TreeKey, const AVX2: bool, const OR_EQUAL: bool, const CAP: usize>(
+    keys: &[K; CAP],
+    len: usize,
+    probe: &K::Probe,
+) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if AVX2 {
+        // SAFETY: `AVX2` is set only in code compiled for it, which runs only on a CPU
+        // that has it.
+        return unsafe { K::count_avx2::<OR_EQUAL, CAP>(keys, len, probe) };
+    }
+    if OR_EQUAL {
+        K::count_not_greater(&keys[..len], probe)
+    } else {
+        K::count_less(&keys[..len], probe)
+    }
 }
 
 /// `repr(C)` keeps `len` next to the first keys: read together, one cache miss, not two.
@@ -586,12 +652,36 @@ impl<K: TreeKey, V> BTree<K, V> {
 
     #[inline]
     pub fn get_key_value(&self, probe: &K::Probe) -> Option<(&K, &V)> {
-        let leaf = self.leaf_for(probe)?;
+        #[cfg(target_arch = "x86_64")]
+        if K::AVX2_COUNT && simd::available() {
+            // SAFETY: the CPU has the features `simd::available` asks for.
+            return unsafe { self.get_key_value_avx2(probe) };
+        }
+        self.lookup::<false>(probe)
+    }
+
+    /// [`BTree::get_key_value`] compiled for AVX2, with the counts inlined: one feature
+    /// check per lookup rather than per node.
+    ///
+    /// # Safety
+    ///
+    /// The CPU has the features `simd::available` asks for.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn get_key_value_avx2(&self, probe: &K::Probe) -> Option<(&K, &V)> {
+        self.lookup::<true>(probe)
+    }
+
+    /// The lookup under [`BTree::get_key_value`], counting with [`TreeKey::count_avx2`]
+    /// if `AVX2` (only where the CPU has it).
+    #[inline(always)]
+    fn lookup<const AVX2: bool>(&self, probe: &K::Probe) -> Option<(&K, &V)> {
+        let leaf = self.find_leaf::<AVX2>(probe)?;
         // The value lines load while the keys are searched, so the value read after the
         // search hits cache instead of taking a second miss in series (measured: about a
         // tenth off a lookup at a million keys).
         prefetch_slice(&leaf.values[..]);
-        let position = K::count_less(leaf.keys(), probe);
+        let position = count::<K, AVX2, false, _>(&leaf.keys, leaf.len, probe);
         let key = leaf.keys().get(position)?;
         (key.probe() == probe).then(|| (key, leaf.value(position)))
     }
@@ -666,11 +756,18 @@ impl<K: TreeKey, V> BTree<K, V> {
 
     #[inline]
     fn leaf_for(&self, probe: &K::Probe) -> Option<&Leaf<K, V>> {
+        self.find_leaf::<false>(probe)
+    }
+
+    /// The leaf where `probe` is or would be, counting as [`count`] does with `AVX2`.
+    #[inline(always)]
+    fn find_leaf<const AVX2: bool>(&self, probe: &K::Probe) -> Option<&Leaf<K, V>> {
         let mut node = self.root.as_ref()?;
         loop {
             match node {
                 Node::Internal(internal) => {
-                    node = internal.child(K::count_not_greater(internal.keys(), probe));
+                    let index = count::<K, AVX2, true, _>(&internal.keys, internal.len, probe);
+                    node = internal.child(index);
                 }
                 Node::Leaf(leaf) => return Some(leaf),
             }

@@ -300,6 +300,91 @@ fn block_counts_match_a_plain_count() {
     assert_eq!(u64::count_not_greater(&[1, u64::MAX], &u64::MAX), 2);
 }
 
+/// A node's key array for the vector count: `len` sorted keys drawn from a few values (so
+/// that they repeat) and the ends of the range, then stale keys in any order.
+fn key_array<const CAP: usize>() -> impl Strategy<Value = ([u64; CAP], usize)> {
+    let key = prop_oneof![
+        Just(0),
+        Just(u64::MAX),
+        0..8u64,
+        u64::MAX - 8..,
+        any::<u64>()
+    ];
+    (0..=CAP, prop::array::uniform::<_, CAP>(key)).prop_map(|(len, mut keys)| {
+        keys[..len].sort_unstable();
+        (keys, len)
+    })
+}
+
+/// Probes at, next to, below and above the keys in use, and anywhere.
+fn probes(keys: &[u64]) -> Vec<u64> {
+    let mut probes = vec![0, 1, u64::MAX - 1, u64::MAX, 1 << 63, (1 << 63) - 1];
+    for &key in keys {
+        probes.extend([key, key.wrapping_sub(1), key.wrapping_add(1)]);
+    }
+    probes
+}
+
+/// The AVX2 count agrees with the scalar one (see `simd`); the stale keys past `len` are
+/// not counted.
+#[cfg(target_arch = "x86_64")]
+fn check_vector_count<const CAP: usize>(keys: &[u64; CAP], len: usize) {
+    if !simd::available() {
+        return;
+    }
+    for probe in probes(&keys[..len]) {
+        // SAFETY: the CPU has AVX2, checked above.
+        let (less, not_greater) = unsafe {
+            (
+                simd::count::<false, CAP>(keys, len, probe),
+                simd::count::<true, CAP>(keys, len, probe),
+            )
+        };
+        let context = format!("len {len} probe {probe} keys {keys:?}");
+        assert_eq!(less, u64::count_less(&keys[..len], &probe), "{context}");
+        assert_eq!(
+            not_greater,
+            u64::count_not_greater(&keys[..len], &probe),
+            "{context}"
+        );
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+proptest! {
+    #[test]
+    fn vector_counts_match_the_scalar_counts((keys, len) in key_array::<64>()) {
+        check_vector_count(&keys, len);
+    }
+
+    #[test]
+    fn vector_counts_match_in_internal_nodes((keys, len) in key_array::<SEPARATOR_CAPACITY>()) {
+        check_vector_count(&keys, len);
+    }
+
+    #[test]
+    fn vector_counts_match_in_leaves((keys, len) in key_array::<LEAF_CAPACITY>()) {
+        check_vector_count(&keys, len);
+    }
+}
+
+/// Every length, with every probe near the keys, beside the random cases above.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn vector_counts_match_at_every_length() {
+    for len in 0..=64 {
+        let mut keys = [7; 64];
+        for (i, key) in keys[..len].iter_mut().enumerate() {
+            *key = i as u64 / 3 * 2;
+        }
+        check_vector_count(&keys, len);
+        keys[len..].fill(0);
+        check_vector_count(&keys, len);
+        keys[len..].fill(u64::MAX);
+        check_vector_count(&keys, len);
+    }
+}
+
 /// Steps a fetch-ahead cursor to its end; returns the value it reached and the steps taken.
 fn walk_ahead(tree: &BTree<u64, u64>, probe: u64) -> (Option<u64>, usize) {
     let mut cursor = tree.prefetch_start();
