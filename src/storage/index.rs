@@ -213,6 +213,15 @@ impl Index {
         }
     }
 
+    /// [`Index::get`] for a write about to change what it finds (`BTree::get_for_write`).
+    #[inline]
+    pub fn get_for_write(&self, key: &[u8]) -> Option<&Tuple> {
+        match &self.data {
+            IndexData::TreeUnsigned(map) => map.get_for_write(&unsigned_key(key)?),
+            _ => self.get(key),
+        }
+    }
+
     /// The entry with exactly `key`, as a walk would yield it.
     #[inline]
     pub fn get_entry(&self, key: &[u8]) -> Option<(IndexKey<'_>, &Tuple)> {

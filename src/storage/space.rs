@@ -373,7 +373,7 @@ impl Space {
         let position = self.index_position(index_id)?;
         let mut encoded = SearchKeyBuf::new();
         self.encode_exact_key(&self.indexes[position], key, &mut encoded)?;
-        let Some(old) = self.indexes[position].get(&encoded).cloned() else {
+        let Some(old) = self.indexes[position].get_for_write(&encoded).cloned() else {
             return Ok(None);
         };
         self.remove_from_all_indexes(&old)?;
@@ -393,7 +393,7 @@ impl Space {
         let position = self.index_position(index_id)?;
         let mut encoded = SearchKeyBuf::new();
         self.encode_exact_key(&self.indexes[position], key, &mut encoded)?;
-        let Some(old) = self.indexes[position].get(&encoded).cloned() else {
+        let Some(old) = self.indexes[position].get_for_write(&encoded).cloned() else {
             return Ok(None);
         };
         let format = &self.format;

@@ -660,6 +660,15 @@ impl<K: TreeKey, V> BTree<K, V> {
         self.lookup::<false>(probe)
     }
 
+    /// [`BTree::get`] for a write about to change what it finds (a delete, an update): the
+    /// scalar count. The leaf such a lookup reads is often the one the write before it
+    /// just changed, its keys still on their way to the cache in 8-byte stores, which
+    /// the vector count's 32-byte loads cannot take their data from.
+    #[inline]
+    pub fn get_for_write(&self, probe: &K::Probe) -> Option<&V> {
+        self.lookup::<false>(probe).map(|(_, value)| value)
+    }
+
     /// [`BTree::get_key_value`] compiled for AVX2, with the counts inlined: one feature
     /// check per lookup rather than per node.
     ///

@@ -12,9 +12,11 @@
 //! at 1,000,000. A gather of the block ends was fewer instructions but slower (its latency
 //! sits on the path to the next node); clamping the block ends to `len` rather than
 //! reading stale keys cost a hundred instructions per lookup and the gain with them.
-//! Writes still count with the scalar loop. Known cost: deleting keys in order right
-//! after inserting them (the bench's `delete` row) is slower, probably because the wide
-//! loads cannot take their keys from the narrower stores a previous write left in flight.
+//! Writes, and the lookups of writes (`BTree::get_for_write`: delete, update), still count
+//! with the scalar loop: the leaf a write looks up is often the one the write before it
+//! just changed, and 32-byte loads cannot take their data from the 8-byte stores still in
+//! flight. Deleting keys in order with this count (the bench's `delete` row) was 17% slower;
+//! with the scalar lookup it is as before.
 //!
 //! Same two steps as the scalar count, over a node's whole key array rather than the
 //! slice in use, so that no load needs a bound: the last key of each 8-key block picks the
