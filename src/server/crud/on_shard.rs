@@ -35,34 +35,11 @@ fn log_refused(shard: &Shard, error: &WalError) {
     tracing::error!(shard = shard.id, %error, "WAL write refused; the crud call fails");
 }
 
-/// A point op on its owner shard: the op's outcome (a box error is an outcome), or the
-/// WAL's refusal of its row.
+/// A point op on its owner shard, through `write::apply_point`: the op's outcome (a box
+/// error is an outcome), or the WAL's refusal of its row. Inserts and replaces, most
+/// writes, usually take [`write_into`] instead, which writes their reply straight from
+/// the stored tuple.
 pub fn run_point(
-    shard: &mut Shard,
-    plan: &PointPlan<'_>,
-) -> Result<Result<Option<Tuple>, StorageError>, WalError> {
-    // Inserts and replaces, most writes, go to storage directly: the general path's
-    // undo bookkeeping is all `Undo::Nothing` for a lone op, and its row and change are
-    // the stored tuple either way.
-    let stored = match shard.engine.space_mut(plan.space_id) {
-        Ok(space) => match plan.op.store_into(space) {
-            Some(stored) => stored,
-            None => return run_point_applied(shard, plan),
-        },
-        // The general path answers a missing space as it does for every op.
-        Err(_) => return run_point_applied(shard, plan),
-    };
-    match stored {
-        Ok(new) => {
-            shard.log(plan.space_id, &Written::Stored(new.clone()))?;
-            Ok(Ok(Some(new)))
-        }
-        Err(error) => Ok(Err(error)),
-    }
-}
-
-/// [`run_point`] through `write::apply_point`.
-fn run_point_applied(
     shard: &mut Shard,
     plan: &PointPlan<'_>,
 ) -> Result<Result<Option<Tuple>, StorageError>, WalError> {
