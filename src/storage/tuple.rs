@@ -271,7 +271,7 @@ impl SpaceFormat {
     pub fn field_no_by_name(&self, name: &str) -> Option<u32> {
         self.fields
             .iter()
-            .position(|field| &*field.name == name)
+            .position(|field| super::engine::same_name(field.name.as_bytes(), name.as_bytes()))
             .map(|no| no as u32)
     }
 

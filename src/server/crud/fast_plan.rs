@@ -40,14 +40,7 @@ pub fn plan_point<'a>(
     if count != positional && count != positional + 1 {
         return None;
     }
-    let name = space_name(&mut cursor)?;
-    // From the back: the spaces crud calls name are users', whose ids (from 512) sort
-    // after the system spaces'. Names are unique in an engine.
-    let space = engine
-        .spaces()
-        .iter()
-        .rev()
-        .find(|space| mp::same_name(space.name.as_bytes(), name))?;
+    let space = engine.space_named(space_name(&mut cursor)?)?;
     // Each op is built where it is planned: a point op is large, and every move of one
     // costs stores on the hottest path a crud call has.
     let op = match func {

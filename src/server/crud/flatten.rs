@@ -14,16 +14,10 @@ use smallvec::SmallVec;
 
 pub const BUCKET_ID_FIELD: &str = "bucket_id";
 
-/// The number of the space's `bucket_id` field: `field_no_by_name`, with the name
-/// compared without a call to a general compare per field.
+/// The number of the space's `bucket_id` field.
 #[inline]
 fn bucket_field_of(space: &Space) -> Option<u32> {
-    space
-        .format
-        .fields
-        .iter()
-        .position(|field| mp::same_name(field.name.as_bytes(), BUCKET_ID_FIELD.as_bytes()))
-        .map(|field_no| field_no as u32)
+    space.format.field_no_by_name(BUCKET_ID_FIELD)
 }
 
 /// The message of a FlattenError (wrapped by the caller into its own class).

@@ -235,20 +235,11 @@ fn func_error(func: Func, err: impl Into<String>) -> CrudError {
 }
 
 fn space_or_error<'e>(engine: &'e Engine, func: Func, name: &[u8]) -> Result<&'e Space, CrudError> {
-    // Compared as bytes: a name that matches a space's is that space's text.
-    let found = mp::str_bytes(name).and_then(|name| {
-        engine
-            .spaces()
-            .iter()
-            .find(|space| space.name.as_bytes() == name)
-    });
-    if let Some(space) = found {
+    if let Some(space) = mp::str_bytes(name).and_then(|name| engine.space_named(name)) {
         return Ok(space);
     }
     let name = mp::as_str(name).unwrap_or_default();
-    engine
-        .space_by_name(name)
-        .ok_or_else(|| func_error(func, error::no_such_space(name)))
+    Err(func_error(func, error::no_such_space(name)))
 }
 
 /// Step 1: decodes and checks the call, and plans it against the schema. The common

@@ -105,25 +105,6 @@ fn take_container<'a>(cursor: &mut &'a [u8]) -> Option<&'a [u8]> {
     Some(taken)
 }
 
-/// `a == b`, for the short names a crud call compares on every call (its space's, the
-/// `bucket_id` field's): two overlapping loads from each end instead of a call to
-/// `memcmp`, which costs more to enter than such names cost to compare.
-#[inline(always)]
-pub fn same_name(a: &[u8], b: &[u8]) -> bool {
-    fn ends<const N: usize>(a: &[u8], b: &[u8]) -> bool {
-        a.first_chunk::<N>() == b.first_chunk::<N>() && a.last_chunk::<N>() == b.last_chunk::<N>()
-    }
-    a.len() == b.len()
-        && match a.len() {
-            0 => true,
-            1 => a[0] == b[0],
-            2..=3 => ends::<2>(a, b),
-            4..=7 => ends::<4>(a, b),
-            8..=16 => ends::<8>(a, b),
-            _ => a == b,
-        }
-}
-
 /// An unsigned integer's value, read straight from its marker; `None` for anything else
 /// (including integers encoded with a signed marker).
 #[inline]

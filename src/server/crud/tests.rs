@@ -1811,23 +1811,6 @@ mod fast_paths {
     }
 
     #[test]
-    fn same_name_is_byte_equality_at_every_length() {
-        for len in 0..=20usize {
-            let name: Vec<u8> = (0..len as u8).map(|at| b'a' + at).collect();
-            assert!(mp::same_name(&name, &name.clone()), "{len}");
-            for at in 0..len {
-                let mut other = name.clone();
-                other[at] = b'_';
-                assert!(!mp::same_name(&name, &other), "{len} at {at}");
-            }
-            assert!(
-                !mp::same_name(&name, &[name.as_slice(), b"x"].concat()),
-                "{len}"
-            );
-        }
-    }
-
-    #[test]
     fn a_name_one_byte_off_names_no_function() {
         for func in Func::ALL {
             let name = func.name().as_bytes();
