@@ -83,7 +83,7 @@ fn default_bucket_count() -> u64 {
     3000
 }
 fn default_idle_poll_us() -> u64 {
-    50
+    200
 }
 fn default_true() -> bool {
     true

@@ -37,7 +37,7 @@ fn shipped_file_resolves_to_exact_values() {
     assert_eq!(config.max_packet_size_bytes, 16 << 20);
     assert_eq!(config.log_level, LogLevel::Info);
     assert_eq!(config.bucket_count, 3000);
-    assert_eq!(config.idle_poll, std::time::Duration::from_micros(50));
+    assert_eq!(config.idle_poll, std::time::Duration::from_micros(200));
     assert_eq!(
         config.durability,
         Durability {
@@ -130,7 +130,7 @@ fn empty_file_takes_defaults_and_grants_guest_nothing() {
     assert_eq!(config.listen, "127.0.0.1:3301".parse().unwrap());
     assert_eq!(config.memory_bytes, 1 << 30);
     assert_eq!(config.durability.wal_mode, WalMode::None);
-    assert_eq!(config.idle_poll, std::time::Duration::from_micros(50));
+    assert_eq!(config.idle_poll, std::time::Duration::from_micros(200));
     assert_eq!(config.access.guest, Grants::default());
     assert!(config.spaces.is_empty());
 }

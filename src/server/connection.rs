@@ -87,6 +87,7 @@ impl Connection {
             if read == 0 {
                 return Ok(());
             }
+            self.session.core().idle_poll.note_work();
             filled += read;
         }
     }

@@ -43,6 +43,7 @@ pub mod crud;
 pub mod dispatch;
 pub mod durability;
 pub mod heap;
+pub mod idle_poll;
 pub mod inbox;
 pub mod schema;
 pub mod session;
@@ -157,7 +158,7 @@ where
     let joined = Arc::new(AtomicUsize::new(0));
     let any_failed = Arc::new(AtomicBool::new(false));
     let handles = LocalExecutorPoolBuilder::new(PoolPlacement::MaxSpread(shard_count, None))
-        .spin_before_park(shared.config.idle_poll)
+        .spin_before_park(idle_poll::executor_spin(shared.config.idle_poll))
         .on_all_shards(move || {
             let (shared, mesh) = (shared.clone(), mesh.clone());
             let (per_core, finished) = (per_core.clone(), finished.clone());
