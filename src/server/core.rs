@@ -35,7 +35,7 @@ use crate::server::idle_poll::IdlePoll;
 use crate::server::inbox::Inbox;
 use crate::server::schema::{self, SCHEMA_VERSION};
 use crate::server::{ServerError, Shared};
-use crate::shard::prefetch::{LookupPipeline, PointTarget};
+use crate::shard::prefetch::{Ahead, LookupPipeline, PointTarget};
 use crate::shard::Shard;
 use glommio::channels::channel_mesh::{Full, MeshBuilder, Receivers, Senders};
 use std::cell::{Cell, RefCell};
@@ -320,8 +320,9 @@ impl Core {
             // `before_running` asks for the targets in order, so one iterator walks ahead.
             let mut ahead = batch::requests(&requests);
             for (at, entry) in batch::requests(&requests).enumerate() {
-                pipeline.before_running(&shard, at, |_| {
-                    ahead.next().and_then(|entry| point_target(&shard, &entry))
+                pipeline.before_running(&shard, at, |_| match ahead.next() {
+                    None => Ahead::End,
+                    Some(entry) => point_target(&shard, &entry).map_or(Ahead::Other, Ahead::Lookup),
                 });
                 let mark = batch::begin_reply(&mut replies, entry.ticket);
                 if let Some(sync) = self.serve_entry(&mut shard, &entry, &mut replies) {

@@ -26,7 +26,7 @@ use crate::server::crud::{self, on_shard, wire, CrudReply, Plan};
 use crate::server::inbox::Inbox;
 use crate::server::schema::{self, SpacePlacement, SCHEMA_VERSION};
 use crate::server::session::{Access, AuthError};
-use crate::shard::prefetch::{LookupPipeline, PointTarget};
+use crate::shard::prefetch::{Ahead, LookupPipeline, PointTarget};
 use crate::storage::key::SearchKeyBuf;
 use crate::storage::msgpack::{self, write_str, write_uint};
 use crate::storage::{FieldType, IteratorType};
@@ -625,7 +625,12 @@ impl Session {
             return;
         }
         pipeline.before_running(&self.core.shard.borrow(), running, |at| {
-            packet_at(at).and_then(|packet| self.local_point_target(packet))
+            match packet_at(at) {
+                None => Ahead::End,
+                Some(packet) => self
+                    .local_point_target(packet)
+                    .map_or(Ahead::Other, Ahead::Lookup),
+            }
         });
     }
 

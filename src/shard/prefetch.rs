@@ -37,30 +37,53 @@ impl PointTarget {
     }
 }
 
-/// How many requests before it runs a request's lookup starts. Each push takes every
-/// lookup in flight one load further, so a lookup gets `LEAD + 1` steps, a request's worth
-/// of work apart (a few hundred nanoseconds, about one memory latency). A path at a million
-/// keys (four levels) takes eight: each of three internal nodes' keys, then child slot; the
-/// leaf's keys and values together; then the tuple, with one request of lead. Measured in
-/// process at a million keys, 8 is a sharp optimum: 6 and 9 both cost a fifth more per get
-/// (too few steps; too many lines in flight).
+/// How many local point requests before it runs a request's lookup starts. Each local
+/// request that runs takes every lookup in flight one load further, so a lookup gets `LEAD`
+/// steps, a request's worth of work apart (a few hundred nanoseconds, about one memory
+/// latency). A path at a million keys (four levels) takes eight: each of three internal
+/// nodes' keys, then child slot; the leaf's keys and values together; then the tuple, with
+/// one request of lead. Measured in process at a million keys, 8 is a sharp optimum: 6 and 9
+/// both cost a fifth more per get (too few steps; too many lines in flight).
 const LEAF_AHEAD: usize = 8;
 /// A power of two above `LEAF_AHEAD`, so that a position maps to a slot with a mask.
 const RING_SLOTS: usize = 16;
 const _: () = assert!(RING_SLOTS.is_power_of_two() && RING_SLOTS > LEAF_AHEAD);
 
-/// The lookups of the requests from the one about to run to the one `LEAD` after it.
+/// What a run holds at one position, as [`LookupPipeline::before_running`] asks for it.
+#[derive(Debug, Clone, Copy)]
+pub enum Ahead {
+    /// A local point request, with its lookup.
+    Lookup(PointTarget),
+    /// Another request: for another core, not a point request, or not decodable.
+    Other,
+    /// Past the end of the run.
+    End,
+}
+
+/// A lookup started for the request at `at` of the run.
+#[derive(Debug, Clone, Copy)]
+struct Started {
+    at: usize,
+    target: PointTarget,
+}
+
+/// The lookups of the next `LEAD` local point requests of a run, oldest first.
 ///
 /// Use: before running request `i` of a run (`i` = 0, 1, 2, …), call
-/// [`LookupPipeline::before_running`]; it starts the lookups of the first `LEAD` requests
-/// before the first, then that of request `i + LEAD`, so the last requests' lookups still
-/// get their steps.
+/// [`LookupPipeline::before_running`]. Only local point requests count: requests for other
+/// cores cost a copy, not a lookup, so a step per request of any kind would leave a lookup
+/// too little time per step where half the requests hop (two shards).
 #[derive(Debug, Default)]
 pub struct LookupPipeline {
-    targets: [Option<PointTarget>; RING_SLOTS],
-    pushed: usize,
+    started: [Option<Started>; RING_SLOTS],
+    /// Counts of lookups started and run (or dropped); `run..started_count` are in flight.
+    started_count: usize,
+    run: usize,
+    /// The next position of the run to ask about, and whether the run ended before it.
+    scanned: usize,
+    ended: bool,
     /// Off for a shard whose data fits in the cache, where fetching ahead would only cost
-    /// instructions; then `push` does nothing.
+    /// instructions; then nothing is fetched.
     enabled: bool,
 }
 
@@ -80,62 +103,83 @@ impl LookupPipeline {
         }
     }
 
-    /// Whether pushes do anything: callers skip working out targets when not.
+    /// Whether it fetches anything: callers skip working out targets when not.
     #[inline]
     pub fn is_enabled(&self) -> bool {
         self.enabled
     }
 
-    /// Issues what is due before request `running` of the run starts. `target_at(i)` is
-    /// request `i`'s target: `None` past the end of the run or for a request that is not a
-    /// local point request. It is called with 0, 1, 2, … in order, each index once, so it
-    /// may walk the run with an iterator.
+    /// Issues what is due before request `running` of the run starts, and returns its
+    /// lookup when it is a local point request (walked as far as the pipeline got).
+    /// `ahead(i)` says what request `i` is; it is called with 0, 1, 2, … in order, each
+    /// index once, so it may walk the run with an iterator.
     #[inline]
     pub fn before_running(
         &mut self,
         shard: &Shard,
         running: usize,
-        mut target_at: impl FnMut(usize) -> Option<PointTarget>,
-    ) {
+        mut ahead: impl FnMut(usize) -> Ahead,
+    ) -> Option<PointTarget> {
         if !self.enabled {
-            return;
+            return None;
         }
-        let expected_pushes = if running == 0 {
-            0
-        } else {
-            running + LEAF_AHEAD
-        };
-        debug_assert_eq!(self.pushed, expected_pushes, "requests run in order");
         if running == 0 {
-            for ahead in 0..LEAF_AHEAD {
-                let target = target_at(ahead);
-                self.push(shard, target);
+            // As if the first `LEAD` had each been started a request apart.
+            while self.in_flight() < LEAF_AHEAD {
+                self.step_all(shard);
+                if !self.start_next(shard, &mut ahead) {
+                    break;
+                }
             }
         }
-        let target = target_at(running + LEAF_AHEAD);
-        self.push(shard, target);
+        let oldest_at = self.started[self.run % RING_SLOTS]
+            .filter(|_| self.in_flight() > 0)?
+            .at;
+        debug_assert!(oldest_at >= running, "requests run in order");
+        if oldest_at != running {
+            return None;
+        }
+        // Every lookup in flight, this request's too, takes a step; then one more starts.
+        self.step_all(shard);
+        let oldest = self.started[self.run % RING_SLOTS].take()?;
+        self.run += 1;
+        self.start_next(shard, &mut ahead);
+        Some(oldest.target)
     }
 
-    /// Starts the lookup of the request `LEAD` ahead and takes every earlier one that has
-    /// not run yet one load further.
     #[inline]
-    fn push(&mut self, shard: &Shard, target: Option<PointTarget>) {
-        if !self.enabled {
-            return;
-        }
-        let position = self.pushed;
-        self.pushed += 1;
-        let first_waiting = position.saturating_sub(LEAF_AHEAD);
-        for earlier in first_waiting..position {
-            if let Some(target) = &mut self.targets[earlier % RING_SLOTS] {
-                shard.prefetch_step(target);
+    fn step_all(&mut self, shard: &Shard) {
+        for position in self.run..self.started_count {
+            if let Some(started) = &mut self.started[position % RING_SLOTS] {
+                shard.prefetch_step(&mut started.target);
             }
         }
-        let slot = &mut self.targets[position % RING_SLOTS];
-        *slot = target;
-        if let Some(target) = slot {
-            shard.prefetch_start(target);
+    }
+
+    fn in_flight(&self) -> usize {
+        self.started_count - self.run
+    }
+
+    /// Asks about positions until one is a local point request, and starts its lookup;
+    /// false once the run has ended.
+    #[inline]
+    fn start_next(&mut self, shard: &Shard, ahead: &mut impl FnMut(usize) -> Ahead) -> bool {
+        while !self.ended {
+            let at = self.scanned;
+            self.scanned += 1;
+            match ahead(at) {
+                Ahead::Lookup(mut target) => {
+                    shard.prefetch_start(&mut target);
+                    debug_assert!(self.in_flight() < RING_SLOTS);
+                    self.started[self.started_count % RING_SLOTS] = Some(Started { at, target });
+                    self.started_count += 1;
+                    return true;
+                }
+                Ahead::Other => {}
+                Ahead::End => self.ended = true,
+            }
         }
+        false
     }
 }
 
@@ -176,19 +220,34 @@ mod tests {
         Shard::new(0, engine, None)
     }
 
-    /// Runs `requests` point lookups of `key_of(i)` through a pipeline and checks that each
-    /// lookup was walked to its end by the time its request runs (or found nothing to walk).
-    fn run(shard: &Shard, requests: u64, key_of: impl Fn(u64) -> u64) {
-        let target = |at: u64| (at < requests).then(|| PointTarget::new(KV, 0, key_of(at)));
+    /// Runs `requests` requests through a pipeline, where request `i` is a point lookup of
+    /// `key_of(i)` or, where that is `None`, another request (one for another core), and
+    /// checks that each lookup was walked to its end by the time its request runs (or
+    /// found nothing to walk), and that no other request is handed a lookup.
+    fn run(shard: &Shard, requests: u64, key_of: impl Fn(u64) -> Option<u64>) {
+        let ahead = |at: u64| match (at < requests, key_of(at)) {
+            (false, _) => Ahead::End,
+            (true, Some(key)) => Ahead::Lookup(PointTarget::new(KV, 0, key)),
+            (true, None) => Ahead::Other,
+        };
         let mut pipeline = LookupPipeline {
             enabled: true,
             ..LookupPipeline::default()
         };
+        let mut asked = 0;
         for running in 0..requests {
-            pipeline.before_running(shard, running as usize, |at| target(at as u64));
-            let slot = pipeline.targets[running as usize % RING_SLOTS].expect("pushed");
-            assert_eq!(slot.key, key_of(running));
-            let walked = slot.cursor.is_none_or(|cursor| cursor.is_done());
+            let lookup = pipeline.before_running(shard, running as usize, |at| {
+                assert_eq!(at, asked, "positions are asked about in order, once each");
+                asked += 1;
+                ahead(at as u64)
+            });
+            let Some(key) = key_of(running) else {
+                assert!(lookup.is_none(), "request {running} is not a lookup");
+                continue;
+            };
+            let lookup = lookup.expect("a local point request gets its lookup");
+            assert_eq!(lookup.key, key);
+            let walked = lookup.cursor.is_none_or(|cursor| cursor.is_done());
             assert!(
                 walked,
                 "request {running} runs before its lookup was fetched"
@@ -199,9 +258,20 @@ mod tests {
     #[test]
     fn each_lookup_is_fetched_to_its_end_before_its_request_runs() {
         let shard = kv_shard();
-        run(&shard, 1_000, |at| at * 97 % KEYS);
+        run(&shard, 1_000, |at| Some(at * 97 % KEYS));
         // Keys that are not there end their walk at the leaf.
-        run(&shard, 100, |at| KEYS + at);
+        run(&shard, 100, |at| Some(KEYS + at));
+    }
+
+    #[test]
+    fn requests_for_other_cores_get_no_lookup_and_lookups_still_walk_to_their_end() {
+        // Half the requests hop (two shards), in runs of up to five; the walks advance on
+        // local point requests only, and still reach their ends.
+        let shard = kv_shard();
+        run(&shard, 1_000, |at| {
+            (at * 7 % 10 < 5).then_some(at * 97 % KEYS)
+        });
+        run(&shard, 40, |_| None);
     }
 
     /// One request of the mixed workload below, as owned bytes.
@@ -277,9 +347,11 @@ mod tests {
                 enabled: true,
                 ..LookupPipeline::default()
             };
-            let target = |shard: &Shard, at: usize| {
-                let op = ops.get(at)?;
-                shard.point_target(&op.request())
+            let target = |shard: &Shard, at: usize| match ops.get(at) {
+                None => Ahead::End,
+                Some(op) => shard
+                    .point_target(&op.request())
+                    .map_or(Ahead::Other, Ahead::Lookup),
             };
             for (at, op) in ops.iter().enumerate() {
                 pipeline.before_running(&fetched, at, |ahead| target(&fetched, ahead));
