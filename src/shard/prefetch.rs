@@ -2,11 +2,12 @@
 //! front (what one socket read or one cross-core batch brings).
 //!
 //! At a million tuples a point request waits on cache misses in series: the B+tree's
-//! internal nodes below the root, the leaf's keys and values, the tuple. Alone, a core can do nothing during
-//! them. In a run of requests, though, the keys of the next ones are already in the buffer,
-//! so each request's loads are started a few requests before it runs, one stage at a time
-//! (each stage reads what the previous one fetched): by the time a request runs, its
-//! lookup hits cache, and the misses of several requests overlap instead of adding up.
+//! internal nodes below the root, the leaf's keys and values, the tuple. Alone, a core can
+//! do nothing during them. In a run of requests, though, the keys of the next ones are
+//! already in the buffer, so each request's loads are started a few requests before it
+//! runs, one stage at a time (each stage reads what the previous one fetched): by the time
+//! a request runs, its lookup hits cache, and the misses of several requests overlap
+//! instead of adding up.
 //!
 //! Owns the distances and the ring of targets; knows nothing of packets or routing (the
 //! caller says which requests are local point requests and what their keys are).
