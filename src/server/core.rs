@@ -320,10 +320,11 @@ impl Core {
             // `before_running` asks for the targets in order, so one iterator walks ahead.
             let mut ahead = batch::requests(&requests);
             for (at, entry) in batch::requests(&requests).enumerate() {
-                pipeline.before_running(&shard, at, |_| match ahead.next() {
+                let lookup = pipeline.before_running(&shard, at, |_| match ahead.next() {
                     None => Ahead::End,
                     Some(entry) => point_target(&shard, &entry).map_or(Ahead::Other, Ahead::Lookup),
                 });
+                shard.set_fetched(lookup);
                 let mark = batch::begin_reply(&mut replies, entry.ticket);
                 if let Some(sync) = self.serve_entry(&mut shard, &entry, &mut replies) {
                     if let Some(commit) = shard.take_commit() {

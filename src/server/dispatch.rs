@@ -624,7 +624,7 @@ impl Session {
         if !pipeline.is_enabled() {
             return;
         }
-        pipeline.before_running(&self.core.shard.borrow(), running, |at| {
+        let lookup = pipeline.before_running(&self.core.shard.borrow(), running, |at| {
             match packet_at(at) {
                 None => Ahead::End,
                 Some(packet) => self
@@ -632,6 +632,9 @@ impl Session {
                     .map_or(Ahead::Other, Ahead::Lookup),
             }
         });
+        // Packet `running` is submitted next and, when it is this lookup's request,
+        // executed here before any await: its select reads the entry where the walk found it.
+        self.core.shard.borrow_mut().set_fetched(lookup);
     }
 
     /// The core that owns the primary key given as a search key or inside a tuple; `None`

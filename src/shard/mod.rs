@@ -27,6 +27,9 @@ pub struct Shard {
     pending_commit: Option<Commit>,
     /// Reused buffer for the primary key a delete row carries.
     key_scratch: Vec<u8>,
+    /// The fetch-ahead lookup of the request about to be executed, if the pipeline walked
+    /// one (see [`Shard::set_fetched`]); `execute` takes it, so it never outlives its request.
+    fetched: Option<PointTarget>,
     /// Scratch for the work of one batch or one merge (for example the streams of a
     /// fanned-out select). Whoever uses it resets it when done; nothing in it outlives a
     /// synchronous stretch of code, so no await ever sees it.
@@ -133,6 +136,7 @@ impl Shard {
             wal,
             pending_commit: None,
             key_scratch: Vec::new(),
+            fetched: None,
             arena: ShardArena::default(),
         }
     }
@@ -172,18 +176,23 @@ impl Shard {
     /// Takes `target`'s lookup one load further; no effect on any result.
     #[inline]
     pub fn prefetch_step(&self, target: &mut PointTarget) {
-        let Some(cursor) = &mut target.cursor else {
+        // A finished walk keeps its cursor: where it found the key, the request reads the
+        // entry there (`set_fetched`).
+        let Some(cursor) = target.cursor.as_mut().filter(|cursor| !cursor.is_done()) else {
             return;
         };
         match self.engine.find_space(target.space_id) {
-            Some(space) => {
-                space.prefetch_step(target.index_id, target.key, cursor);
-                if cursor.is_done() {
-                    target.cursor = None;
-                }
-            }
+            Some(space) => space.prefetch_step(target.index_id, target.key, cursor),
             None => target.cursor = None,
         }
+    }
+
+    /// Hands the next [`Shard::execute`] the fetch-ahead lookup of its request: a point
+    /// select of that key then reads its entry where the walk found it (checked still
+    /// there) instead of searching from the root. Any other request ignores it.
+    #[inline]
+    pub fn set_fetched(&mut self, lookup: Option<PointTarget>) {
+        self.fetched = lookup;
     }
 
     /// The commit of the last write, if it must be awaited before replying.
@@ -203,11 +212,13 @@ impl Shard {
     ) {
         let start = out.len();
         debug_assert!(self.pending_commit.is_none(), "a commit was not awaited");
+        // Taken whatever the request: a lookup handed over is for this request only.
+        let fetched = self.fetched.take();
         // What each write answers with is the tuple it logs (UPSERT: nothing), so one
         // tuple handle serves both.
         let (space_id, written, answers_with_written) = match request {
             Request::Select(select) => {
-                if let Err(error) = self.select(select, sync, schema_version, out) {
+                if let Err(error) = self.select(select, fetched, sync, schema_version, out) {
                     out.truncate(start);
                     errors::encode_storage_error(out, sync, schema_version, &error);
                 }
@@ -313,12 +324,19 @@ impl Shard {
     fn select(
         &self,
         select: &Select<'_>,
+        fetched: Option<PointTarget>,
         sync: u64,
         schema_version: u64,
         out: &mut Vec<u8>,
     ) -> Result<()> {
         let space = self.engine.space(select.space_id)?;
-        let entries = space.select(select.index_id, select.iterator, select.key)?;
+        let fetched = fetched.as_ref().and_then(|target| {
+            let of_this_index =
+                target.space_id == select.space_id && target.index_id == select.index_id;
+            Some((target.key, target.cursor.as_ref()?)).filter(|_| of_this_index)
+        });
+        let entries =
+            space.select_fetched(select.index_id, select.iterator, select.key, fetched)?;
         let mut data = DataReply::begin(out, sync, schema_version);
         for (_, tuple) in entries
             .skip(select.offset as usize)

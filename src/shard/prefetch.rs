@@ -320,18 +320,40 @@ mod tests {
         bytes
     }
 
+    /// Runs `ops` on both shards, `fetched` fetching lookups ahead and handing each request
+    /// its own (as the server does), `plain` not, and checks every reply is the same.
+    fn run_on_both(fetched: &mut Shard, plain: &mut Shard, ops: &[Op]) {
+        let mut pipeline = LookupPipeline {
+            enabled: true,
+            ..LookupPipeline::default()
+        };
+        let target = |shard: &Shard, at: usize| match ops.get(at) {
+            None => Ahead::End,
+            Some(op) => shard
+                .point_target(&op.request())
+                .map_or(Ahead::Other, Ahead::Lookup),
+        };
+        let (mut fetched_out, mut plain_out) = (Vec::new(), Vec::new());
+        for (at, op) in ops.iter().enumerate() {
+            let lookup = pipeline.before_running(fetched, at, |ahead| target(fetched, ahead));
+            fetched.set_fetched(lookup);
+            fetched.execute(at as u64, 1, &op.request(), &mut fetched_out);
+            plain.execute(at as u64, 1, &op.request(), &mut plain_out);
+            assert_eq!(fetched_out, plain_out);
+            fetched_out.clear();
+            plain_out.clear();
+        }
+    }
+
     #[test]
     fn replies_are_the_same_with_lookups_fetched_ahead_while_writes_free_nodes() {
-        // Two shards with the same data run the same runs of mixed requests, one fetching
-        // lookups ahead (forced on: the shard is small) and one not. Deletes walk through
-        // the keys in order, emptying leaves so that they merge and are freed while
+        // Two shards with the same data run the same runs of mixed requests. Deletes walk
+        // through the keys in order, emptying leaves so that they merge and are freed while
         // cursors point at them: those cursors must restart from the root, never read a
         // freed node (which would show as a crash or a different reply).
-        let mut fetched = kv_shard();
-        let mut plain = kv_shard();
+        let (mut fetched, mut plain) = (kv_shard(), kv_shard());
         let mut rng = StdRng::seed_from_u64(0x5eed);
         let mut next_deleted = 0u64;
-        let (mut fetched_out, mut plain_out) = (Vec::new(), Vec::new());
         for _run in 0..400 {
             let ops: Vec<Op> = (0..64)
                 .map(|_| match rng.gen_range(0..8) {
@@ -344,27 +366,34 @@ mod tests {
                     }
                 })
                 .collect();
-            let mut pipeline = LookupPipeline {
-                enabled: true,
-                ..LookupPipeline::default()
-            };
-            let target = |shard: &Shard, at: usize| match ops.get(at) {
-                None => Ahead::End,
-                Some(op) => shard
-                    .point_target(&op.request())
-                    .map_or(Ahead::Other, Ahead::Lookup),
-            };
-            for (at, op) in ops.iter().enumerate() {
-                pipeline.before_running(&fetched, at, |ahead| target(&fetched, ahead));
-                fetched_out.clear();
-                plain_out.clear();
-                fetched.execute(at as u64, 1, &op.request(), &mut fetched_out);
-                plain.execute(at as u64, 1, &op.request(), &mut plain_out);
-                assert_eq!(fetched_out, plain_out);
-            }
+            run_on_both(&mut fetched, &mut plain, &ops);
         }
         let left = |shard: &Shard| shard.engine.space(KV).expect("kv").len();
         assert_eq!(left(&fetched), left(&plain));
         assert!(left(&fetched) < KEYS as usize, "the deletes emptied leaves");
+    }
+
+    #[test]
+    fn a_get_reads_its_fetched_entry_only_where_it_still_is() {
+        // Gets, deletes and inserts over two leaves' worth of keys: between a get's walk
+        // and its run, keys before it in its leaf come and go, so the entry the walk found
+        // moves within the leaf (or the leaf splits). The get must answer what a fresh
+        // lookup answers.
+        let (mut fetched, mut plain) = (kv_shard(), kv_shard());
+        let mut rng = StdRng::seed_from_u64(0x1eaf);
+        let hot = 50_000..50_064u64;
+        for _run in 0..400 {
+            let ops: Vec<Op> = (0..64)
+                .map(|_| {
+                    let key = one_uint_array(rng.gen_range(hot.clone()));
+                    match rng.gen_range(0..4) {
+                        0 | 1 => Op::Get(key),
+                        2 => Op::Delete(key),
+                        _ => Op::Insert(key),
+                    }
+                })
+                .collect();
+            run_on_both(&mut fetched, &mut plain, &ops);
+        }
     }
 }

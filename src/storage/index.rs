@@ -239,10 +239,18 @@ impl Index {
 
     /// The entry with unsigned key `key` in an index keyed by one unsigned part: the lookup
     /// of `get_entry` without encoding the key. `None` when the index is keyed otherwise.
+    /// `fetched` is a fetch-ahead lookup of `key` in this index, if any: where it proves
+    /// the entry's place, the lookup reads it there instead of descending from the root.
     #[inline]
-    pub fn get_entry_unsigned(&self, key: u64) -> Option<Option<(IndexKey<'_>, &Tuple)>> {
+    pub fn get_entry_unsigned(
+        &self,
+        key: u64,
+        fetched: Option<&LookupCursor>,
+    ) -> Option<Option<(IndexKey<'_>, &Tuple)>> {
         let found = match &self.data {
-            IndexData::TreeUnsigned(map) => map.get(&key),
+            IndexData::TreeUnsigned(map) => fetched
+                .and_then(|cursor| map.found_at(&key, cursor))
+                .or_else(|| map.get(&key)),
             IndexData::HashUnsigned(map) => map.get(&key),
             IndexData::Tree(_) | IndexData::Hash(_) => return None,
         };

@@ -222,15 +222,21 @@ impl Space {
     /// `[id]` looked up in a unique index keyed by one unsigned part, without encoding the
     /// key: the common point request. `None` when the key or the index is of another shape
     /// (then the general path decides, errors included).
+    /// `fetched` is a fetch-ahead lookup in this index (its key and cursor), used when it is
+    /// of this key.
     #[inline]
     fn lookup_unsigned<'s>(
         index: &'s Index,
         key: &[u8],
+        fetched: Option<(u64, &LookupCursor)>,
     ) -> Option<Option<(IndexKey<'s>, &'s Tuple)>> {
         if !index.def.unique {
             return None;
         }
-        index.get_entry_unsigned(msgpack::single_uint_array(key)?)
+        let key = msgpack::single_uint_array(key)?;
+        let cursor =
+            fetched.and_then(|(fetched_key, cursor)| (fetched_key == key).then_some(cursor));
+        index.get_entry_unsigned(key, cursor)
     }
 
     /// Starts fetching ahead a point lookup of the unsigned `key` in `index_id`, for a
@@ -272,7 +278,7 @@ impl Space {
     /// The tuple with exactly `key` in a unique index.
     pub fn get(&self, index_id: u32, key: &[u8]) -> Result<Option<&Tuple>> {
         let index = self.index(index_id)?;
-        if let Some(found) = Self::lookup_unsigned(index, key) {
+        if let Some(found) = Self::lookup_unsigned(index, key, None) {
             return Ok(found.map(|(_, tuple)| tuple));
         }
         let mut encoded = SearchKeyBuf::new();
@@ -283,10 +289,22 @@ impl Space {
     /// Starts a lazy walk of `index_id` with a Tarantool iterator over `key` (a msgpack
     /// array of up to the index's part count). Offset and limit are the caller's.
     pub fn select(&self, index_id: u32, iterator: u32, key: &[u8]) -> Result<IndexIter<'_>> {
+        self.select_fetched(index_id, iterator, key, None)
+    }
+
+    /// [`Space::select`] with a fetch-ahead lookup in `index_id` (its key and cursor), which
+    /// a point select of that key reads its entry through (see [`Index::get_entry_unsigned`]).
+    pub fn select_fetched(
+        &self,
+        index_id: u32,
+        iterator: u32,
+        key: &[u8],
+        fetched: Option<(u64, &LookupCursor)>,
+    ) -> Result<IndexIter<'_>> {
         let index = self.index(index_id)?;
         let iterator = IteratorType::from_code(iterator)?;
         if matches!(iterator, IteratorType::Eq | IteratorType::Req) {
-            if let Some(found) = Self::lookup_unsigned(index, key) {
+            if let Some(found) = Self::lookup_unsigned(index, key, fetched) {
                 index.check_iterator(iterator, 1, &self.name)?;
                 return Ok(IndexIter::One(found));
             }

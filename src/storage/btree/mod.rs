@@ -566,7 +566,7 @@ pub struct LookupCursor {
 impl LookupCursor {
     /// Whether the path has been fetched to its end (or found no value).
     pub fn is_done(&self) -> bool {
-        matches!(self.at, CursorAt::Done)
+        matches!(self.at, CursorAt::Done | CursorAt::Found { .. })
     }
 }
 
@@ -578,6 +578,11 @@ enum CursorAt {
     ReadChild(*const u8),
     /// Search this leaf's keys and read the value found (keys and values are loading).
     SearchLeaf(*const u8),
+    /// The probe was at `position` of this leaf when the search ran.
+    Found {
+        leaf: *const u8,
+        position: usize,
+    },
     Done,
 }
 
@@ -730,7 +735,7 @@ impl<K: TreeKey, V> BTree<K, V> {
         // and `&self` keeps every writer out until they end.
         unsafe {
             match cursor.at {
-                CursorAt::Done => None,
+                CursorAt::Done | CursorAt::Found { .. } => None,
                 CursorAt::SearchInternal(node) => {
                     let internal = &*node.cast::<Internal<K, V>>();
                     let slot = &internal.children[K::count_not_greater(internal.keys(), probe)];
@@ -748,13 +753,44 @@ impl<K: TreeKey, V> BTree<K, V> {
                 CursorAt::SearchLeaf(node) => {
                     let leaf = &*node.cast::<Leaf<K, V>>();
                     let position = K::count_less(leaf.keys(), probe);
-                    cursor.at = CursorAt::Done;
                     match leaf.keys().get(position) {
-                        Some(key) if key.probe() == probe => leaf.values[position].as_ref(),
-                        _ => None,
+                        Some(key) if key.probe() == probe => {
+                            cursor.at = CursorAt::Found {
+                                leaf: node,
+                                position,
+                            };
+                            leaf.values[position].as_ref()
+                        }
+                        _ => {
+                            cursor.at = CursorAt::Done;
+                            None
+                        }
                     }
                 }
             }
+        }
+    }
+
+    /// The value of `probe` where a fetch-ahead `cursor` found it, when that still holds:
+    /// no node freed since (the stamp), and the probe still at that place of that leaf.
+    /// Keys are unique, so then the entry is there whatever else changed. `None` when the
+    /// cursor proves nothing (not walked to a value, stale, or the leaf changed): the
+    /// caller looks up from the root.
+    #[inline]
+    pub fn found_at(&self, probe: &K::Probe, cursor: &LookupCursor) -> Option<&V> {
+        let CursorAt::Found { leaf, position } = cursor.at else {
+            return None;
+        };
+        if cursor.stamp != self.stamp {
+            return None;
+        }
+        // SAFETY: the pointer was taken from this tree's live leaf (stamps are unique to one
+        // tree) and no node has been freed since (a free changes the stamp), so it still
+        // points at a leaf of this tree; `&self` keeps writers out while we read.
+        let leaf = unsafe { &*leaf.cast::<Leaf<K, V>>() };
+        match leaf.keys().get(position) {
+            Some(key) if key.probe() == probe => leaf.values[position].as_ref(),
+            _ => None,
         }
     }
 
