@@ -330,11 +330,12 @@ impl Shard {
         out: &mut Vec<u8>,
     ) -> Result<()> {
         let space = self.engine.space(select.space_id)?;
-        let fetched = fetched.as_ref().and_then(|target| {
-            let of_this_index =
-                target.space_id == select.space_id && target.index_id == select.index_id;
-            Some((target.key, target.cursor.as_ref()?)).filter(|_| of_this_index)
-        });
+        let fetched = fetched
+            .as_ref()
+            .filter(|target| {
+                target.space_id == select.space_id && target.index_id == select.index_id
+            })
+            .and_then(|target| Some((target.key, target.cursor.as_ref()?)));
         let entries =
             space.select_fetched(select.index_id, select.iterator, select.key, fetched)?;
         let mut data = DataReply::begin(out, sync, schema_version);

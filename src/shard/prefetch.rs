@@ -23,7 +23,9 @@ pub struct PointTarget {
     pub space_id: u32,
     pub index_id: u32,
     pub key: u64,
-    /// `None` before the first step and once there is nothing left to fetch.
+    /// `None` before the walk starts, or when there is no path to walk (a hash index, a
+    /// space that is gone). Kept once the walk is done: where it found the key, the request
+    /// reads the entry there (`Shard::set_fetched`).
     pub cursor: Option<LookupCursor>,
 }
 
@@ -39,8 +41,8 @@ impl PointTarget {
 }
 
 /// How many local point requests before it runs a request's lookup starts. Each local
-/// request that runs takes every lookup in flight one load further, so a lookup gets `LEAD`
-/// steps, a request's worth of work apart (a few hundred nanoseconds, about one memory
+/// request that runs takes every lookup in flight one load further, so a lookup gets this
+/// many steps, a request's worth of work apart (a few hundred nanoseconds, about one memory
 /// latency). A path at a million keys (four levels) takes eight: each of three internal
 /// nodes' keys, then child slot; the leaf's keys and values together; then the tuple, with
 /// one request of lead. Measured in process at a million keys, 8 is a sharp optimum: 6 and 9
@@ -68,7 +70,7 @@ struct Started {
     target: PointTarget,
 }
 
-/// The lookups of the next `LEAD` local point requests of a run, oldest first.
+/// The lookups of the next `LEAF_AHEAD` local point requests of a run, oldest first.
 ///
 /// Use: before running request `i` of a run (`i` = 0, 1, 2, …), call
 /// [`LookupPipeline::before_running`]. Only local point requests count: requests for other
@@ -94,8 +96,6 @@ pub struct LookupPipeline {
 const FETCH_AHEAD_FROM_BYTES: u64 = 32 << 20;
 
 impl LookupPipeline {
-    pub const LEAD: usize = LEAF_AHEAD;
-
     /// A pipeline for one run of requests on `shard`.
     pub fn for_shard(shard: &Shard) -> LookupPipeline {
         LookupPipeline {
@@ -125,7 +125,7 @@ impl LookupPipeline {
             return None;
         }
         if running == 0 {
-            // As if the first `LEAD` had each been started a request apart.
+            // As if the first `LEAF_AHEAD` had each been started a request apart.
             while self.in_flight() < LEAF_AHEAD {
                 self.step_all(shard);
                 if !self.start_next(shard, &mut ahead) {
@@ -133,9 +133,9 @@ impl LookupPipeline {
                 }
             }
         }
-        let oldest_at = self.started[self.run % RING_SLOTS]
-            .filter(|_| self.in_flight() > 0)?
-            .at;
+        // A slot is emptied when its request runs, so the oldest slot is `None` exactly when
+        // nothing is in flight.
+        let oldest_at = self.started[self.run % RING_SLOTS]?.at;
         debug_assert!(oldest_at >= running, "requests run in order");
         if oldest_at != running {
             return None;
