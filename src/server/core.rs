@@ -21,6 +21,10 @@
 //! * Sends never wait: a full channel puts the message on the peer's backlog, drained in
 //!   order by one task, so two cores flooding each other cannot deadlock.
 //!
+//! Client connections ride the mesh too: a core that accepted a connection it should not
+//! serve (see `server::serve_clients`) hands its socket to the chosen core as an
+//! [`Envelope::Connection`], which lands in that core's [`Core::next_handed_over`].
+//!
 //! Back of the envelope: a point request adds ~13 + packet bytes to a batch (a memcpy) and a
 //! reply ~8 + reply bytes; the fixed costs (a task wake-up and a cross-thread notification,
 //! a few µs) are paid per batch, so with tens of requests per tick they are ≪ 1 per request.
@@ -40,6 +44,7 @@ use crate::shard::Shard;
 use glommio::channels::channel_mesh::{Full, MeshBuilder, Receivers, Senders};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
+use std::os::fd::OwnedFd;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::task::{Poll, Waker};
@@ -54,10 +59,12 @@ const BATCH_INITIAL_BYTES: usize = 16 * 1024;
 const SPARE_BUFFERS_MAX: usize = 64;
 const SPARE_BUFFER_BYTES_MAX: usize = 1024 * 1024;
 
-/// What crosses between cores: a batch of requests, or the batch of their replies.
+/// What crosses between cores: a batch of requests, the batch of their replies, or a client
+/// connection handed over to be served there.
 pub enum Envelope {
     Requests(Vec<u8>),
     Replies(Vec<u8>),
+    Connection(OwnedFd),
 }
 
 /// Builds the mesh that [`Core::join`] joins on every core of a pool of `shard_count`.
@@ -156,6 +163,9 @@ pub struct Core {
     flush_wanted: Cell<bool>,
     flusher: RefCell<Option<Waker>>,
     stats: Cell<MeshStats>,
+    /// Connections other cores handed over, not yet taken by the accept loop.
+    handed_over: RefCell<VecDeque<OwnedFd>>,
+    handed_over_waiter: RefCell<Option<Waker>>,
 }
 
 impl Core {
@@ -195,6 +205,8 @@ impl Core {
             flush_wanted: Cell::new(false),
             flusher: RefCell::default(),
             stats: Cell::default(),
+            handed_over: RefCell::default(),
+            handed_over_waiter: RefCell::default(),
         });
         core.start_tasks(receivers);
         if core.idle_poll.ticks() {
@@ -232,6 +244,7 @@ impl Core {
                     match envelope {
                         Envelope::Requests(batch) => core.serve_batch(peer, batch),
                         Envelope::Replies(batch) => core.deliver_replies(batch),
+                        Envelope::Connection(socket) => core.receive_connection(socket),
                     }
                 }
             })
@@ -245,6 +258,31 @@ impl Core {
             }
         })
         .detach();
+    }
+
+    /// Hands a client connection's socket to `peer`, which serves it from its
+    /// [`Core::next_handed_over`]. Never waits.
+    pub fn hand_over(self: &Rc<Core>, peer: usize, socket: OwnedFd) {
+        assert!(peer != self.id && peer < self.shard_count, "peer {peer}");
+        self.send(peer, Envelope::Connection(socket));
+    }
+
+    /// The next connection another core handed over to this one.
+    pub fn next_handed_over(&self) -> impl std::future::Future<Output = OwnedFd> + '_ {
+        std::future::poll_fn(move |cx| {
+            if let Some(socket) = self.handed_over.borrow_mut().pop_front() {
+                return Poll::Ready(socket);
+            }
+            *self.handed_over_waiter.borrow_mut() = Some(cx.waker().clone());
+            Poll::Pending
+        })
+    }
+
+    fn receive_connection(&self, socket: OwnedFd) {
+        self.handed_over.borrow_mut().push_back(socket);
+        if let Some(waker) = self.handed_over_waiter.borrow_mut().take() {
+            waker.wake();
+        }
     }
 
     /// Queues a request for `peer` in this tick's batch; its reply will land in `inbox` at

@@ -21,6 +21,8 @@ grants = ["read", "write", "execute"]
 pub struct Server {
     child: Child,
     pub addr: SocketAddr,
+    /// Everything tarn logged so far.
+    log: std::sync::Arc<std::sync::Mutex<String>>,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -71,11 +73,13 @@ impl Server {
             .expect("start tarn");
         let stderr = child.stderr.take().expect("stderr");
         let (sender, receiver) = std::sync::mpsc::channel();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let log_writer = log.clone();
         std::thread::spawn(move || {
-            let mut log = String::new();
             let mut sent = false;
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 eprintln!("[tarn] {line}");
+                let mut log = log_writer.lock().unwrap();
                 log.push_str(&line);
                 log.push('\n');
                 if !sent {
@@ -90,13 +94,14 @@ impl Server {
                 }
             }
             if !sent {
-                let _ = sender.send(Err(log));
+                let _ = sender.send(Err(log_writer.lock().unwrap().clone()));
             }
         });
         match receiver.recv_timeout(Duration::from_secs(30)) {
             Ok(Ok(addr)) => Ok(Server {
                 child,
                 addr: addr.parse().expect("address"),
+                log,
                 _dir: None,
             }),
             Ok(Err(log)) => {
@@ -118,6 +123,16 @@ impl Server {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// [`Server::stop`], and everything tarn logged.
+    pub fn stop_with_log(self) -> (Option<i32>, String) {
+        let log = self.log.clone();
+        let status = self.stop();
+        // The reader thread sees end of file once tarn is gone; give it a moment to finish.
+        std::thread::sleep(Duration::from_millis(100));
+        let text = log.lock().unwrap().clone();
+        (status, text)
     }
 
     /// Sends SIGTERM and waits for a clean exit; returns the exit status code.
