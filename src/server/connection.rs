@@ -41,14 +41,13 @@ impl Connection {
                 find_packets(&mut read_buf, filled, max_packet_bytes, &mut packets);
             // Each packet's lookup is fetched a few packets before it runs, so the cache
             // misses of a pipelined run overlap (see `LookupPipeline`).
-            let mut pipeline = self.session.lookup_pipeline();
+            let mut run = self.session.start_run();
             for (at, range) in packets.iter().enumerate() {
-                self.session.prefetch_before(&mut pipeline, at, |ahead| {
+                self.session.prefetch_before(&mut run, at, |ahead| {
                     packets.get(ahead).map(|range| &read_buf[range.clone()])
                 });
-                self.session
-                    .submit(&read_buf[range.clone()], &mut out)
-                    .await;
+                let packet = &read_buf[range.clone()];
+                self.session.submit_in(&mut run, at, packet, &mut out).await;
                 if out.len() >= WRITE_FLUSH_BYTES {
                     self.session.finish(&mut out).await;
                     stream.write_all(&out).await?;

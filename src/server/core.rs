@@ -30,16 +30,16 @@
 //! a few µs) are paid per batch, so with tens of requests per tick they are ≪ 1 per request.
 
 use crate::protocol::decode_packet;
-use crate::protocol::fast_decode::decode_common;
 use crate::protocol::request::Request;
 use crate::server::batch::{self, Kind};
 use crate::server::crud::{self, CrudConfig};
+use crate::server::decoded::{Decoded, DecodedAhead};
 use crate::server::durability;
 use crate::server::idle_poll::IdlePoll;
 use crate::server::inbox::Inbox;
 use crate::server::schema::{self, SCHEMA_VERSION};
 use crate::server::{ServerError, Shared};
-use crate::shard::prefetch::{Ahead, LookupPipeline, PointTarget};
+use crate::shard::prefetch::{Ahead, LookupPipeline};
 use crate::shard::Shard;
 use glommio::channels::channel_mesh::{Full, MeshBuilder, Receivers, Senders};
 use std::cell::{Cell, RefCell};
@@ -355,16 +355,28 @@ impl Core {
             let mut shard = self.shard.borrow_mut();
             // Lookups are fetched a few requests ahead, as on a connection's reads.
             let mut pipeline = LookupPipeline::for_shard(&shard);
-            // `before_running` asks for the targets in order, so one iterator walks ahead.
-            let mut ahead = batch::requests(&requests);
+            // `before_running` asks for the targets in order, so one iterator walks ahead;
+            // what it decodes is kept for the request's turn.
+            let mut ahead = batch::requests(&requests).enumerate();
+            let mut decoded_ahead = DecodedAhead::default();
             for (at, entry) in batch::requests(&requests).enumerate() {
                 let lookup = pipeline.before_running(&shard, at, |_| match ahead.next() {
                     None => Ahead::End,
-                    Some(entry) => point_target(&shard, &entry).map_or(Ahead::Other, Ahead::Lookup),
+                    Some((_, entry)) if entry.kind != Kind::Execute => Ahead::Other,
+                    Some((entry_at, entry)) => {
+                        let decoded = decode_packet(entry.packet);
+                        let target = decoded
+                            .as_ref()
+                            .ok()
+                            .and_then(|(_, r)| shard.point_target(r));
+                        decoded_ahead.keep(at, entry_at, decoded);
+                        target.map_or(Ahead::Other, Ahead::Lookup)
+                    }
                 });
                 shard.set_fetched(lookup);
                 let mark = batch::begin_reply(&mut replies, entry.ticket);
-                if let Some(sync) = self.serve_entry(&mut shard, &entry, &mut replies) {
+                let decoded = decoded_ahead.take(at);
+                if let Some(sync) = self.serve_entry(&mut shard, &entry, decoded, &mut replies) {
                     if let Some(commit) = shard.take_commit() {
                         unacknowledged.push(Unacknowledged {
                             ticket: entry.ticket,
@@ -400,11 +412,12 @@ impl Core {
     }
 
     /// Runs one request entry on this core's shard and appends its reply bytes; returns the
-    /// sync its commit (if it wrote) answers for.
-    fn serve_entry(
+    /// sync its commit (if it wrote) answers for. `decoded` is its packet, if decoded already.
+    fn serve_entry<'p>(
         &self,
         shard: &mut Shard,
-        entry: &batch::RequestEntry<'_>,
+        entry: &batch::RequestEntry<'p>,
+        decoded: Option<Decoded<'p>>,
         replies: &mut Vec<u8>,
     ) -> Option<u64> {
         if entry.kind == Kind::CrudOps {
@@ -422,10 +435,10 @@ impl Core {
             crud::wire::encode_items(replies, items.as_deref().ok());
             return Some(0);
         }
-        let decoded = match entry.kind {
+        let decoded = decoded.unwrap_or_else(|| match entry.kind {
             Kind::CrudCall => crud::fast_call::decode_packet(entry.packet),
             _ => decode_packet(entry.packet),
-        };
+        });
         // The accepting core decoded the same bytes before sending them.
         debug_assert!(decoded.is_ok(), "a forwarded packet does not decode");
         let (header, request) = decoded.ok()?;
@@ -586,14 +599,4 @@ pub(crate) fn wal_failure_reply(out: &mut Vec<u8>, sync: u64) {
         crate::protocol::ErrorCode::ER_WAL_IO,
         "Failed to write to disk",
     );
-}
-
-/// Where a forwarded point request's lookup will search (every forwarded `Execute` runs on
-/// this core), for [`LookupPipeline`].
-fn point_target(shard: &Shard, entry: &batch::RequestEntry<'_>) -> Option<PointTarget> {
-    if entry.kind != Kind::Execute {
-        return None;
-    }
-    let (_, request) = decode_common(entry.packet)?;
-    shard.point_target(&request)
 }

@@ -16,13 +16,13 @@
 //! On the local path nothing allocates: decoding borrows from the packet, keys are encoded
 //! on the stack, the reply is written in place. Only error replies format their messages.
 
-use crate::protocol::fast_decode::decode_common;
 use crate::protocol::reply::{self, DataReply, ErrorEntry};
 use crate::protocol::request::{Call, Request, Select};
 use crate::protocol::{ErrorCode, PacketError, ProtocolError};
 use crate::server::batch::Kind;
 use crate::server::core::Core;
 use crate::server::crud::{self, on_shard, wire, CrudReply, Plan};
+use crate::server::decoded::{Decoded, DecodedAhead};
 use crate::server::inbox::Inbox;
 use crate::server::schema::{self, SpacePlacement, SCHEMA_VERSION};
 use crate::server::session::{Access, AuthError};
@@ -39,6 +39,19 @@ struct Unacknowledged {
     start: usize,
     end: usize,
     sync: u64,
+}
+
+/// A run of pipelined packets (what one socket read brings), submitted in order with
+/// [`Session::submit_in`] after [`Session::prefetch_before`]: the lookups fetched ahead, and
+/// the packets decoded on the way, so that each packet is decoded once.
+pub struct Run<'p> {
+    pipeline: LookupPipeline,
+    decoded: DecodedAhead<'p>,
+}
+
+/// Decodes a packet: crud calls in one pass; every other packet the protocol's way.
+fn decode(packet: &[u8]) -> Decoded<'_> {
+    crud::fast_call::decode_packet(packet)
 }
 
 /// A reply that another core will send: it goes into `out` at `at`.
@@ -98,8 +111,23 @@ impl Session {
     /// `out` is read, cleared or handed to another session. Pipelining many packets through
     /// `submit` and then one `finish` batches their trips to other cores.
     pub async fn submit(&mut self, packet: &[u8], out: &mut Vec<u8>) {
-        // crud calls are decoded in one pass; every other packet goes on to the protocol's.
-        let (header, request) = match crud::fast_call::decode_packet(packet) {
+        self.submit_decoded(packet, decode(packet), out).await;
+    }
+
+    /// [`Session::submit`] for packet `at` of `run`, decoded once (see [`Run`]).
+    pub async fn submit_in<'p>(
+        &mut self,
+        run: &mut Run<'p>,
+        at: usize,
+        packet: &'p [u8],
+        out: &mut Vec<u8>,
+    ) {
+        let decoded = run.decoded.take(at).unwrap_or_else(|| decode(packet));
+        self.submit_decoded(packet, decoded, out).await;
+    }
+
+    async fn submit_decoded(&mut self, packet: &[u8], decoded: Decoded<'_>, out: &mut Vec<u8>) {
+        let (header, request) = match decoded {
             Ok(decoded) => decoded,
             Err(PacketError { sync, error }) => {
                 reply::encode_protocol_error(out, sync, SCHEMA_VERSION, &error);
@@ -593,44 +621,53 @@ impl Session {
         }
     }
 
-    /// Where the lookup of `packet`'s point request will go, when this core will run it,
-    /// so that a pipelined run of requests can prefetch it a few requests ahead
+    /// Where the lookup of a decoded point request will go, when this core will run it, so
+    /// that a pipelined run of requests can prefetch it a few requests ahead
     /// ([`LookupPipeline`]). `None` for anything else: a request another core runs, a
-    /// scan, a packet of an unusual shape. Costs one extra pass of the fast decoder.
-    pub fn local_point_target(&self, packet: &[u8]) -> Option<PointTarget> {
-        let (_, request) = decode_common(packet)?;
-        let target = self.core.shard.borrow().point_target(&request)?;
-        let owner = match &request {
+    /// scan, a packet that did not decode.
+    fn local_point_target(&self, decoded: &Decoded<'_>) -> Option<PointTarget> {
+        let (_, request) = decoded.as_ref().ok()?;
+        let owner = match request {
             Request::Select(select) => self.select_owner(select)?,
-            _ => self.write_owner(&request),
+            _ => self.write_owner(request),
         };
-        (owner == self.core.id()).then_some(target)
+        if owner != self.core.id() {
+            return None;
+        }
+        self.core.shard.borrow().point_target(request)
     }
 
-    /// A pipeline for one run of this session's requests (see [`LookupPipeline`]).
-    pub fn lookup_pipeline(&self) -> LookupPipeline {
-        LookupPipeline::for_shard(&self.core.shard.borrow())
+    /// Starts a run of this session's requests (the packets of one read, see [`Run`]).
+    pub fn start_run<'p>(&self) -> Run<'p> {
+        Run {
+            pipeline: LookupPipeline::for_shard(&self.core.shard.borrow()),
+            decoded: DecodedAhead::default(),
+        }
     }
 
-    /// Issues the prefetches due before packet `running` of a run is submitted
+    /// Issues the prefetches due before packet `running` of `run` is submitted
     /// ([`LookupPipeline::before_running`]); `packet_at(i)` is the run's packet `i`, `None`
-    /// past its end.
+    /// past its end. The packets it decodes on the way are kept for their turn.
     pub fn prefetch_before<'p>(
         &self,
-        pipeline: &mut LookupPipeline,
+        run: &mut Run<'p>,
         running: usize,
         packet_at: impl Fn(usize) -> Option<&'p [u8]>,
     ) {
-        if !pipeline.is_enabled() {
+        if !run.pipeline.is_enabled() {
             return;
         }
+        let Run { pipeline, decoded } = run;
         let lookup = pipeline.before_running(&self.core.shard.borrow(), running, |at| {
-            match packet_at(at) {
-                None => Ahead::End,
-                Some(packet) => self
-                    .local_point_target(packet)
-                    .map_or(Ahead::Other, Ahead::Lookup),
-            }
+            let Some(packet) = packet_at(at) else {
+                return Ahead::End;
+            };
+            let packet_decoded = decode(packet);
+            let ahead = self
+                .local_point_target(&packet_decoded)
+                .map_or(Ahead::Other, Ahead::Lookup);
+            decoded.keep(running, at, packet_decoded);
+            ahead
         });
         // Packet `running` is submitted next and, when it is this lookup's request,
         // executed here before any await: its select reads the entry where the walk found it.

@@ -13,6 +13,7 @@
 //!
 //! * [`connection`]: one client socket: greeting, framing, buffers.
 //! * [`dispatch`]: one client's requests, without sockets: session state, routing, merge.
+//!   [`decoded`] keeps the packets a run decoded ahead, so each is decoded once.
 //! * [`core`]: one core's shard and its batched messages to the other cores ([`batch`]),
 //!   whose replies land in sessions' [`inbox`]es.
 //! * [`crud`]: the tarantool/crud API, answered natively.
@@ -47,6 +48,7 @@ pub mod checksum;
 pub mod connection;
 pub mod core;
 pub mod crud;
+pub mod decoded;
 pub mod dispatch;
 pub mod durability;
 pub mod heap;

@@ -460,11 +460,13 @@ impl Load {
                     RoundPacket::Restore(index) => restores.map_or(&[][..], |r| r.get(index)),
                 })
             };
-            let mut pipeline = self.session.lookup_pipeline();
+            let mut run = self.session.start_run();
             for at in 0..self.round.len() {
-                self.session.prefetch_before(&mut pipeline, at, packet);
+                self.session.prefetch_before(&mut run, at, packet);
                 let running = packet(at).expect("a packet of this round");
-                self.session.submit(running, &mut self.out).await;
+                self.session
+                    .submit_in(&mut run, at, running, &mut self.out)
+                    .await;
             }
             self.session.finish(&mut self.out).await;
             let elapsed_ns = started.elapsed().as_nanos() as u64;

@@ -1,0 +1,89 @@
+//! Packets decoded once. A pipelined run (one socket read, one batch from another core)
+//! decodes each packet a few packets before it runs, to start its lookup early
+//! ([`LookupPipeline`](crate::shard::prefetch::LookupPipeline)); the run keeps those
+//! decodings here, so the packet is not decoded again when its turn comes. Decoding is a
+//! tenth of a get's instructions.
+//!
+//! Knows nothing of what a packet means: it holds what a decoder returned, by position.
+
+use crate::protocol::header::Header;
+use crate::protocol::request::Request;
+use crate::protocol::PacketError;
+
+/// A packet decoded: its header and request, or the error to answer instead.
+pub type Decoded<'p> = Result<(Header, Request<'p>), PacketError>;
+
+/// How far ahead of the running packet a decoding is kept. The fetch-ahead reads 8 local
+/// lookups ahead, so about 16 packets on two cores; one that reads further (a long stretch
+/// of packets for other cores) decodes those packets again in their turn.
+pub const DECODED_AHEAD: usize = 32;
+
+/// The decodings of packets `running .. running + DECODED_AHEAD` of a run, by position.
+pub struct DecodedAhead<'p> {
+    slots: [Option<(usize, Decoded<'p>)>; DECODED_AHEAD],
+}
+
+impl Default for DecodedAhead<'_> {
+    fn default() -> Self {
+        DecodedAhead {
+            slots: std::array::from_fn(|_| None),
+        }
+    }
+}
+
+impl<'p> DecodedAhead<'p> {
+    /// Keeps the decoding of packet `at` while packet `running` runs, if `at` is near enough.
+    #[inline]
+    pub fn keep(&mut self, running: usize, at: usize, decoded: Decoded<'p>) {
+        debug_assert!(at >= running, "packet {at} decoded after it ran");
+        if at < running + DECODED_AHEAD {
+            self.slots[at % DECODED_AHEAD] = Some((at, decoded));
+        }
+    }
+
+    /// The kept decoding of packet `at`, which is about to run; `None` if none was kept.
+    #[inline]
+    pub fn take(&mut self, at: usize) -> Option<Decoded<'p>> {
+        let slot = &mut self.slots[at % DECODED_AHEAD];
+        // The slot may hold another packet's decoding: one that ran without taking it.
+        match slot {
+            Some((kept_at, _)) if *kept_at == at => slot.take().map(|(_, decoded)| decoded),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::request::Request;
+
+    fn ping(sync: u64) -> Decoded<'static> {
+        let header = Header {
+            sync,
+            ..Header::default()
+        };
+        Ok((header, Request::Ping))
+    }
+
+    fn sync_of(decoded: Option<Decoded<'_>>) -> Option<u64> {
+        decoded.map(|d| d.expect("decoded").0.sync)
+    }
+
+    #[test]
+    fn keeps_what_is_near_and_gives_each_packet_its_own() {
+        let mut ahead = DecodedAhead::default();
+        ahead.keep(0, 0, ping(100));
+        ahead.keep(0, 5, ping(105));
+        // Too far ahead of packet 0: not kept, decoded again in its turn.
+        ahead.keep(0, DECODED_AHEAD, ping(999));
+        assert_eq!(sync_of(ahead.take(0)), Some(100));
+        assert_eq!(sync_of(ahead.take(0)), None, "taken once");
+        assert_eq!(sync_of(ahead.take(DECODED_AHEAD)), None);
+        // Packet 5's slot is shared with packet 5 + DECODED_AHEAD: each gets only its own.
+        assert_eq!(sync_of(ahead.take(5 + DECODED_AHEAD)), None);
+        ahead.keep(1, 6, ping(106));
+        assert_eq!(sync_of(ahead.take(5)), Some(105));
+        assert_eq!(sync_of(ahead.take(6)), Some(106));
+    }
+}
