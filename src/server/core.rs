@@ -358,7 +358,7 @@ impl Core {
             // `before_running` asks for the targets in order, so one iterator walks ahead;
             // what it decodes is kept for the request's turn.
             let mut ahead = batch::requests(&requests).enumerate();
-            let mut decoded_ahead = DecodedAhead::default();
+            let mut decoded_ahead = DecodedAhead::<Decoded<'_>>::default();
             for (at, entry) in batch::requests(&requests).enumerate() {
                 let lookup = pipeline.before_running(&shard, at, |_| match ahead.next() {
                     None => Ahead::End,

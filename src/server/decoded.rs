@@ -4,7 +4,8 @@
 //! decodings here, so the packet is not decoded again when its turn comes. Decoding is a
 //! tenth of a get's instructions.
 //!
-//! Knows nothing of what a packet means: it holds what a decoder returned, by position.
+//! Knows nothing of what a packet means: it holds, by position, what was worked out for a
+//! packet (its decoding, and on the accepting core where it runs).
 
 use crate::protocol::header::Header;
 use crate::protocol::request::Request;
@@ -18,12 +19,13 @@ pub type Decoded<'p> = Result<(Header, Request<'p>), PacketError>;
 /// of packets for other cores) decodes those packets again in their turn.
 pub const DECODED_AHEAD: usize = 32;
 
-/// The decodings of packets `running .. running + DECODED_AHEAD` of a run, by position.
-pub struct DecodedAhead<'p> {
-    slots: [Option<(usize, Decoded<'p>)>; DECODED_AHEAD],
+/// What was worked out for packets `running .. running + DECODED_AHEAD` of a run (`T`:
+/// their decodings, say), by position.
+pub struct DecodedAhead<T> {
+    slots: [Option<(usize, T)>; DECODED_AHEAD],
 }
 
-impl Default for DecodedAhead<'_> {
+impl<T> Default for DecodedAhead<T> {
     fn default() -> Self {
         DecodedAhead {
             slots: std::array::from_fn(|_| None),
@@ -31,21 +33,22 @@ impl Default for DecodedAhead<'_> {
     }
 }
 
-impl<'p> DecodedAhead<'p> {
-    /// Keeps the decoding of packet `at` while packet `running` runs, if `at` is near enough.
+impl<T> DecodedAhead<T> {
+    /// Keeps what was worked out for packet `at` while packet `running` runs, if `at` is
+    /// near enough.
     #[inline]
-    pub fn keep(&mut self, running: usize, at: usize, decoded: Decoded<'p>) {
+    pub fn keep(&mut self, running: usize, at: usize, kept: T) {
         debug_assert!(at >= running, "packet {at} decoded after it ran");
         if at < running + DECODED_AHEAD {
-            self.slots[at % DECODED_AHEAD] = Some((at, decoded));
+            self.slots[at % DECODED_AHEAD] = Some((at, kept));
         }
     }
 
-    /// The kept decoding of packet `at`, which is about to run; `None` if none was kept.
+    /// What was kept for packet `at`, which is about to run; `None` if nothing was.
     #[inline]
-    pub fn take(&mut self, at: usize) -> Option<Decoded<'p>> {
+    pub fn take(&mut self, at: usize) -> Option<T> {
         let slot = &mut self.slots[at % DECODED_AHEAD];
-        // The slot may hold another packet's decoding: one that ran without taking it.
+        // The slot may hold another packet's: one that ran without taking it.
         match slot {
             Some((kept_at, _)) if *kept_at == at => slot.take().map(|(_, decoded)| decoded),
             _ => None,

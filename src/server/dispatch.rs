@@ -46,7 +46,8 @@ struct Unacknowledged {
 /// the packets decoded on the way, so that each packet is decoded once.
 pub struct Run<'p> {
     pipeline: LookupPipeline,
-    decoded: DecodedAhead<'p>,
+    /// Each packet decoded ahead, with the core that runs it where that was worked out.
+    decoded: DecodedAhead<(Decoded<'p>, Option<usize>)>,
 }
 
 /// Decodes a packet: crud calls in one pass; every other packet the protocol's way.
@@ -111,7 +112,7 @@ impl Session {
     /// `out` is read, cleared or handed to another session. Pipelining many packets through
     /// `submit` and then one `finish` batches their trips to other cores.
     pub async fn submit(&mut self, packet: &[u8], out: &mut Vec<u8>) {
-        self.submit_decoded(packet, decode(packet), out).await;
+        self.submit_decoded(packet, decode(packet), None, out).await;
     }
 
     /// [`Session::submit`] for packet `at` of `run`, decoded once (see [`Run`]).
@@ -122,11 +123,21 @@ impl Session {
         packet: &'p [u8],
         out: &mut Vec<u8>,
     ) {
-        let decoded = run.decoded.take(at).unwrap_or_else(|| decode(packet));
-        self.submit_decoded(packet, decoded, out).await;
+        match run.decoded.take(at) {
+            Some((decoded, owner)) => self.submit_decoded(packet, decoded, owner, out).await,
+            None => self.submit_decoded(packet, decode(packet), None, out).await,
+        }
     }
 
-    async fn submit_decoded(&mut self, packet: &[u8], decoded: Decoded<'_>, out: &mut Vec<u8>) {
+    /// Runs a decoded packet; `known_owner` is the core that runs it, when already worked
+    /// out (the same answer [`Session::select_owner`] or [`Session::write_owner`] gives).
+    async fn submit_decoded(
+        &mut self,
+        packet: &[u8],
+        decoded: Decoded<'_>,
+        known_owner: Option<usize>,
+        out: &mut Vec<u8>,
+    ) {
         let (header, request) = match decoded {
             Ok(decoded) => decoded,
             Err(PacketError { sync, error }) => {
@@ -179,7 +190,7 @@ impl Session {
             Request::Watch(_) | Request::Unwatch(_) => {}
             Request::Select(select) => {
                 if self.check_access(Access::Read, select.space_id, sync, out) {
-                    match self.select_owner(select) {
+                    match known_owner.or_else(|| self.select_owner(select)) {
                         Some(owner) => self.run_on(owner, packet, &request, sync, out),
                         None => self.fan_out_select(packet, select, sync, out).await,
                     }
@@ -189,7 +200,7 @@ impl Session {
             | Request::Replace(_)
             | Request::Update(_)
             | Request::Delete(_)
-            | Request::Upsert(_) => self.write(packet, &request, sync, out),
+            | Request::Upsert(_) => self.write(packet, &request, known_owner, sync, out),
         }
     }
 
@@ -563,7 +574,14 @@ impl Session {
         reply::finish_packet(out, mark);
     }
 
-    fn write(&mut self, packet: &[u8], request: &Request<'_>, sync: u64, out: &mut Vec<u8>) {
+    fn write(
+        &mut self,
+        packet: &[u8],
+        request: &Request<'_>,
+        known_owner: Option<usize>,
+        sync: u64,
+        out: &mut Vec<u8>,
+    ) {
         let space_id = match request {
             Request::Insert(r) | Request::Replace(r) => r.space_id,
             Request::Upsert(r) => r.space_id,
@@ -595,7 +613,7 @@ impl Session {
                 "schema changes over IPROTO (edit the config file)",
             );
         }
-        let owner = self.write_owner(request);
+        let owner = known_owner.unwrap_or_else(|| self.write_owner(request));
         self.run_on(owner, packet, request, sync, out);
     }
 
@@ -621,20 +639,31 @@ impl Session {
         }
     }
 
-    /// Where the lookup of a decoded point request will go, when this core will run it, so
-    /// that a pipelined run of requests can prefetch it a few requests ahead
-    /// ([`LookupPipeline`]). `None` for anything else: a request another core runs, a
-    /// scan, a packet that did not decode.
-    fn local_point_target(&self, decoded: &Decoded<'_>) -> Option<PointTarget> {
-        let (_, request) = decoded.as_ref().ok()?;
+    /// Where a decoded point request runs, and where its lookup will go when it runs here,
+    /// so that a pipelined run of requests can prefetch it a few requests ahead
+    /// ([`LookupPipeline`]). The lookup is `None` for anything else: a request another core
+    /// runs, a scan, a packet that did not decode; the owner is `None` where it is not
+    /// worked out here (any request but a point select or a write).
+    fn place(&self, decoded: &Decoded<'_>) -> (Option<usize>, Option<PointTarget>) {
+        let Ok((_, request)) = decoded else {
+            return (None, None);
+        };
         let owner = match request {
-            Request::Select(select) => self.select_owner(select)?,
-            _ => self.write_owner(request),
+            Request::Select(select) => match self.select_owner(select) {
+                Some(owner) => owner,
+                None => return (None, None),
+            },
+            Request::Insert(_)
+            | Request::Replace(_)
+            | Request::Update(_)
+            | Request::Delete(_)
+            | Request::Upsert(_) => self.write_owner(request),
+            _ => return (None, None),
         };
         if owner != self.core.id() {
-            return None;
+            return (Some(owner), None);
         }
-        self.core.shard.borrow().point_target(request)
+        (Some(owner), self.core.shard.borrow().point_target(request))
     }
 
     /// Starts a run of this session's requests (the packets of one read, see [`Run`]).
@@ -663,11 +692,9 @@ impl Session {
                 return Ahead::End;
             };
             let packet_decoded = decode(packet);
-            let ahead = self
-                .local_point_target(&packet_decoded)
-                .map_or(Ahead::Other, Ahead::Lookup);
-            decoded.keep(running, at, packet_decoded);
-            ahead
+            let (owner, lookup) = self.place(&packet_decoded);
+            decoded.keep(running, at, (packet_decoded, owner));
+            lookup.map_or(Ahead::Other, Ahead::Lookup)
         });
         // Packet `running` is submitted next and, when it is this lookup's request,
         // executed here before any await: its select reads the entry where the walk found it.
