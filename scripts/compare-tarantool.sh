@@ -6,7 +6,8 @@
 # Env:
 #   DURATION     seconds per load (default 10)
 #   PARTITIONS   keys populated in each server before measuring (default 1000000)
-#   CLIENT_SMP   client executor threads (default 1, the same for every load and server)
+#   CLIENT_SMP   client executor threads (default: one per core, as perf-simple-query's own
+#                --smp; never more than a load's connections; the same for both servers)
 #   SHARDS       tarn --shards (default 0 = one per core)
 #   TARN_FLAGS   more tarn flags, e.g. "--idle-poll-us 0" (default none)
 #   TARANTOOL_PORT  port of the reference Tarantool (default 3311)
@@ -23,7 +24,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
 duration=${DURATION:-10}
 partitions=${PARTITIONS:-1000000}
-client_smp=${CLIENT_SMP:-1}
+client_smp=${CLIENT_SMP:-$(nproc)}
 shards=${SHARDS:-0}
 read -r -a tarn_flags <<<"${TARN_FLAGS:-}"
 tarantool_port=${TARANTOOL_PORT:-3311}
@@ -91,11 +92,16 @@ for load in "${loads[@]}"; do
     for shape in "${shapes[@]}"; do
         conns=${shape%x*}
         pipeline=${shape#*x}
+        # One thread driving 16 x 128 in flight is itself the bottleneck of a closed loop:
+        # every reply waits for it to come round (measured, 2 cores: tarn's servers spent
+        # 15% more CPU per request idling for it; Tarantool, whose one transaction thread
+        # is saturated either way, was unchanged).
+        smp=$((conns < client_smp ? conns : client_smp))
         for server in tarn tarantool; do
             addr_var=${server}_addr
             echo "$name $shape on $server for ${duration}s..." >&2
             # shellcheck disable=SC2086 # $flag is one optional word
-            "$perf_bin" --connect "${!addr_var}" --smp "$client_smp" --conns "$conns" \
+            "$perf_bin" --connect "${!addr_var}" --smp "$smp" --conns "$conns" \
                 --pipeline "$pipeline" --partitions "$partitions" --no-populate \
                 --duration "$duration" --random-seed 42 $flag \
                 --json-result "$work/$name-$shape-$server.json" >"$work/$name-$shape-$server.log"
@@ -105,7 +111,7 @@ done
 
 echo
 echo "tarn ($tarn_addr, --shards $shards${TARN_FLAGS:+ $TARN_FLAGS}) vs Tarantool $(tarantool --version | head -n 1 | cut -d' ' -f2) ($tarantool_addr);" \
-    "$partitions keys, ${duration}s per load, client --smp $client_smp, $(nproc) cores shared"
+    "$partitions keys, ${duration}s per load, client --smp $client_smp (at most one per connection), $(nproc) cores shared"
 python3 - "$work" <<'PY'
 import json, sys, os
 work = sys.argv[1]
