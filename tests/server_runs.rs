@@ -133,9 +133,11 @@ fn a_run_is_answered_as_its_packets_one_at_a_time() {
         let mut run = session.start_run();
         for at in 0..packets.len() {
             session.prefetch_before(&mut run, at, |ahead| packets.get(ahead).map(Vec::as_slice));
-            session
-                .submit_in(&mut run, at, &packets[at], &mut one_run)
-                .await;
+            if let Some(deferred) = session.submit_in(&mut run, at, &packets[at], &mut one_run) {
+                session
+                    .run_deferred(&packets[at], deferred, &mut one_run)
+                    .await;
+            }
         }
         session.finish(&mut one_run).await;
 

@@ -47,7 +47,9 @@ impl Connection {
                     packets.get(ahead).map(|range| &read_buf[range.clone()])
                 });
                 let packet = &read_buf[range.clone()];
-                self.session.submit_in(&mut run, at, packet, &mut out).await;
+                if let Some(deferred) = self.session.submit_in(&mut run, at, packet, &mut out) {
+                    self.session.run_deferred(packet, deferred, &mut out).await;
+                }
                 if out.len() >= WRITE_FLUSH_BYTES {
                     self.session.finish(&mut out).await;
                     stream.write_all(&out).await?;

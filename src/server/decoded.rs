@@ -44,6 +44,16 @@ impl<T> DecodedAhead<T> {
         }
     }
 
+    /// What was kept for packet `at`, which is about to run; `None` if nothing was. Left in
+    /// place (a packet runs once): a reference saves moving it.
+    #[inline]
+    pub fn get(&self, at: usize) -> Option<&T> {
+        match &self.slots[at % DECODED_AHEAD] {
+            Some((kept_at, kept)) if *kept_at == at => Some(kept),
+            _ => None,
+        }
+    }
+
     /// What was kept for packet `at`, which is about to run; `None` if nothing was.
     #[inline]
     pub fn take(&mut self, at: usize) -> Option<T> {

@@ -464,9 +464,12 @@ impl Load {
             for at in 0..self.round.len() {
                 self.session.prefetch_before(&mut run, at, packet);
                 let running = packet(at).expect("a packet of this round");
-                self.session
-                    .submit_in(&mut run, at, running, &mut self.out)
-                    .await;
+                let deferred = self.session.submit_in(&mut run, at, running, &mut self.out);
+                if let Some(deferred) = deferred {
+                    self.session
+                        .run_deferred(running, deferred, &mut self.out)
+                        .await;
+                }
             }
             self.session.finish(&mut self.out).await;
             let elapsed_ns = started.elapsed().as_nanos() as u64;
