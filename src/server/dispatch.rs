@@ -13,6 +13,11 @@
 //! (spliced like any forwarded request), a `*_many` call and a fan-out (select, count, ...)
 //! awaited in place after the queued requests finish.
 //!
+//! The packets of one socket read go through as a [`Run`]: each is decoded and placed once,
+//! a few packets before its turn, so that its lookup is fetched ahead
+//! ([`Session::prefetch_before`]); [`Session::submit_in`] then runs it without an await,
+//! except the few requests that must wait ([`Deferred`]: a CALL, a fan-out select).
+//!
 //! On the local path nothing allocates: decoding borrows from the packet, keys are encoded
 //! on the stack, the reply is written in place. Only error replies format their messages.
 
