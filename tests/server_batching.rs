@@ -4,15 +4,13 @@
 
 mod common;
 
-use common::{kv_tuple, Client};
+use common::{encode_kv_select, kv_key, kv_tuple, Client, KV};
 use tarn::protocol::client::{self, decode_reply};
-use tarn::protocol::request::Select;
-use tarn::storage::msgpack::{read_value, write_array_len, write_uint, Value};
+use tarn::storage::msgpack::{read_value, Value};
 
 const CONNECTIONS: u64 = 8;
 const ROUNDS: u64 = 25;
 const KEYS_PER_CONNECTION: u64 = 120;
-const KV: u32 = 512;
 
 /// What one reply must carry.
 enum Expected {
@@ -20,32 +18,6 @@ enum Expected {
     Ok,
     /// Exactly these tuples, in this order.
     Tuples(Vec<Vec<u8>>),
-}
-
-fn key(id: u64) -> Vec<u8> {
-    let mut out = Vec::new();
-    write_array_len(&mut out, 1);
-    write_uint(&mut out, id);
-    out
-}
-
-fn select(out: &mut Vec<u8>, sync: u64, iterator: u32, id: u64, limit: u32) {
-    let key = key(id);
-    client::encode_select(
-        out,
-        sync,
-        &Select {
-            space_id: KV,
-            index_id: 0,
-            limit,
-            offset: 0,
-            iterator,
-            key: &key,
-            fetch_position: false,
-            after_position: None,
-            after_tuple: None,
-        },
-    );
 }
 
 /// One round of one connection: replace every key and read it back, PINGs in between,
@@ -64,7 +36,7 @@ fn round(connection: u64, round: u64, requests: &mut Vec<u8>, expected: &mut Vec
         client::encode_replace(requests, s, KV, &value(k));
         expected.push((s, Expected::Tuples(vec![value(k)])));
         let s = next_sync();
-        select(requests, s, 0, base + k, u32::MAX);
+        encode_kv_select(requests, s, 0, base + k, u32::MAX);
         expected.push((s, Expected::Tuples(vec![value(k)])));
         if k % 10 == 0 {
             let s = next_sync();
@@ -74,14 +46,14 @@ fn round(connection: u64, round: u64, requests: &mut Vec<u8>, expected: &mut Vec
     }
     let deleted = round % KEYS_PER_CONNECTION;
     let s = next_sync();
-    client::encode_delete(requests, s, KV, 0, &key(base + deleted));
+    client::encode_delete(requests, s, KV, 0, &kv_key(base + deleted));
     expected.push((s, Expected::Tuples(vec![value(deleted)])));
     let s = next_sync();
-    select(requests, s, 0, base + deleted, u32::MAX);
+    encode_kv_select(requests, s, 0, base + deleted, u32::MAX);
     expected.push((s, Expected::Tuples(vec![])));
     let s = next_sync();
     // GE base, limit: exactly this connection's keys, as no other connection writes them.
-    select(requests, s, 5, base, KEYS_PER_CONNECTION as u32 - 1);
+    encode_kv_select(requests, s, 5, base, KEYS_PER_CONNECTION as u32 - 1);
     let remaining = (0..KEYS_PER_CONNECTION)
         .filter(|&k| k != deleted)
         .map(value);

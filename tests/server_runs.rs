@@ -3,16 +3,16 @@
 //! decoded once, a few packets before its turn, on the accepting core and again on the
 //! owner for a batch from another core, and every reply must still be its own packet's.
 
+mod common;
+
+use common::{encode_kv_select, KV};
 use std::time::Duration;
 use tarn::config::{Config, SHIPPED_CONFIG_TOML};
 use tarn::protocol::client;
 use tarn::protocol::frame::split_frame;
-use tarn::protocol::request::Select;
 use tarn::server::dispatch::Session;
 use tarn::server::{shard_of_key, start_cores};
-use tarn::storage::msgpack::{write_array_len, write_str, write_uint};
 
-const KV: u32 = 512;
 /// 1 KiB tuples, 40 MiB per shard: over the 32 MiB from which shards fetch ahead.
 const KEYS: u64 = 80_000;
 const VALUE_BYTES: usize = 1000;
@@ -25,20 +25,7 @@ fn config() -> Config {
 }
 
 fn kv_tuple(id: u64) -> Vec<u8> {
-    let mut out = Vec::new();
-    write_array_len(&mut out, 3);
-    write_uint(&mut out, id);
-    write_uint(&mut out, id % 3000);
-    let value = format!("{id:0width$}", width = VALUE_BYTES);
-    write_str(&mut out, value.as_bytes());
-    out
-}
-
-fn key(id: u64) -> Vec<u8> {
-    let mut out = Vec::new();
-    write_array_len(&mut out, 1);
-    write_uint(&mut out, id);
-    out
+    common::kv_tuple(id, &format!("{id:0width$}", width = VALUE_BYTES))
 }
 
 fn owner(id: u64) -> usize {
@@ -52,20 +39,8 @@ fn packet(encoded: Vec<u8>) -> Vec<u8> {
 }
 
 fn select(sync: u64, iterator: u32, id: u64, limit: u32) -> Vec<u8> {
-    let key = key(id);
     let mut out = Vec::new();
-    let select = Select {
-        space_id: KV,
-        index_id: 0,
-        limit,
-        offset: 0,
-        iterator,
-        key: &key,
-        fetch_position: false,
-        after_position: None,
-        after_tuple: None,
-    };
-    client::encode_select(&mut out, sync, &select);
+    encode_kv_select(&mut out, sync, iterator, id, limit);
     packet(out)
 }
 

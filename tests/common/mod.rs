@@ -225,6 +225,37 @@ impl Client {
 }
 
 /// A tuple of the shipped `kv` space: `[id, id % 3000, value]`.
+/// The `kv` space of the shipped config.
+pub const KV: u32 = 512;
+
+/// A one-part key `[id]`.
+pub fn kv_key(id: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_array_len(&mut out, 1);
+    write_uint(&mut out, id);
+    out
+}
+
+/// Appends a framed SELECT on `kv`'s primary index by `[id]`.
+pub fn encode_kv_select(out: &mut Vec<u8>, sync: u64, iterator: u32, id: u64, limit: u32) {
+    let key = kv_key(id);
+    tarn::protocol::client::encode_select(
+        out,
+        sync,
+        &tarn::protocol::request::Select {
+            space_id: KV,
+            index_id: 0,
+            limit,
+            offset: 0,
+            iterator,
+            key: &key,
+            fetch_position: false,
+            after_position: None,
+            after_tuple: None,
+        },
+    );
+}
+
 pub fn kv_tuple(id: u64, value: &str) -> Vec<u8> {
     let mut out = Vec::new();
     write_array_len(&mut out, 3);
