@@ -261,7 +261,8 @@ impl Core {
     }
 
     /// Hands a client connection's socket to `peer`, which serves it from its
-    /// [`Core::next_handed_over`]. Never waits.
+    /// [`Core::next_handed_over`]. Never waits. A peer that has stopped (the server is
+    /// shutting down) drops it, which closes the connection.
     pub fn hand_over(self: &Rc<Core>, peer: usize, socket: OwnedFd) {
         assert!(peer != self.id && peer < self.shard_count, "peer {peer}");
         self.send(peer, Envelope::Connection(socket));
