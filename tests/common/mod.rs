@@ -21,8 +21,9 @@ grants = ["read", "write", "execute"]
 pub struct Server {
     child: Child,
     pub addr: SocketAddr,
-    /// Everything tarn logged so far.
+    /// Everything tarn logged so far, and the thread that reads it (done at tarn's exit).
     log: std::sync::Arc<std::sync::Mutex<String>>,
+    log_reader: Option<std::thread::JoinHandle<()>>,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -75,7 +76,7 @@ impl Server {
         let (sender, receiver) = std::sync::mpsc::channel();
         let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
         let log_writer = log.clone();
-        std::thread::spawn(move || {
+        let log_reader = std::thread::spawn(move || {
             let mut sent = false;
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 eprintln!("[tarn] {line}");
@@ -102,6 +103,7 @@ impl Server {
                 child,
                 addr: addr.parse().expect("address"),
                 log,
+                log_reader: Some(log_reader),
                 _dir: None,
             }),
             Ok(Err(log)) => {
@@ -126,11 +128,13 @@ impl Server {
     }
 
     /// [`Server::stop`], and everything tarn logged.
-    pub fn stop_with_log(self) -> (Option<i32>, String) {
-        let log = self.log.clone();
+    pub fn stop_with_log(mut self) -> (Option<i32>, String) {
+        let (log, reader) = (self.log.clone(), self.log_reader.take());
         let status = self.stop();
-        // The reader thread sees end of file once tarn is gone; give it a moment to finish.
-        std::thread::sleep(Duration::from_millis(100));
+        // Once tarn has exited its stderr ends, and so does the thread reading it.
+        if let (Some(_), Some(reader)) = (status, reader) {
+            let _ = reader.join();
+        }
         let text = log.lock().unwrap().clone();
         (status, text)
     }
@@ -224,7 +228,6 @@ impl Client {
     }
 }
 
-/// A tuple of the shipped `kv` space: `[id, id % 3000, value]`.
 /// The `kv` space of the shipped config.
 pub const KV: u32 = 512;
 
@@ -256,6 +259,7 @@ pub fn encode_kv_select(out: &mut Vec<u8>, sync: u64, iterator: u32, id: u64, li
     );
 }
 
+/// A tuple of the shipped `kv` space: `[id, id % 3000, value]`.
 pub fn kv_tuple(id: u64, value: &str) -> Vec<u8> {
     let mut out = Vec::new();
     write_array_len(&mut out, 3);

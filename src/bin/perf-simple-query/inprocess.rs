@@ -464,8 +464,8 @@ impl Load {
             for at in 0..self.round.len() {
                 self.session.prefetch_before(&mut run, at, packet);
                 let running = packet(at).expect("a packet of this round");
-                let deferred = self.session.submit_in(&mut run, at, running, &mut self.out);
-                if let Some(deferred) = deferred {
+                if let Some(deferred) = self.session.submit_in(&mut run, at, running, &mut self.out)
+                {
                     self.session
                         .run_deferred(running, deferred, &mut self.out)
                         .await;
