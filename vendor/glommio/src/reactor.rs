@@ -173,6 +173,9 @@ pub(crate) struct Reactor {
     /// refcell) every time. Acquire during initialization
     preempt_ptr_head: *const u32,
     preempt_ptr_tail: *const AtomicU32,
+    /// (tarn patch) The latency ring's SQ flags: with cooperative task running, a fired
+    /// preemption timer shows here before its completion reaches the CQ ring.
+    preempt_ptr_sq_flags: *const AtomicU32,
 }
 
 impl Reactor {
@@ -184,7 +187,7 @@ impl Reactor {
         blocking_thread: BlockingThreadPool,
     ) -> io::Result<Reactor> {
         let sys = sys::Reactor::new(notifier, io_memory, ring_depth, blocking_thread)?;
-        let (preempt_ptr_head, preempt_ptr_tail) = sys.preempt_pointers();
+        let (preempt_ptr_head, preempt_ptr_tail, preempt_ptr_sq_flags) = sys.preempt_pointers();
         Ok(Reactor {
             sys,
             timers: RefCell::new(Timers::new()),
@@ -193,6 +196,7 @@ impl Reactor {
             record_io_latencies,
             preempt_ptr_head,
             preempt_ptr_tail: preempt_ptr_tail as _,
+            preempt_ptr_sq_flags: preempt_ptr_sq_flags as _,
         })
     }
 
@@ -206,7 +210,11 @@ impl Reactor {
 
     #[inline(always)]
     pub(crate) fn need_preempt(&self) -> bool {
-        unsafe { *self.preempt_ptr_head != (*self.preempt_ptr_tail).load(Ordering::Acquire) }
+        const IORING_SQ_TASKRUN: u32 = 1 << 2;
+        unsafe {
+            *self.preempt_ptr_head != (*self.preempt_ptr_tail).load(Ordering::Acquire)
+                || (*self.preempt_ptr_sq_flags).load(Ordering::Relaxed) & IORING_SQ_TASKRUN != 0
+        }
     }
 
     pub(crate) fn id(&self) -> usize {

@@ -37,7 +37,10 @@ static inline bool sq_ring_needs_enter(struct io_uring *ring, unsigned *flags)
 
 static inline bool cq_ring_needs_flush(struct io_uring *ring)
 {
-	return IO_URING_READ_ONCE(*ring->sq.kflags) & IORING_SQ_CQ_OVERFLOW;
+	/* tarn patch: with IORING_SETUP_TASKRUN_FLAG, completions that wait for the task
+	 * to enter the kernel are flagged in the SQ ring; a peek must enter to see them. */
+	return IO_URING_READ_ONCE(*ring->sq.kflags) &
+	       (IORING_SQ_CQ_OVERFLOW | IORING_SQ_TASKRUN);
 }
 
 static int __io_uring_peek_cqe(struct io_uring *ring,

@@ -92,6 +92,15 @@ bitflags::bitflags! {
         const CQSIZE    = 1 << 3;
         const CLAMP     = 1 << 4;
         const ATTACH_WQ = 1 << 5;
+        /// (tarn patch) Linux 5.19: completions are posted when the task next enters the
+        /// kernel, instead of interrupting it (an IPI) while it runs.
+        const COOP_TASKRUN = 1 << 8;
+        /// (tarn patch) Linux 5.19: with `COOP_TASKRUN`, `IORING_SQ_TASKRUN` in the SQ ring
+        /// flags says completions wait for a kernel entry.
+        const TASKRUN_FLAG = 1 << 9;
+        /// (tarn patch) Linux 6.0: only the creating thread submits, so the kernel can skip
+        /// the locking a shared ring needs.
+        const SINGLE_ISSUER = 1 << 12;
     }
 }
 
