@@ -157,7 +157,10 @@ pub enum ServerError {
 /// Placement: which shard owns an encoded primary key. CRC-32C is stable across builds
 /// and restarts, which the per-shard WAL will rely on.
 pub fn shard_of_key(encoded_primary_key: &[u8], shard_count: usize) -> usize {
-    (checksum::crc32c(encoded_primary_key) as usize) % shard_count
+    debug_assert!(shard_count > 0 && shard_count <= u32::MAX as usize);
+    // A 32-bit division (the checksum is 32 bits): the same owner, and x86 divides 32-bit
+    // operands in fewer cycles than 64-bit ones.
+    (checksum::crc32c(encoded_primary_key) % shard_count as u32) as usize
 }
 
 pub fn shard_count_for(config: &Config) -> usize {

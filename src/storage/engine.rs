@@ -10,6 +10,9 @@ use std::rc::Rc;
 pub struct Engine {
     /// Few spaces per server, looked up on every request: a sorted vector beats a map.
     spaces: Vec<Space>,
+    /// `spaces`' ids in the same order: the lookup's search touches one cache line here
+    /// rather than one `Space` (hundreds of bytes) per probe.
+    space_ids: Vec<u32>,
     quota: Rc<MemoryQuota>,
 }
 
@@ -17,6 +20,7 @@ impl Engine {
     pub fn new(memory_limit_bytes: u64) -> Engine {
         Engine {
             spaces: Vec::new(),
+            space_ids: Vec::new(),
             quota: Rc::new(MemoryQuota::new(memory_limit_bytes)),
         }
     }
@@ -32,8 +36,13 @@ impl Engine {
             ));
         }
         let space = Space::new(def, self.quota.clone())?;
-        let at = self.spaces.partition_point(|s| s.id < space.id);
+        let at = self.space_ids.partition_point(|&id| id < space.id);
+        self.space_ids.insert(at, space.id);
         self.spaces.insert(at, space);
+        debug_assert!(self
+            .space_ids
+            .iter()
+            .eq(self.spaces.iter().map(|space| &space.id)));
         Ok(())
     }
 
@@ -47,16 +56,13 @@ impl Engine {
     /// pay for formatting one).
     #[inline]
     pub fn find_space(&self, id: u32) -> Option<&Space> {
-        let at = self
-            .spaces
-            .binary_search_by_key(&id, |space| space.id)
-            .ok()?;
+        let at = self.space_ids.binary_search(&id).ok()?;
         Some(&self.spaces[at])
     }
 
     #[inline]
     pub fn space_mut(&mut self, id: u32) -> Result<&mut Space> {
-        match self.spaces.binary_search_by_key(&id, |space| space.id) {
+        match self.space_ids.binary_search(&id) {
             Ok(at) => Ok(&mut self.spaces[at]),
             Err(_) => Err(StorageError::NoSuchSpace(id.to_string().into())),
         }
