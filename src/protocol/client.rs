@@ -9,6 +9,7 @@ use crate::protocol::auth::{scramble, CHAP_SHA1};
 use crate::protocol::codes::{body_key, error_key, header_key, request_type};
 use crate::protocol::error::{invalid_msgpack, ProtocolError};
 use crate::protocol::error_code::ErrorCode;
+use crate::protocol::fast_decode::decode_header_common;
 use crate::protocol::frame::SERVER_PREFIX_SIZE;
 use crate::protocol::header::{decode_header, Header};
 use crate::protocol::reply::{begin_packet, finish_packet};
@@ -284,7 +285,10 @@ pub struct Reply<'a> {
 
 /// Decodes a reply packet (the bytes after the size prefix).
 pub fn decode_reply(packet: &[u8]) -> Result<Reply<'_>, ProtocolError> {
-    let (header, body) = decode_header(packet).map_err(|e| e.error)?;
+    let (header, body) = match decode_header_common(packet) {
+        Some(decoded) => decoded,
+        None => decode_header(packet).map_err(|e| e.error)?,
+    };
     let mut rest = body;
     if !body.is_empty() && (skip_value(&mut rest).is_err() || !rest.is_empty()) {
         return Err(ProtocolError::InvalidMsgpack(invalid_msgpack::PACKET_BODY));

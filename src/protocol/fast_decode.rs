@@ -30,6 +30,16 @@ pub fn decode_common(packet: &[u8]) -> Option<(Header, Request<'_>)> {
     Some((header, request))
 }
 
+/// A packet's header when it has the common shape (a fixmap of the keys the server reads,
+/// uint values), and the bytes after it: what replies carry too, so a client reads them
+/// here. `None` for anything else, which `header::decode_header` reads.
+#[inline]
+pub fn decode_header_common(packet: &[u8]) -> Option<(Header, &[u8])> {
+    let mut buf = packet;
+    let header = header(&mut buf)?;
+    Some((header, buf))
+}
+
 #[inline(always)]
 fn header(buf: &mut &[u8]) -> Option<Header> {
     header_in_usual_order(buf).or_else(|| header_in_any_order(buf))
