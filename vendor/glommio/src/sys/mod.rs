@@ -306,6 +306,10 @@ impl SleepNotifier {
     }
 
     pub(crate) fn notify(&self, force: bool) {
+        // (tarn patch) Every caller published something first (a channel push, a waker,
+        // a disconnect). This fence and the one in `prepare_to_sleep` make a Dekker pair:
+        // either the sleeper sees what was published, or this sees `should_notify` set.
+        std::sync::atomic::fence(Ordering::SeqCst);
         if self
             .should_notify
             .compare_exchange(true, false, Ordering::Relaxed, Ordering::Relaxed)
@@ -344,6 +348,10 @@ impl SleepNotifier {
         // for the placeholder (disconnected) case.
         assert_ne!(self.id, usize::MAX);
         self.should_notify.store(true, Ordering::Relaxed);
+        // (tarn patch) Pairs with the fence in `notify`; replaces the process-wide
+        // `membarrier` the reactor issued here, an IPI to every core running this process
+        // on each sleep.
+        std::sync::atomic::fence(Ordering::SeqCst);
     }
 
     pub(super) fn wake_up(&self) {
