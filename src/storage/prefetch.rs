@@ -23,7 +23,46 @@ pub fn prefetch_line(address: *const u8) {
 #[inline(always)]
 pub fn prefetch_slice<T>(items: &[T]) {
     let start = items.as_ptr().cast::<u8>();
-    for offset in (0..std::mem::size_of_val(items)).step_by(CACHE_LINE_BYTES) {
-        prefetch_line(start.wrapping_add(offset));
+    let start_address = start as usize;
+    for line_address in touched_lines(start_address, std::mem::size_of_val(items)) {
+        prefetch_line(start.wrapping_add(line_address.wrapping_sub(start_address)));
+    }
+}
+
+/// The address of each cache line that `len_bytes` bytes from `start_address` touch. Not
+/// steps of a line from `start_address`: an object that starts mid-line ends in a line
+/// such steps miss (a 35-byte tuple at offset 48 of its line ends 19 bytes into the next).
+#[inline(always)]
+fn touched_lines(
+    start_address: usize,
+    len_bytes: usize,
+) -> std::iter::StepBy<std::ops::Range<usize>> {
+    let first_line = start_address - start_address % CACHE_LINE_BYTES;
+    let end = if len_bytes == 0 {
+        first_line
+    } else {
+        start_address + len_bytes
+    };
+    (first_line..end).step_by(CACHE_LINE_BYTES)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(start_address: usize, len_bytes: usize) -> Vec<usize> {
+        touched_lines(start_address, len_bytes).collect()
+    }
+
+    #[test]
+    fn every_line_an_object_touches_is_fetched() {
+        assert_eq!(lines(128, 0), Vec::<usize>::new());
+        assert_eq!(lines(130, 0), Vec::<usize>::new());
+        assert_eq!(lines(128, 64), vec![128]);
+        assert_eq!(lines(128, 65), vec![128, 192]);
+        assert_eq!(lines(176, 35), vec![128, 192], "a tuple across two lines");
+        assert_eq!(lines(191, 1), vec![128]);
+        assert_eq!(lines(191, 2), vec![128, 192]);
+        assert_eq!(lines(130, 190), vec![128, 192, 256]);
     }
 }
