@@ -8,6 +8,8 @@
 --   TARANTOOL_WAL_MODE       'none' (default), 'write' or 'fsync'
 --   TARANTOOL_MEMTX_MEMORY   bytes (default 1 GiB)
 --   TARANTOOL_LOG            log destination (default <work_dir>/tarantool.log)
+--   TARANTOOL_NET_MSG_MAX    requests in flight the network thread admits (default 768,
+--                            Tarantool's own default)
 --
 -- Schema (identical to what tarn exposes to its tests):
 --   kv        id 512: id unsigned, bucket_id unsigned, value string
@@ -26,6 +28,7 @@ local wal_mode = os.getenv('TARANTOOL_WAL_MODE') or 'none'
 local memtx_memory = tonumber(os.getenv('TARANTOOL_MEMTX_MEMORY') or '')
     or 1024 * 1024 * 1024
 local log = os.getenv('TARANTOOL_LOG') or fio.pathjoin(work_dir, 'tarantool.log')
+local net_msg_max = tonumber(os.getenv('TARANTOOL_NET_MSG_MAX') or '') or 768
 
 if not fio.path.is_dir(work_dir) then
     assert(fio.mktree(work_dir), 'cannot create work dir ' .. work_dir)
@@ -39,6 +42,7 @@ box.cfg{
     log = log,
     pid_file = fio.pathjoin(work_dir, 'tarantool.pid'),
     checkpoint_interval = 0,
+    net_msg_max = net_msg_max,
 }
 
 box.once('tarn_reference_schema_v1', function()
