@@ -1869,12 +1869,16 @@ impl Reactor {
         };
 
         // Schedule the throughput-based timeout immediately: it won't matter if we end
-        // up sleeping. (tarn patch) One armed and not yet fired stays: it fires after as
-        // many completions, counted from a little earlier.
+        // up sleeping. (tarn patch) On a turn that cannot sleep (a preemption timer is
+        // wanted), one armed and not yet fired stays: it fires after as many completions,
+        // counted from a little earlier. Before a possible sleep it is re-armed as
+        // upstream does: kept across sleeps, it cost the load generator 10-20 us of p99
+        // at one request in flight.
+        let busy_turn = preempt_timer().is_some();
         let throughput_timer = self
             .throughput_preemption_timeout_src
             .take()
-            .filter(|timer| timer.result().is_none())
+            .filter(|timer| busy_turn && timer.result().is_none())
             .unwrap_or_else(|| {
                 main_ring.prepare_throughput_preemption_timer(
                     self.ring_depth() as u32,
