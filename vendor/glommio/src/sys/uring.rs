@@ -1851,9 +1851,10 @@ impl Reactor {
         // But if we will sleep, there might be a timer registered that needs
         // to be removed otherwise we'll wake up when it expires.
         //
-        // (tarn patch) Unless it is a preemption timer that has not fired, armed at most
-        // an eighth of the preemption period ago, and we will not sleep: then it stays,
-        // and preemption comes between 7/8 and all of the period after this call. Upstream
+        // (tarn patch) Unless it is a preemption timer that has not fired, due within the
+        // period wanted now and at most an eighth of it sooner, and we will not sleep:
+        // then it stays, and preemption comes between 7/8 and all of the period after
+        // this call (a shorter period, asked for by a new task queue, re-arms). Upstream
         // cancelled and re-armed it on every call: two SQEs per reactor turn, tens of
         // thousands of turns a second under load.
         let now = Instant::now();
@@ -1861,7 +1862,9 @@ impl Reactor {
         let deadline = self.latency_preemption_deadline.take();
         let kept_preemption_timer = match (armed, deadline, preempt_timer()) {
             (Some(timer), Some(deadline), Some(preempt))
-                if timer.result().is_none() && deadline + preempt / 8 >= now + preempt =>
+                if timer.result().is_none()
+                    && deadline <= now + preempt
+                    && deadline + preempt / 8 >= now + preempt =>
             {
                 Some((timer, deadline))
             }
