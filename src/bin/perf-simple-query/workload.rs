@@ -110,6 +110,8 @@ fn encode_get(out: &mut Vec<u8>, sync: u64, key: u64) {
         request_type::SELECT as u8,
         header_key::SYNC as u8,
     ];
+    // The body below encodes the space id as a uint 16 (0xcd), its shortest form.
+    const _: () = assert!(KV_SPACE_ID > 0xff && KV_SPACE_ID <= 0xffff);
     let [space_high, space_low] = (KV_SPACE_ID as u16).to_be_bytes();
     let body_before_key: [u8; 15] = [
         0x86,
