@@ -4,9 +4,9 @@
 //! Connections are balanced over the cores: the kernel spreads accepts over the listeners
 //! (SO_REUSEPORT) by a hash of the client's address, which splits 16 connections over two
 //! cores 8 to 8 one time in five, and 11 to 5 or worse one time in five too; a core serving
-//! more connections than its share is the server's bottleneck under load. So the accepting core serves a connection only if no
-//! other core serves fewer; else it hands the socket to the core serving the fewest
-//! (Seastar's "connection distribution").
+//! more connections than its share is the server's bottleneck under load. So the accepting
+//! core serves a connection only if no other core serves fewer; else it hands the socket to
+//! the core serving the fewest (Seastar's "connection distribution").
 //!
 //! Owns executors, listeners, connections, routing, fan-out and merge, sessions and the
 //! system spaces. It knows nothing of file formats.

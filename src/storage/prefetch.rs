@@ -33,10 +33,7 @@ pub fn prefetch_slice<T>(items: &[T]) {
 /// steps of a line from `start_address`: an object that starts mid-line ends in a line
 /// such steps miss (a 35-byte tuple at offset 48 of its line ends 19 bytes into the next).
 #[inline(always)]
-fn touched_lines(
-    start_address: usize,
-    len_bytes: usize,
-) -> std::iter::StepBy<std::ops::Range<usize>> {
+fn touched_lines(start_address: usize, len_bytes: usize) -> impl Iterator<Item = usize> {
     let first_line = start_address - start_address % CACHE_LINE_BYTES;
     let end = if len_bytes == 0 {
         first_line

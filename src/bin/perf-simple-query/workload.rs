@@ -113,7 +113,8 @@ fn encode_get(out: &mut Vec<u8>, sync: u64, key: u64) {
     // The body below encodes the space id as a uint 16 (0xcd), its shortest form.
     const _: () = assert!(KV_SPACE_ID > 0xff && KV_SPACE_ID <= 0xffff);
     let [space_high, space_low] = (KV_SPACE_ID as u16).to_be_bytes();
-    let body_before_key: [u8; 15] = [
+    const BODY_BEFORE_KEY_BYTES: usize = 15;
+    let body_before_key: [u8; BODY_BEFORE_KEY_BYTES] = [
         0x86,
         body_key::SPACE_ID as u8,
         0xcd,
@@ -130,7 +131,11 @@ fn encode_get(out: &mut Vec<u8>, sync: u64, key: u64) {
         body_key::KEY as u8,
         0x91,
     ];
-    let mut packet = [0u8; SIZE_PREFIX_BYTES + 4 + 9 + 15 + 9];
+    let mut packet = [0u8; SIZE_PREFIX_BYTES
+        + HEADER_BEFORE_SYNC.len()
+        + UINT_BYTES_MAX
+        + BODY_BEFORE_KEY_BYTES
+        + UINT_BYTES_MAX];
     let mut len = SIZE_PREFIX_BYTES;
     let mut put = |bytes: &[u8]| {
         packet[len..len + bytes.len()].copy_from_slice(bytes);
@@ -147,10 +152,13 @@ fn encode_get(out: &mut Vec<u8>, sync: u64, key: u64) {
     out.extend_from_slice(&packet[..len]);
 }
 
+/// The longest msgpack uint: a marker and 8 bytes.
+const UINT_BYTES_MAX: usize = 9;
+
 /// `value` as msgpack writes it (the shortest uint form), and how many bytes that is.
 #[inline(always)]
-fn uint_bytes(value: u64) -> ([u8; 9], usize) {
-    let mut bytes = [0u8; 9];
+fn uint_bytes(value: u64) -> ([u8; UINT_BYTES_MAX], usize) {
+    let mut bytes = [0u8; UINT_BYTES_MAX];
     let len = match value {
         0..=0x7f => {
             bytes[0] = value as u8;
