@@ -1858,9 +1858,10 @@ impl Reactor {
         // cancelled and re-armed it on every call: two SQEs per reactor turn, tens of
         // thousands of turns a second under load.
         let now = Instant::now();
+        let wanted_preemption = preempt_timer();
         let armed = self.latency_preemption_timeout_src.take();
         let deadline = self.latency_preemption_deadline.take();
-        let kept_preemption_timer = match (armed, deadline, preempt_timer()) {
+        let kept_preemption_timer = match (armed, deadline, wanted_preemption) {
             (Some(timer), Some(deadline), Some(preempt))
                 if timer.result().is_none()
                     && deadline <= now + preempt
@@ -1877,7 +1878,7 @@ impl Reactor {
         // counted from a little earlier. Before a possible sleep it is re-armed as
         // upstream does: kept across sleeps, it cost the load generator 10-20 us of p99
         // at one request in flight.
-        let busy_turn = preempt_timer().is_some();
+        let busy_turn = wanted_preemption.is_some();
         let throughput_timer = self
             .throughput_preemption_timeout_src
             .take()
