@@ -73,6 +73,10 @@ pub(crate) const DEFAULT_EXECUTOR_NAME: &str = "unnamed";
 pub(crate) const DEFAULT_PREEMPT_TIMER: Duration = Duration::from_millis(100);
 pub(crate) const DEFAULT_IO_MEMORY: usize = 10 << 20;
 pub(crate) const DEFAULT_RING_SUBMISSION_DEPTH: usize = 128;
+/// (tarn patch) How long an idle executor spins before each empty round also yields
+/// the core (a `sched_yield`, a system call): gaps shorter than this between bursts of
+/// work cost no system calls.
+const SPIN_WITHOUT_YIELD: Duration = Duration::from_micros(2);
 
 /// Result type alias that removes the need to specify a type parameter
 /// that's only valid in the channel variants of the error. Otherwise, it
@@ -1495,7 +1499,15 @@ impl LocalExecutor {
                         break t.unwrap();
                     } else {
                         while !this.reactor.spin_poll_io().unwrap() {
-                            if pre_time.elapsed() > spin_before_park {
+                            let spun = pre_time.elapsed();
+                            // (tarn patch) Spinning is to avoid a sleep and a wake-up, not
+                            // to hold the core: a thread woken on it (a client on the same
+                            // machine) would otherwise wait for the scheduler to preempt
+                            // us, tens of microseconds on a VM.
+                            if spun > SPIN_WITHOUT_YIELD {
+                                std::thread::yield_now();
+                            }
+                            if spun > spin_before_park {
                                 this.parker
                                     .park()
                                     .expect("Failed to park! This is actually pretty bad!");
