@@ -88,7 +88,6 @@ impl Connection {
             if read == 0 {
                 return Ok(());
             }
-            self.session.core().idle_poll.note_work();
             filled += read;
         }
     }

@@ -35,7 +35,6 @@ use crate::server::batch::{self, Kind};
 use crate::server::crud::{self, CrudConfig};
 use crate::server::decoded::{Decoded, DecodedAhead};
 use crate::server::durability;
-use crate::server::idle_poll::IdlePoll;
 use crate::server::inbox::Inbox;
 use crate::server::schema::{self, SCHEMA_VERSION};
 use crate::server::{ServerError, Shared};
@@ -153,8 +152,6 @@ pub struct Core {
     pub shared: Arc<Shared>,
     /// What crud needs of the server, built once.
     pub crud: CrudConfig,
-    /// Keeps this core polling for a while after work comes in (see [`IdlePoll`]).
-    pub idle_poll: Rc<IdlePoll>,
     id: usize,
     senders: Senders<Envelope>,
     outgoing: RefCell<Vec<Outgoing>>,
@@ -192,7 +189,6 @@ impl Core {
             shard: RefCell::new(Shard::new(id, engine, wal)),
             shard_count,
             crud: CrudConfig::new(&shared.config, &shared.instance_uuid),
-            idle_poll: IdlePoll::new(shared.config.idle_poll),
             shared,
             id,
             senders,
@@ -209,9 +205,6 @@ impl Core {
             handed_over_waiter: RefCell::default(),
         });
         core.start_tasks(receivers);
-        if core.idle_poll.ticks() {
-            glommio::spawn_local(core.idle_poll.clone().run()).detach();
-        }
         glommio::spawn_local(durability::checkpoint_loop(core.clone(), lsn_next - 1)).detach();
         Ok(core)
     }
@@ -240,7 +233,6 @@ impl Core {
             let receivers = receivers.clone();
             glommio::spawn_local(async move {
                 while let Ok(Some(envelope)) = receivers.recv_from(peer).await {
-                    core.idle_poll.note_work();
                     match envelope {
                         Envelope::Requests(batch) => core.serve_batch(peer, batch),
                         Envelope::Replies(batch) => core.deliver_replies(batch),

@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 const SCHEMA_FILE: &str = "schema.bin";
 /// How often each core looks for a snapshot request or a due checkpoint. Each look wakes
-/// the core (which then spins briefly before it sleeps again, see `idle_poll`): at 10 ms this
-/// was half of what an idle server spent; `box.snapshot()` waits up to this long more.
+/// the core, which then polls for `idle_poll` before it sleeps again: at 10 ms this was half
+/// of what an idle server spent; `box.snapshot()` waits up to this long more.
 const CHECKPOINT_POLL: Duration = Duration::from_millis(50);
 
 /// Checks the config against the schema recorded in `data_dir` and records the config's.

@@ -52,7 +52,6 @@ pub mod decoded;
 pub mod dispatch;
 pub mod durability;
 pub mod heap;
-pub mod idle_poll;
 pub mod inbox;
 pub mod schema;
 pub mod session;
@@ -194,7 +193,12 @@ where
     let joined = Arc::new(AtomicUsize::new(0));
     let any_failed = Arc::new(AtomicBool::new(false));
     let handles = LocalExecutorPoolBuilder::new(PoolPlacement::MaxSpread(shard_count, None))
-        .spin_before_park(idle_poll::executor_spin(shared.config.idle_poll))
+        // A core that sleeps is woken by the kernel when work arrives: tens of microseconds
+        // on a VM, paid by the request that woke it (on several shards once more by a hop to
+        // a sleeping peer). So after each burst of work it polls for `idle_poll` first. The
+        // vendored glommio yields the CPU on each empty round of that spin (patch 6 in
+        // `vendor/glommio/TARN-PATCHES.md`), so a client on the same core is not starved.
+        .spin_before_park(shared.config.idle_poll)
         .on_all_shards(move || {
             let (shared, mesh) = (shared.clone(), mesh.clone());
             let (per_core, finished) = (per_core.clone(), finished.clone());
