@@ -10,17 +10,26 @@ use std::rc::Rc;
 pub struct Engine {
     /// Few spaces per server, looked up on every request: a sorted vector beats a map.
     spaces: Vec<Space>,
-    /// `spaces`' ids in the same order: the lookup's search touches one cache line here
-    /// rather than one `Space` (hundreds of bytes) per probe.
+    /// `spaces`' ids in the same order, searched for ids from [`DIRECT_SPACE_IDS`] up.
     space_ids: Vec<u32>,
+    /// For each id below [`DIRECT_SPACE_IDS`] (up to the largest such id in use), its
+    /// space's position in `spaces`, or [`NO_SPACE`]. A request finds its space several
+    /// times on its way (placement, fetching ahead, execution): one load each, where a
+    /// binary search's dependent probes showed in every one of those places.
+    space_at: Vec<u16>,
     quota: Rc<MemoryQuota>,
 }
+
+/// Ids below this (system spaces, and users' from 512) are found in `Engine::space_at`.
+const DIRECT_SPACE_IDS: u32 = 1 << 13;
+const NO_SPACE: u16 = u16::MAX;
 
 impl Engine {
     pub fn new(memory_limit_bytes: u64) -> Engine {
         Engine {
             spaces: Vec::new(),
             space_ids: Vec::new(),
+            space_at: Vec::new(),
             quota: Rc::new(MemoryQuota::new(memory_limit_bytes)),
         }
     }
@@ -35,15 +44,52 @@ impl Engine {
                 format!("space {} '{}' already exists", def.id, def.name).into(),
             ));
         }
+        if self.spaces.len() >= usize::from(NO_SPACE) {
+            return Err(StorageError::IllegalParams(
+                format!("too many spaces (at most {NO_SPACE})").into(),
+            ));
+        }
         let space = Space::new(def, self.quota.clone())?;
         let at = self.space_ids.partition_point(|&id| id < space.id);
         self.space_ids.insert(at, space.id);
         self.spaces.insert(at, space);
+        // Positions from `at` on moved: rebuilt whole (spaces are created rarely).
+        let direct_len = self
+            .space_ids
+            .iter()
+            .filter(|&&id| id < DIRECT_SPACE_IDS)
+            .map(|&id| id as usize + 1)
+            .max()
+            .unwrap_or(0);
+        self.space_at.clear();
+        self.space_at.resize(direct_len, NO_SPACE);
+        for (position, &id) in self.space_ids.iter().enumerate() {
+            if id < DIRECT_SPACE_IDS {
+                self.space_at[id as usize] = position as u16;
+            }
+        }
         debug_assert!(self
             .space_ids
             .iter()
             .eq(self.spaces.iter().map(|space| &space.id)));
+        debug_assert!(self
+            .space_ids
+            .iter()
+            .enumerate()
+            .all(|(position, &id)| self.position_of(id) == Some(position)));
         Ok(())
+    }
+
+    /// Where space `id` is in `spaces`.
+    #[inline]
+    fn position_of(&self, id: u32) -> Option<usize> {
+        if id < DIRECT_SPACE_IDS {
+            return match self.space_at.get(id as usize) {
+                Some(&position) if position != NO_SPACE => Some(usize::from(position)),
+                _ => None,
+            };
+        }
+        self.space_ids.binary_search(&id).ok()
     }
 
     #[inline]
@@ -56,15 +102,15 @@ impl Engine {
     /// pay for formatting one).
     #[inline]
     pub fn find_space(&self, id: u32) -> Option<&Space> {
-        let at = self.space_ids.binary_search(&id).ok()?;
+        let at = self.position_of(id)?;
         Some(&self.spaces[at])
     }
 
     #[inline]
     pub fn space_mut(&mut self, id: u32) -> Result<&mut Space> {
-        match self.space_ids.binary_search(&id) {
-            Ok(at) => Ok(&mut self.spaces[at]),
-            Err(_) => Err(StorageError::NoSuchSpace(id.to_string().into())),
+        match self.position_of(id) {
+            Some(at) => Ok(&mut self.spaces[at]),
+            None => Err(StorageError::NoSuchSpace(id.to_string().into())),
         }
     }
 
@@ -114,6 +160,60 @@ pub fn same_name(a: &[u8], b: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::{FieldDef, FieldType, IndexDef, KeyPart, SpaceFormat};
+
+    fn def(id: u32) -> SpaceDef {
+        SpaceDef {
+            id,
+            name: format!("s{id}").into(),
+            format: SpaceFormat::new(vec![FieldDef::new("id", FieldType::Unsigned)]),
+            indexes: vec![IndexDef::tree(
+                0,
+                "primary",
+                true,
+                vec![KeyPart::new(0, FieldType::Unsigned)],
+            )],
+        }
+    }
+
+    #[test]
+    fn spaces_are_found_by_id_on_both_sides_of_the_direct_table() {
+        let ids = [
+            DIRECT_SPACE_IDS + 5,
+            513,
+            280,
+            DIRECT_SPACE_IDS - 1,
+            DIRECT_SPACE_IDS,
+            512,
+            u32::MAX,
+        ];
+        let mut engine = Engine::new(u64::MAX);
+        for (created, &id) in ids.iter().enumerate() {
+            engine.create_space(def(id)).unwrap();
+            // Every space created so far, wherever the new one sorted, is still found.
+            for &earlier in &ids[..=created] {
+                assert_eq!(
+                    engine.find_space(earlier).map(|space| space.id),
+                    Some(earlier)
+                );
+                assert_eq!(engine.space_mut(earlier).unwrap().id, earlier);
+            }
+        }
+        for missing in [
+            0,
+            281,
+            514,
+            DIRECT_SPACE_IDS - 2,
+            DIRECT_SPACE_IDS + 1,
+            u32::MAX - 1,
+        ] {
+            assert!(engine.find_space(missing).is_none(), "{missing}");
+            assert!(matches!(
+                engine.space(missing),
+                Err(StorageError::NoSuchSpace(_))
+            ));
+        }
+    }
 
     #[test]
     fn same_name_is_byte_equality_at_every_length() {
