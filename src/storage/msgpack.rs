@@ -291,6 +291,42 @@ pub fn write_uint(out: &mut Vec<u8>, value: u64) {
     }
 }
 
+/// The longest msgpack uint: a marker and 8 bytes.
+pub const UINT_BYTES_MAX: usize = 9;
+
+/// [`write_uint`]'s bytes in a fixed buffer, and how many of them there are: for encoders
+/// that assemble a whole packet on the stack and append it with one copy.
+#[inline(always)]
+pub fn uint_bytes(value: u64) -> ([u8; UINT_BYTES_MAX], usize) {
+    let mut bytes = [0u8; UINT_BYTES_MAX];
+    let len = match value {
+        0..=0x7f => {
+            bytes[0] = value as u8;
+            1
+        }
+        0x80..=0xff => {
+            bytes[..2].copy_from_slice(&[0xcc, value as u8]);
+            2
+        }
+        0x100..=0xffff => {
+            bytes[0] = 0xcd;
+            bytes[1..3].copy_from_slice(&(value as u16).to_be_bytes());
+            3
+        }
+        0x1_0000..=0xffff_ffff => {
+            bytes[0] = 0xce;
+            bytes[1..5].copy_from_slice(&(value as u32).to_be_bytes());
+            5
+        }
+        _ => {
+            bytes[0] = 0xcf;
+            bytes[1..9].copy_from_slice(&value.to_be_bytes());
+            9
+        }
+    };
+    (bytes, len)
+}
+
 /// Writes a signed integer: non-negative values as uint (as Tarantool does), negative ones
 /// in the shortest int form.
 #[inline]
@@ -481,6 +517,18 @@ mod tests {
         let mut buf: &[u8] = &bytes;
         skip_value(&mut buf).unwrap();
         assert!(buf.is_empty());
+    }
+
+    #[test]
+    fn uint_bytes_are_what_write_uint_writes() {
+        for width_edge in [0u64, 0x7f, 0xff, 0xffff, 0xffff_ffff, u64::MAX] {
+            for value in [width_edge, width_edge.wrapping_add(1)] {
+                let mut written = Vec::new();
+                write_uint(&mut written, value);
+                let (bytes, len) = uint_bytes(value);
+                assert_eq!(&bytes[..len], &written[..], "{value}");
+            }
+        }
     }
 
     /// The skipper as it reads: every value through `read_value`, nothing stepped over.

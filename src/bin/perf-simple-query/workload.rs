@@ -8,7 +8,7 @@ use tarn::protocol::client::{
 };
 use tarn::protocol::codes::{body_key, header_key, request_type};
 use tarn::protocol::request::{Select, Update};
-use tarn::storage::msgpack::{write_array_len, write_str, write_uint};
+use tarn::storage::msgpack::{uint_bytes, write_array_len, write_str, write_uint, UINT_BYTES_MAX};
 
 use crate::cli::Operation;
 
@@ -150,41 +150,6 @@ fn encode_get(out: &mut Vec<u8>, sync: u64, key: u64) {
     packet[0] = 0xce;
     packet[1..SIZE_PREFIX_BYTES].copy_from_slice(&((len - SIZE_PREFIX_BYTES) as u32).to_be_bytes());
     out.extend_from_slice(&packet[..len]);
-}
-
-/// The longest msgpack uint: a marker and 8 bytes.
-const UINT_BYTES_MAX: usize = 9;
-
-/// `value` as msgpack writes it (the shortest uint form), and how many bytes that is.
-#[inline(always)]
-fn uint_bytes(value: u64) -> ([u8; UINT_BYTES_MAX], usize) {
-    let mut bytes = [0u8; UINT_BYTES_MAX];
-    let len = match value {
-        0..=0x7f => {
-            bytes[0] = value as u8;
-            1
-        }
-        0x80..=0xff => {
-            bytes[..2].copy_from_slice(&[0xcc, value as u8]);
-            2
-        }
-        0x100..=0xffff => {
-            bytes[0] = 0xcd;
-            bytes[1..3].copy_from_slice(&(value as u16).to_be_bytes());
-            3
-        }
-        0x1_0000..=0xffff_ffff => {
-            bytes[0] = 0xce;
-            bytes[1..5].copy_from_slice(&(value as u32).to_be_bytes());
-            5
-        }
-        _ => {
-            bytes[0] = 0xcf;
-            bytes[1..9].copy_from_slice(&value.to_be_bytes());
-            9
-        }
-    };
-    (bytes, len)
 }
 
 /// Encodes `[key]`.
