@@ -8,10 +8,9 @@ use crate::storage::space::{Space, SpaceDef};
 use std::rc::Rc;
 
 pub struct Engine {
-    /// Few spaces per server, looked up on every request: a sorted vector beats a map.
+    /// Few spaces per server, sorted by id: ids from [`DIRECT_SPACE_IDS`] up (rare) are
+    /// binary-searched here.
     spaces: Vec<Space>,
-    /// `spaces`' ids in the same order, searched for ids from [`DIRECT_SPACE_IDS`] up.
-    space_ids: Vec<u32>,
     /// For each id below [`DIRECT_SPACE_IDS`] (up to the largest such id in use), its
     /// space's position in `spaces`, or [`NO_SPACE`]. A request finds its space several
     /// times on its way (placement, fetching ahead, execution): one load each, where a
@@ -28,7 +27,6 @@ impl Engine {
     pub fn new(memory_limit_bytes: u64) -> Engine {
         Engine {
             spaces: Vec::new(),
-            space_ids: Vec::new(),
             space_at: Vec::new(),
             quota: Rc::new(MemoryQuota::new(memory_limit_bytes)),
         }
@@ -50,33 +48,32 @@ impl Engine {
             ));
         }
         let space = Space::new(def, self.quota.clone())?;
-        let at = self.space_ids.partition_point(|&id| id < space.id);
-        self.space_ids.insert(at, space.id);
+        let at = self
+            .spaces
+            .partition_point(|existing| existing.id < space.id);
         self.spaces.insert(at, space);
         // Positions from `at` on moved: rebuilt whole (spaces are created rarely).
-        let direct_len = self
-            .space_ids
-            .iter()
-            .filter(|&&id| id < DIRECT_SPACE_IDS)
-            .map(|&id| id as usize + 1)
+        let direct_ids = || {
+            self.spaces
+                .iter()
+                .map(|space| space.id)
+                .enumerate()
+                .filter(|&(_, id)| id < DIRECT_SPACE_IDS)
+        };
+        let direct_len = direct_ids()
+            .map(|(_, id)| id as usize + 1)
             .max()
             .unwrap_or(0);
-        self.space_at.clear();
-        self.space_at.resize(direct_len, NO_SPACE);
-        for (position, &id) in self.space_ids.iter().enumerate() {
-            if id < DIRECT_SPACE_IDS {
-                self.space_at[id as usize] = position as u16;
-            }
+        let mut space_at = vec![NO_SPACE; direct_len];
+        for (position, id) in direct_ids() {
+            space_at[id as usize] = position as u16;
         }
+        self.space_at = space_at;
         debug_assert!(self
-            .space_ids
-            .iter()
-            .eq(self.spaces.iter().map(|space| &space.id)));
-        debug_assert!(self
-            .space_ids
+            .spaces
             .iter()
             .enumerate()
-            .all(|(position, &id)| self.position_of(id) == Some(position)));
+            .all(|(position, space)| self.position_of(space.id) == Some(position)));
         Ok(())
     }
 
@@ -89,7 +86,7 @@ impl Engine {
                 _ => None,
             };
         }
-        self.space_ids.binary_search(&id).ok()
+        self.spaces.binary_search_by_key(&id, |space| space.id).ok()
     }
 
     #[inline]
