@@ -95,6 +95,11 @@ pub struct Args {
     #[arg(long, default_value_t = 1)]
     pub pipeline: usize,
 
+    /// Seconds without a reply after which the run fails instead of waiting on a server
+    /// that stopped answering (--connect).
+    #[arg(long, value_name = "SECS", default_value_t = 10)]
+    pub io_timeout: u64,
+
     /// Skip populating keys 0..partitions before measuring (--connect).
     #[arg(long)]
     pub no_populate: bool,
@@ -238,6 +243,9 @@ impl Args {
                 let addr = resolve_addr(text)?;
                 if self.conns == 0 || self.pipeline == 0 {
                     return Err("--conns and --pipeline must be at least 1".into());
+                }
+                if self.io_timeout == 0 {
+                    return Err("--io-timeout must be at least 1".into());
                 }
                 if self.conns < smp {
                     return Err(format!(

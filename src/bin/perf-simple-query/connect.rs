@@ -16,8 +16,9 @@
 
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
+use std::os::fd::{AsRawFd, RawFd};
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_lite::{AsyncReadExt, AsyncWriteExt};
@@ -36,9 +37,9 @@ const MAX_PIPELINE: usize = 1 << SLOT_BITS;
 const READ_BUFFER_BYTES: usize = 64 * 1024;
 /// Requests in flight per connection while populating, whatever --pipeline says.
 const POPULATE_PIPELINE: usize = 128;
-/// A server silent for this long fails the run instead of hanging it.
-const IO_TIMEOUT: Duration = Duration::from_secs(10);
 const MEASURE_POLL: Duration = Duration::from_millis(1);
+/// How often the driver thread looks for a silent server while measuring.
+const SILENCE_POLL: Duration = Duration::from_millis(100);
 
 /// Everything a connection needs to know, shared by the executors.
 #[derive(Debug, Clone)]
@@ -54,6 +55,8 @@ struct Plan {
     seed: u64,
     single_key: bool,
     user: Option<(String, String)>,
+    /// A server silent for this long fails the run instead of hanging it.
+    io_timeout: Duration,
 }
 
 pub struct Connect {
@@ -79,6 +82,7 @@ impl Connect {
                 seed: config.seed,
                 single_key: args.query_single_key,
                 user: args.user.clone().map(|u| (u, args.password.clone())),
+                io_timeout: Duration::from_secs(args.io_timeout),
             },
         }
     }
@@ -101,13 +105,14 @@ impl Driver for Connect {
                 plan.pipeline
             )));
         }
+        let watchdog = Arc::new(Watchdog::default());
         let mut handles = Vec::with_capacity(plan.threads);
         for thread in 0..plan.threads {
-            let (plan, progress) = (plan.clone(), progress.clone());
+            let (plan, progress, watchdog) = (plan.clone(), progress.clone(), watchdog.clone());
             let handle = LocalExecutorBuilder::new(Placement::Unbound)
                 .name(&format!("client-{thread}"))
                 .spawn(move || async move {
-                    let result = worker(thread, &plan, &progress).await;
+                    let result = worker(thread, &plan, &progress, &watchdog).await;
                     if result.is_err() {
                         progress.stop();
                     }
@@ -117,6 +122,7 @@ impl Driver for Connect {
                 .map_err(|e| DriverError::Setup(format!("client executor: {e}")))?;
             handles.push(handle);
         }
+        let silent = watchdog.wait_for_workers(&plan, &progress);
         let mut outcome = Outcome {
             latency_ns: Some(Histogram::default()),
             populated_keys: if plan.populate { plan.partitions } else { 0 },
@@ -134,9 +140,88 @@ impl Driver for Connect {
                 }
             }
         }
+        if silent {
+            return Err(DriverError::Connection(format!(
+                "{} sent no reply for {} s (--io-timeout)",
+                plan.addr,
+                plan.io_timeout.as_secs()
+            )));
+        }
         match first_error {
             Some(e) => Err(e),
             None => Ok(outcome),
+        }
+    }
+}
+
+/// Watches the measured phase for a server that stopped answering.
+///
+/// Before measuring, each connection's reads and writes carry glommio timeouts. While
+/// measuring they do not: with a timer pending, every time an executor goes to sleep glommio
+/// arms a kernel timeout and cancels it on waking, tens of thousands of times a second,
+/// which was a tenth of the load generator's CPU at 16 x 128, taken from the server under
+/// test on a shared machine. Instead the connections register their sockets here, and the
+/// driver's thread, which otherwise only waits, shuts them all down once no operation has
+/// completed for `--io-timeout`: every blocked read or write then fails, and the run ends.
+#[derive(Default)]
+struct Watchdog {
+    sockets: Mutex<Vec<RawFd>>,
+}
+
+/// A socket registered with the [`Watchdog`] for as long as this lives.
+struct Watched<'a> {
+    watchdog: &'a Watchdog,
+    socket: RawFd,
+}
+
+impl Drop for Watched<'_> {
+    fn drop(&mut self) {
+        let mut sockets = self.watchdog.sockets.lock().unwrap();
+        if let Some(at) = sockets.iter().position(|&socket| socket == self.socket) {
+            sockets.swap_remove(at);
+        }
+    }
+}
+
+impl Watchdog {
+    /// Registers `socket` until the guard is dropped (before the socket is closed).
+    fn watch(&self, socket: RawFd) -> Watched<'_> {
+        self.sockets.lock().unwrap().push(socket);
+        Watched {
+            watchdog: self,
+            socket,
+        }
+    }
+
+    /// Blocks until every worker is done; returns true when that took shutting the sockets
+    /// down because the server went silent.
+    fn wait_for_workers(&self, plan: &Plan, progress: &Progress) -> bool {
+        let mut last_change: Option<(u64, Instant)> = None;
+        while progress.done_workers() < plan.threads {
+            std::thread::sleep(SILENCE_POLL);
+            if !progress.is_measuring() {
+                continue;
+            }
+            let operations = progress.totals().operations;
+            match last_change {
+                Some((seen, since)) if seen == operations => {
+                    if since.elapsed() >= plan.io_timeout {
+                        progress.stop();
+                        self.shut_down_all();
+                        return true;
+                    }
+                }
+                _ => last_change = Some((operations, Instant::now())),
+            }
+        }
+        false
+    }
+
+    fn shut_down_all(&self) {
+        for &socket in self.sockets.lock().unwrap().iter() {
+            // SAFETY: `shutdown` takes a descriptor by value and touches no memory of ours;
+            // a registered descriptor is still open (its guard unregisters it first).
+            unsafe { libc::shutdown(socket, libc::SHUT_RDWR) };
         }
     }
 }
@@ -237,6 +322,7 @@ async fn worker(
     thread: usize,
     plan: &Arc<Plan>,
     progress: &Arc<Progress>,
+    watchdog: &Arc<Watchdog>,
 ) -> Result<Histogram, DriverError> {
     progress.register_current_thread();
     let indexes = connections_of(thread, plan.threads, plan.conns);
@@ -278,10 +364,13 @@ async fn worker(
         .zip(indexes)
         .map(|(mut connection, index)| {
             let (plan, progress, shared) = (plan.clone(), progress.clone(), shared.clone());
+            let watchdog = watchdog.clone();
             glommio::spawn_local(async move {
                 let keys =
                     KeyGenerator::new(plan.seed, index as u64, plan.partitions, plan.single_key);
-                connection.load(&plan, keys, &progress, &shared).await
+                connection
+                    .load(&plan, keys, &progress, &shared, &watchdog)
+                    .await
             })
         })
         .collect();
@@ -335,8 +424,8 @@ impl Connection {
             .map_err(|e| io_error("connect to", addr, e))?;
         stream
             .set_nodelay(true)
-            .and_then(|()| stream.set_read_timeout(Some(IO_TIMEOUT)))
-            .and_then(|()| stream.set_write_timeout(Some(IO_TIMEOUT)))
+            .and_then(|()| stream.set_read_timeout(Some(plan.io_timeout)))
+            .and_then(|()| stream.set_write_timeout(Some(plan.io_timeout)))
             .map_err(|e| io_error("socket options for", addr, e))?;
         let mut connection = Connection {
             addr,
@@ -488,8 +577,15 @@ impl Connection {
         mut keys: KeyGenerator,
         progress: &Progress,
         worker: &WorkerState,
+        watchdog: &Watchdog,
     ) -> Result<(), DriverError> {
         let addr = plan.addr;
+        // The watchdog takes over from the per-operation timeouts (see `Watchdog`).
+        let _watched = watchdog.watch(self.stream.as_raw_fd());
+        self.stream
+            .set_read_timeout(None)
+            .and_then(|()| self.stream.set_write_timeout(None))
+            .map_err(|e| io_error("socket options for", addr, e))?;
         let pipeline = plan.pipeline;
         let mut free: Vec<usize> = (0..pipeline).rev().collect();
         let mut started = vec![Instant::now(); pipeline];
