@@ -58,6 +58,11 @@ pub struct CliArgs {
     #[arg(long, value_name = "US")]
     pub idle_poll_us: Option<u64>,
 
+    /// Scheduler slice of each shard's thread in microseconds (100..=100000; 0 = the
+    /// kernel's default).
+    #[arg(long, value_name = "US")]
+    pub sched_slice_us: Option<u64>,
+
     /// Skip damaged WAL rows during recovery instead of refusing to start.
     #[arg(long)]
     pub force_recovery: bool,
@@ -90,6 +95,9 @@ impl CliArgs {
         }
         if let Some(idle_poll_us) = self.idle_poll_us {
             raw.idle_poll_us = idle_poll_us;
+        }
+        if let Some(sched_slice_us) = self.sched_slice_us {
+            raw.sched_slice_us = sched_slice_us;
         }
         if let Some(memory_bytes) = self.memory {
             raw.memory = RawSize::Bytes(memory_bytes);

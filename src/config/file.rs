@@ -41,6 +41,8 @@ pub(crate) struct RawConfig {
     pub bucket_count: u64,
     #[serde(default = "default_idle_poll_us")]
     pub idle_poll_us: u64,
+    #[serde(default = "default_sched_slice_us")]
+    pub sched_slice_us: u64,
     #[serde(default)]
     pub guest: RawGuest,
     #[serde(default, rename = "user")]
@@ -84,6 +86,9 @@ fn default_bucket_count() -> u64 {
 }
 fn default_idle_poll_us() -> u64 {
     200
+}
+fn default_sched_slice_us() -> u64 {
+    100
 }
 fn default_true() -> bool {
     true

@@ -75,6 +75,8 @@ pub struct Config {
     pub bucket_count: u32,
     /// How long a shard that ran out of work keeps polling before it sleeps.
     pub idle_poll: std::time::Duration,
+    /// The scheduler slice each shard's thread asks for; `None` = the kernel's default.
+    pub sched_slice: Option<std::time::Duration>,
     pub durability: Durability,
     pub access: Access,
     /// In file order; ids and names are unique.
@@ -154,6 +156,7 @@ fn resolve(raw: &RawConfig, force_recovery: bool) -> Result<Config, ConfigError>
     let log_level = LogLevel::parse(&raw.log_level)?;
     let bucket_count = settings::check_bucket_count(raw.bucket_count)?;
     let idle_poll = settings::check_idle_poll(raw.idle_poll_us)?;
+    let sched_slice = settings::check_sched_slice(raw.sched_slice_us)?;
     let durability = durability::resolve_durability(
         &raw.wal_mode,
         &raw.wal_max_file_size,
@@ -173,6 +176,7 @@ fn resolve(raw: &RawConfig, force_recovery: bool) -> Result<Config, ConfigError>
         log_level,
         bucket_count,
         idle_poll,
+        sched_slice,
         durability,
         access,
         spaces,

@@ -130,6 +130,28 @@ pub(crate) fn check_idle_poll(idle_poll_us: u64) -> Result<std::time::Duration, 
     Ok(std::time::Duration::from_micros(idle_poll_us))
 }
 
+/// The range of scheduler slices Linux accepts for a fair-policy thread (it clamps others).
+pub const SCHED_SLICE_US_MIN: u64 = 100;
+pub const SCHED_SLICE_US_MAX: u64 = 100_000;
+
+pub(crate) fn check_sched_slice(
+    sched_slice_us: u64,
+) -> Result<Option<std::time::Duration>, ConfigError> {
+    match sched_slice_us {
+        0 => Ok(None),
+        SCHED_SLICE_US_MIN..=SCHED_SLICE_US_MAX => {
+            Ok(Some(std::time::Duration::from_micros(sched_slice_us)))
+        }
+        _ => Err(ConfigError::invalid(
+            "sched_slice_us",
+            format!(
+                "{sched_slice_us} is neither 0 (the kernel's default) nor in \
+                 {SCHED_SLICE_US_MIN}..={SCHED_SLICE_US_MAX}"
+            ),
+        )),
+    }
+}
+
 /// Parses a size and checks `minimum..=maximum`, naming `key` in errors.
 pub(crate) fn size_in_range(
     raw: &RawSize,

@@ -39,6 +39,10 @@ fn shipped_file_resolves_to_exact_values() {
     assert_eq!(config.bucket_count, 3000);
     assert_eq!(config.idle_poll, std::time::Duration::from_micros(200));
     assert_eq!(
+        config.sched_slice,
+        Some(std::time::Duration::from_micros(100))
+    );
+    assert_eq!(
         config.durability,
         Durability {
             wal_mode: WalMode::None,
@@ -131,6 +135,10 @@ fn empty_file_takes_defaults_and_grants_guest_nothing() {
     assert_eq!(config.memory_bytes, 1 << 30);
     assert_eq!(config.durability.wal_mode, WalMode::None);
     assert_eq!(config.idle_poll, std::time::Duration::from_micros(200));
+    assert_eq!(
+        config.sched_slice,
+        Some(std::time::Duration::from_micros(100))
+    );
     assert_eq!(config.access.guest, Grants::default());
     assert!(config.spaces.is_empty());
 }
@@ -340,6 +348,14 @@ fn scalar_settings_are_checked() {
     assert_invalid(
         "idle_poll_us = 1001",
         "idle_poll_us: 1001 is outside 0..=1000",
+    );
+    assert_invalid(
+        "sched_slice_us = 99",
+        "sched_slice_us: 99 is neither 0 (the kernel's default) nor in 100..=100000",
+    );
+    assert_invalid(
+        "sched_slice_us = 100001",
+        "sched_slice_us: 100001 is neither 0 (the kernel's default) nor in 100..=100000",
     );
 }
 
@@ -589,7 +605,7 @@ fn write_config(text: &str) -> (tempfile::TempDir, PathBuf) {
 fn flags_override_the_file() {
     let (_directory, path) = write_config(
         "listen = \"127.0.0.1:1\"\nshards = 2\ndata_dir = \"file\"\nlog_level = \"warn\"\n\
-         wal_mode = \"write\"\nmemory = \"64MiB\"\nidle_poll_us = 0\n",
+         wal_mode = \"write\"\nmemory = \"64MiB\"\nidle_poll_us = 0\nsched_slice_us = 0\n",
     );
     let path_text = path.to_str().unwrap();
 
@@ -602,6 +618,7 @@ fn flags_override_the_file() {
     assert_eq!(file_only.durability.wal_mode, WalMode::Write);
     assert_eq!(file_only.memory_bytes, 64 << 20);
     assert_eq!(file_only.idle_poll, std::time::Duration::ZERO);
+    assert_eq!(file_only.sched_slice, None);
     assert!(!file_only.durability.force_recovery);
 
     let args = CliArgs::try_parse_from([
@@ -622,6 +639,8 @@ fn flags_override_the_file() {
         "2GiB",
         "--idle-poll-us",
         "200",
+        "--sched-slice-us",
+        "2000",
         "--force-recovery",
     ])
     .unwrap();
@@ -633,6 +652,10 @@ fn flags_override_the_file() {
     assert_eq!(overridden.durability.wal_mode, WalMode::Fsync);
     assert_eq!(overridden.memory_bytes, 2 << 30);
     assert_eq!(overridden.idle_poll, std::time::Duration::from_micros(200));
+    assert_eq!(
+        overridden.sched_slice,
+        Some(std::time::Duration::from_micros(2000))
+    );
     assert!(overridden.durability.force_recovery);
 }
 
@@ -734,6 +757,7 @@ fn help_documents_every_flag() {
         "--wal-mode <MODE>",
         "--memory <SIZE>",
         "--idle-poll-us <US>",
+        "--sched-slice-us <US>",
         "--force-recovery",
     ] {
         assert!(help.contains(flag), "help lacks {flag}:\n{help}");

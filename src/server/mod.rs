@@ -53,6 +53,7 @@ pub mod dispatch;
 pub mod durability;
 pub mod heap;
 pub mod inbox;
+pub mod scheduling;
 pub mod schema;
 pub mod session;
 
@@ -162,6 +163,22 @@ pub fn shard_of_key(encoded_primary_key: &[u8], shard_count: usize) -> usize {
     (checksum::crc32c(encoded_primary_key) % shard_count as u32) as usize
 }
 
+/// Asks for the shard thread's scheduler slice (see [`scheduling`]); a refusal costs
+/// throughput, not correctness, so it is logged and the shard goes on.
+fn ask_for_slice(slice: Duration) {
+    let slice_us = slice.as_micros() as u64;
+    match scheduling::request_slice(slice) {
+        Ok(scheduling::SliceRequest::Set) => tracing::debug!(slice_us, "scheduler slice set"),
+        Ok(scheduling::SliceRequest::KeptPolicy(policy)) => {
+            tracing::info!(
+                policy,
+                "shard thread not on a fair policy; sched_slice_us not applied"
+            )
+        }
+        Err(error) => tracing::warn!(%error, slice_us, "could not set the scheduler slice"),
+    }
+}
+
 pub fn shard_count_for(config: &Config) -> usize {
     match config.shard_count {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -204,6 +221,9 @@ where
             let (per_core, finished) = (per_core.clone(), finished.clone());
             let (joined, any_failed) = (joined.clone(), any_failed.clone());
             async move {
+                if let Some(slice) = shared.config.sched_slice {
+                    ask_for_slice(slice);
+                }
                 let core = core::Core::join(shared, mesh).await;
                 // No core starts its work (e.g. listening) before every shard has recovered;
                 // a core that failed counts too, so the others do not wait forever, and then
