@@ -43,12 +43,11 @@ impl PointTarget {
 /// How many local point requests before it runs a request's lookup starts. Each local
 /// request that runs takes every lookup in flight one load further, so a lookup gets this
 /// many steps, a request's worth of work apart (a few hundred nanoseconds, about one memory
-/// latency). A path at a million keys (four levels) takes eight steps (each of three
-/// internal nodes' keys, then child slot; the leaf's keys; the value's line), and the
-/// tuple's load one request of lead: nine. Measured in process at a million keys: 9 at 217-226 cpu-ns
-/// per get, 8 at 231-235, 10 at 220-230, 11 and 12 at 222-236 (too few steps; too many
-/// lines in flight).
-const LEAF_AHEAD: usize = 9;
+/// latency). A path at a million keys (four levels) takes eight: each of three internal
+/// nodes' keys, then child slot; the leaf's keys and values together; then the tuple, with
+/// one request of lead. Measured in process at a million keys, 8 is a sharp optimum: 6 and 9
+/// both cost a fifth more per get (too few steps; too many lines in flight).
+const LEAF_AHEAD: usize = 8;
 /// A power of two above `LEAF_AHEAD`, so that a position maps to a slot with a mask.
 const RING_SLOTS: usize = 16;
 const _: () = assert!(RING_SLOTS.is_power_of_two() && RING_SLOTS > LEAF_AHEAD);

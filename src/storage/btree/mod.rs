@@ -576,13 +576,8 @@ enum CursorAt {
     SearchInternal(*const u8),
     /// Read this child slot of an internal node.
     ReadChild(*const u8),
-    /// Search this leaf's keys (they are loading).
+    /// Search this leaf's keys and read the value found (keys and values are loading).
     SearchLeaf(*const u8),
-    /// Read the value at `position` of this leaf (its line is loading).
-    ReadValue {
-        leaf: *const u8,
-        position: usize,
-    },
     /// The probe was at `position` of this leaf when the search ran.
     Found {
         leaf: *const u8,
@@ -592,12 +587,10 @@ enum CursorAt {
 }
 
 /// Starts loading `node`'s length and keys and says it is to be searched next. A leaf's
-/// values are not loaded with its keys: the search reads one value, and its line alone is
-/// loaded, a step later. Loading all of them with the keys (eight lines of 16-byte values)
-/// gave the tuple's load one more request of lead but had a lookup start thirteen loads
-/// rather than six at its leaf; with the lines in flight that many fewer, one more step
-/// (`LEAF_AHEAD` 9) measured 2-4% less CPU per get in process at a million keys. Loading an
-/// internal node's children with its keys (to save a step per level) gained nothing.
+/// values load along with its keys: reading the value in the same step as the search gives
+/// the tuple's load one more request of lead, which took a tenth off a get at a million
+/// keys (in process, 386-400 -> 347-349 ns), while loading an internal node's children
+/// with its keys (to save a step per level) gained nothing.
 #[inline]
 fn node_position<K, V>(node: &Node<K, V>) -> CursorAt {
     match node {
@@ -609,6 +602,7 @@ fn node_position<K, V>(node: &Node<K, V>) -> CursorAt {
         Node::Leaf(leaf) => {
             prefetch_line((&leaf.len as *const usize).cast());
             prefetch_slice(&leaf.keys[..]);
+            prefetch_slice(&leaf.values[..]);
             CursorAt::SearchLeaf((&**leaf as *const Leaf<K, V>).cast())
         }
     }
@@ -761,22 +755,17 @@ impl<K: TreeKey, V> BTree<K, V> {
                     let position = K::count_less(leaf.keys(), probe);
                     match leaf.keys().get(position) {
                         Some(key) if key.probe() == probe => {
-                            prefetch_line((&leaf.values[position] as *const Option<V>).cast());
-                            cursor.at = CursorAt::ReadValue {
+                            cursor.at = CursorAt::Found {
                                 leaf: node,
                                 position,
                             };
-                            None
+                            leaf.values[position].as_ref()
                         }
                         _ => {
                             cursor.at = CursorAt::Done;
                             None
                         }
                     }
-                }
-                CursorAt::ReadValue { leaf, position } => {
-                    cursor.at = CursorAt::Found { leaf, position };
-                    (*leaf.cast::<Leaf<K, V>>()).values[position].as_ref()
                 }
             }
         }
