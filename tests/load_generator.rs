@@ -9,11 +9,11 @@ use std::net::TcpListener;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// Runs the load generator with `args`, killing it (and failing) if it has not ended
-/// within `limit`.
-fn run_load_generator(args: &[&str], limit: Duration) -> Output {
+/// Runs the load generator with `args` (split at spaces), killing it (and failing) if it has
+/// not ended within `limit`.
+fn run_load_generator(args: &str, limit: Duration) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_perf-simple-query"))
-        .args(args)
+        .args(args.split_whitespace())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -32,24 +32,12 @@ fn run_load_generator(args: &[&str], limit: Duration) -> Output {
 #[test]
 fn a_fixed_count_of_gets_against_tarn_ends_with_every_reply_and_no_error() {
     let server = Server::start(2, "");
-    let addr = server.addr.to_string();
+    let addr = server.addr;
     let output = run_load_generator(
-        &[
-            "--connect",
-            &addr,
-            "--smp",
-            "1",
-            "--conns",
-            "2",
-            "--pipeline",
-            "8",
-            "--partitions",
-            "500",
-            "--operations-per-shard",
-            "3000",
-            "--random-seed",
-            "7",
-        ],
+        &format!(
+            "--connect {addr} --smp 1 --conns 2 --pipeline 8 --partitions 500 \
+             --operations-per-shard 3000 --random-seed 7"
+        ),
         Duration::from_secs(120),
     );
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -94,21 +82,10 @@ fn silent_server() -> std::net::SocketAddr {
 fn a_server_that_stops_answering_fails_the_run_after_io_timeout() {
     let addr = silent_server().to_string();
     let output = run_load_generator(
-        &[
-            "--connect",
-            &addr,
-            "--no-populate",
-            "--smp",
-            "2",
-            "--conns",
-            "3",
-            "--pipeline",
-            "4",
-            "--duration",
-            "30",
-            "--io-timeout",
-            "1",
-        ],
+        &format!(
+            "--connect {addr} --no-populate --smp 2 --conns 3 --pipeline 4 --duration 30 \
+             --io-timeout 1"
+        ),
         Duration::from_secs(60),
     );
     let stderr = String::from_utf8_lossy(&output.stderr);
