@@ -54,7 +54,13 @@ pub fn restart_with_huge_pages() {
         if under_valgrind {
             return;
         }
-        let error = std::process::Command::new("/proc/self/exe")
+        // The executable by its own path, not as /proc/self/exe: the kernel names a process
+        // after the file it executes, and `ps`, `top`, `pgrep tarn` and `killall tarn` would
+        // otherwise see it as `exe`.
+        let Ok(executable) = std::env::current_exe() else {
+            return;
+        };
+        let error = std::process::Command::new(executable)
             .arg0(program)
             .args(args)
             .env(TUNABLES_VAR, "glibc.malloc.hugetlb=1")

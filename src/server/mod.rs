@@ -179,6 +179,16 @@ fn ask_for_slice(slice: Duration) {
     }
 }
 
+/// Names the calling thread as `top -H` and `/proc/PID/task/TID/comm` show it (at most 15
+/// bytes; longer names are cut). Only a diagnostic: a failure changes nothing else.
+fn name_this_thread(name: &str) {
+    let mut bytes: Vec<u8> = name.bytes().filter(|&byte| byte != 0).take(15).collect();
+    bytes.push(0);
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes from the pointer,
+    // which `bytes` is for the length of the call.
+    unsafe { libc::prctl(libc::PR_SET_NAME, bytes.as_ptr() as libc::c_ulong, 0, 0, 0) };
+}
+
 pub fn shard_count_for(config: &Config) -> usize {
     match config.shard_count {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -216,6 +226,10 @@ where
         // vendored glommio yields the CPU on each empty round of that spin (patch 6 in
         // `vendor/glommio/TARN-PATCHES.md`), so a client on the same core is not starved.
         .spin_before_park(shared.config.idle_poll)
+        // glommio names each executor's thread, and the helper thread it starts for blocking
+        // calls, `tarn-N` (N its own count from 1); once a shard knows its id, its executor's
+        // thread is renamed `shard-ID`, the id its log lines carry.
+        .name("tarn")
         .on_all_shards(move || {
             let (shared, mesh) = (shared.clone(), mesh.clone());
             let (per_core, finished) = (per_core.clone(), finished.clone());
@@ -225,6 +239,9 @@ where
                     ask_for_slice(slice);
                 }
                 let core = core::Core::join(shared, mesh).await;
+                if let Ok(core) = &core {
+                    name_this_thread(&format!("shard-{}", core.id()));
+                }
                 // No core starts its work (e.g. listening) before every shard has recovered;
                 // a core that failed counts too, so the others do not wait forever, and then
                 // none starts: a server missing a shard must not serve.
