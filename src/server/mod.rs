@@ -179,14 +179,15 @@ fn ask_for_slice(slice: Duration) {
     }
 }
 
-/// Names the calling thread as `top -H` and `/proc/PID/task/TID/comm` show it (at most 15
-/// bytes; longer names are cut). Only a diagnostic: a failure changes nothing else.
+/// Names the calling thread as `top -H` and `/proc/PID/task/TID/comm` show it (the kernel
+/// keeps the first 15 bytes). Only a diagnostic: a failure changes nothing else.
 fn name_this_thread(name: &str) {
-    let mut bytes: Vec<u8> = name.bytes().filter(|&byte| byte != 0).take(15).collect();
-    bytes.push(0);
-    // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes from the pointer,
-    // which `bytes` is for the length of the call.
-    unsafe { libc::prctl(libc::PR_SET_NAME, bytes.as_ptr() as libc::c_ulong, 0, 0, 0) };
+    let Ok(name) = std::ffi::CString::new(name) else {
+        return;
+    };
+    // SAFETY: PR_SET_NAME reads a NUL-terminated string (at most 16 bytes of it) from the
+    // pointer, which `name` keeps valid for the call.
+    unsafe { libc::prctl(libc::PR_SET_NAME, name.as_ptr() as libc::c_ulong, 0, 0, 0) };
 }
 
 pub fn shard_count_for(config: &Config) -> usize {
