@@ -26,7 +26,9 @@ use std::hint::black_box;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
+use tarn::storage::change::RetiredTuples;
 use tarn::storage::msgpack;
+use tarn::storage::Change;
 use tarn::storage::{
     FieldDef, FieldType, IndexDef, KeyPart, MemoryQuota, Space, SpaceDef, SpaceFormat,
 };
@@ -241,8 +243,16 @@ fn main() {
     // New keys above every loaded id; delete removes exactly these later.
     let new_ids: Vec<u64> = (n..n + total as u64).collect();
     let (warmup, timed) = split(new_ids.iter().map(|&id| kv_tuple(id, &mut rng)).collect());
+    // Displaced tuples are freed a few writes later, as the server's shard does.
+    let mut retired = RetiredTuples::default();
+    let mut keep = |change: Change| {
+        if let Some(old) = change.old {
+            retired.retire(old);
+        }
+        change.new
+    };
     measure("insert", &warmup, &timed, |tuple| {
-        black_box(kv.insert(tuple).expect("insert"));
+        black_box(keep(kv.insert(tuple).expect("insert")));
     });
 
     let (warmup, timed) = split(
@@ -251,7 +261,7 @@ fn main() {
             .collect(),
     );
     measure("replace", &warmup, &timed, |tuple| {
-        black_box(kv.replace(tuple).expect("replace"));
+        black_box(keep(kv.replace(tuple).expect("replace")));
     });
 
     let plus_one = array(&[&|o| {
@@ -262,7 +272,7 @@ fn main() {
     }]);
     let (warmup, timed) = existing_keys(&mut rng);
     measure("update", &warmup, &timed, |key| {
-        black_box(kv.update(0, key, &plus_one, 0).expect("update"));
+        black_box(keep(kv.update(0, key, &plus_one, 0).expect("update")));
     });
 
     let (warmup, timed) = split(
@@ -271,13 +281,13 @@ fn main() {
             .collect(),
     );
     measure("upsert", &warmup, &timed, |tuple| {
-        kv.upsert(tuple, &plus_one, 0).expect("upsert");
+        black_box(keep(kv.upsert_stored(tuple, &plus_one, 0).expect("upsert")));
     });
 
     let (warmup, timed) = split(new_ids.iter().map(|&id| uint_key(id)).collect());
     if selected("insert") {
         measure("delete", &warmup, &timed, |key| {
-            black_box(kv.delete(0, key).expect("delete").expect("present"));
+            black_box(kv.delete(0, key).expect("delete").old.expect("present"));
         });
     }
     if selected("insert") && selected("delete") {

@@ -197,12 +197,16 @@ fn outcome_of(result: Result<Option<Tuple>, StorageError>) -> Outcome {
 
 fn apply_to_space(space: &mut Space, op: &Op) -> Outcome {
     match op {
-        Op::Insert(row) => outcome_of(space.insert(&encode_row(row)).map(Some)),
-        Op::Replace(row) => outcome_of(space.replace(&encode_row(row)).map(Some)),
-        Op::Delete(index_id, key) => outcome_of(space.delete(*index_id, &encode_row(key))),
-        Op::Update(index_id, key, ops) => {
-            outcome_of(space.update(*index_id, &encode_row(key), &encode_ops(ops), 0))
+        Op::Insert(row) => outcome_of(space.insert(&encode_row(row)).map(|c| c.new)),
+        Op::Replace(row) => outcome_of(space.replace(&encode_row(row)).map(|c| c.new)),
+        Op::Delete(index_id, key) => {
+            outcome_of(space.delete(*index_id, &encode_row(key)).map(|c| c.old))
         }
+        Op::Update(index_id, key, ops) => outcome_of(
+            space
+                .update(*index_id, &encode_row(key), &encode_ops(ops), 0)
+                .map(|c| c.new),
+        ),
         Op::Upsert(row, ops) => outcome_of(
             space
                 .upsert(&encode_row(row), &encode_ops(ops), 0)

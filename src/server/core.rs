@@ -38,6 +38,7 @@ use crate::server::durability;
 use crate::server::inbox::Inbox;
 use crate::server::schema::{self, SCHEMA_VERSION};
 use crate::server::{ServerError, Shared};
+use crate::shard::errors::encode_log_refused;
 use crate::shard::prefetch::{Ahead, LookupPipeline};
 use crate::shard::Shard;
 use glommio::channels::channel_mesh::{Full, MeshBuilder, Receivers, Senders};
@@ -209,6 +210,7 @@ impl Core {
             handed_over: RefCell::default(),
             handed_over_waiter: RefCell::default(),
         });
+        durability::roll_back_refused_writes(&core);
         core.start_tasks(receivers);
         glommio::spawn_local(durability::checkpoint_loop(core.clone(), lsn_next - 1)).detach();
         Ok(core)
@@ -397,8 +399,8 @@ impl Core {
         glommio::spawn_local(async move {
             let mut failed = Vec::new();
             for write in unacknowledged {
-                if write.commit.await.is_err() {
-                    failed.push((write.ticket, write.kind, write.sync));
+                if let Err(error) = write.commit.await {
+                    failed.push((write.ticket, write.kind, write.sync, error));
                 }
             }
             if !failed.is_empty() {
@@ -483,18 +485,20 @@ impl Core {
 
     /// A copy of a reply batch where the replies of `failed` writes (by ticket) say that the
     /// WAL refused them instead.
-    fn replace_failed_replies(&self, replies: &[u8], failed: &[(u32, Kind, u64)]) -> Vec<u8> {
+    fn replace_failed_replies(&self, replies: &[u8], failed: &[FailedWrite]) -> Vec<u8> {
         let mut rebuilt = self.take_buffer();
         for (ticket, bytes) in batch::replies(replies) {
             let mark = batch::begin_reply(&mut rebuilt, ticket);
             match failed
                 .iter()
-                .find(|(failed_ticket, _, _)| *failed_ticket == ticket)
+                .find(|(failed_ticket, _, _, _)| *failed_ticket == ticket)
             {
-                Some(&(_, Kind::CrudOps | Kind::CrudPart, _)) => {
+                Some((_, Kind::CrudOps | Kind::CrudPart, _, _)) => {
                     rebuilt.push(crud::wire::WAL_REFUSED)
                 }
-                Some(&(_, _, sync)) => wal_failure_reply(&mut rebuilt, sync),
+                Some((_, _, sync, error)) => {
+                    encode_log_refused(&mut rebuilt, *sync, SCHEMA_VERSION, error)
+                }
                 None => rebuilt.extend_from_slice(bytes),
             }
             batch::finish_reply(&mut rebuilt, mark);
@@ -591,13 +595,5 @@ struct Unacknowledged {
     commit: crate::wal::Commit,
 }
 
-/// The reply to a write whose WAL row could not be written: never an acknowledgement.
-pub(crate) fn wal_failure_reply(out: &mut Vec<u8>, sync: u64) {
-    crate::protocol::reply::encode_error(
-        out,
-        sync,
-        SCHEMA_VERSION,
-        crate::protocol::ErrorCode::ER_WAL_IO,
-        "Failed to write to disk",
-    );
-}
+/// A forwarded write the log refused: its ticket, kind and sync, and why.
+type FailedWrite = (u32, Kind, u64, crate::wal::WalError);

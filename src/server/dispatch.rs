@@ -272,14 +272,14 @@ impl Session {
     async fn wait_for_commits(&mut self, out: &mut Vec<u8>) {
         let mut failed = Vec::new();
         for write in self.unacknowledged.drain(..) {
-            if write.commit.await.is_err() {
-                failed.push((write.start, write.end, write.sync));
+            if let Err(error) = write.commit.await {
+                failed.push((write.start, write.end, write.sync, error));
             }
         }
         // From the back, so earlier places in `out` stay where they are.
-        for (start, end, sync) in failed.into_iter().rev() {
+        for (start, end, sync, refusal) in failed.into_iter().rev() {
             let mut error = Vec::new();
-            crate::server::core::wal_failure_reply(&mut error, sync);
+            crate::shard::errors::encode_log_refused(&mut error, sync, SCHEMA_VERSION, &refusal);
             let grown = error.len() as isize - (end - start) as isize;
             out.splice(start..end, error);
             for pending in self.pending.iter_mut().filter(|p| p.at >= end) {

@@ -203,9 +203,28 @@ pub fn start_wal(
     )))
 }
 
+/// Makes a failed WAL flush undo, in the shard, every write not yet durable, before any of
+/// their writers is answered (see `wal::writer` and `shard::undo`).
+pub fn roll_back_refused_writes(core: &Rc<Core>) {
+    let shard = core.shard.borrow();
+    let Some(wal) = &shard.wal else {
+        return;
+    };
+    let core_weak = Rc::downgrade(core);
+    wal.on_rollback(move |lsn_durable_last| {
+        let Some(core) = core_weak.upgrade() else {
+            return;
+        };
+        // The hook runs in the WAL's flusher task, between other tasks; no task holds the
+        // shard across an await, so it is free here.
+        core.shard.borrow_mut().roll_back_after(lsn_durable_last);
+    });
+}
+
 /// Per core: takes a snapshot when `box.snapshot()` asks for one or when
 /// `checkpoint_interval` has passed, then removes what `checkpoint_count` no longer needs.
-pub async fn checkpoint_loop(core: Rc<Core>, mut lsn_last: u64) {
+/// `lsn_last` is the last LSN recovered.
+pub async fn checkpoint_loop(core: Rc<Core>, lsn_last: u64) {
     let me = core.id();
     let shared = core.shared.clone();
     let fingerprint = shared.fingerprint;
@@ -222,11 +241,6 @@ pub async fn checkpoint_loop(core: Rc<Core>, mut lsn_last: u64) {
         if !asked && !due {
             continue;
         }
-        if let Some(wal) = &core.shard.borrow().wal {
-            lsn_last = wal.lsn_next() - 1;
-            // Rows after the checkpoint begin a new file: the older ones become removable.
-            wal.rotate();
-        }
         match take_snapshot(&core, &shared.config, fingerprint, lsn_last).await {
             Ok(()) => {}
             Err(reason) => {
@@ -242,20 +256,38 @@ pub async fn checkpoint_loop(core: Rc<Core>, mut lsn_last: u64) {
     }
 }
 
+/// Writes a snapshot of the shard as it is now. `lsn_recovered` is the snapshot's LSN when
+/// there is no WAL (nothing moves it on).
 async fn take_snapshot(
     core: &Rc<Core>,
     config: &Config,
     fingerprint: u64,
-    lsn: u64,
+    lsn_recovered: u64,
 ) -> Result<(), String> {
     let me = core.id();
     let dir: PathBuf = wal::dir::shard_dir(&config.data_dir, me as u32);
     wal::dir::create(&dir).map_err(|error| error.to_string())?;
     // Rows are after-images, so a point-in-time copy of the tuple handles is enough; the
-    // writing below runs while writes go on.
-    let tuples: Vec<(u32, Tuple)> = {
+    // writing below runs while writes go on. The copy holds every write applied so far,
+    // some not yet durable: it is kept only once they all are (a write the log refuses is
+    // rolled back, and a snapshot holding it would bring it back).
+    let (lsn, tuples, applied) = {
         let shard = core.shard.borrow();
-        shard
+        let (lsn, applied) = match &shard.wal {
+            Some(wal) => {
+                if let Some(cause) = wal.poisoned() {
+                    return Err(format!(
+                        "the WAL refuses writes since an I/O error ({cause}); restart the \
+                         server to recover from what is on disk"
+                    ));
+                }
+                // Rows after the checkpoint begin a new file: the older become removable.
+                wal.rotate();
+                (wal.lsn_next() - 1, Some(wal.commit_appended()))
+            }
+            None => (lsn_recovered, None),
+        };
+        let tuples: Vec<(u32, Tuple)> = shard
             .engine
             .spaces()
             .iter()
@@ -265,8 +297,14 @@ async fn take_snapshot(
                     .entries()
                     .map(move |(_, tuple)| (space.id, tuple.clone()))
             })
-            .collect()
+            .collect();
+        (lsn, tuples, applied)
     };
+    if let Some(applied) = applied {
+        applied.await.map_err(|error| {
+            format!("writes it holds were refused by the WAL, so it is not written: {error}")
+        })?;
+    }
     let started = Instant::now();
     let meta = SnapshotMeta {
         shard_id: me as u32,

@@ -1,8 +1,10 @@
-//! The one mapping from storage errors to Tarantool error codes, and their replies.
+//! The one mapping from storage errors, and from the log's refusal of a write, to Tarantool
+//! error codes, and their replies.
 
 use crate::protocol::reply;
 use crate::protocol::ErrorCode;
 use crate::storage::StorageError;
+use crate::wal::WalError;
 
 pub fn storage_error_code(error: &StorageError) -> ErrorCode {
     use StorageError::*;
@@ -48,4 +50,17 @@ pub fn encode_storage_error(
         storage_error_code(error),
         &error.to_string(),
     );
+}
+
+/// The reply to a write the WAL refused: `ER_WAL_IO`, never an acknowledgement, and the
+/// write itself already undone. A flush that failed answers Tarantool's own words; a log
+/// that stopped (or was closed) says why, so the client's error tells the operator what to
+/// fix.
+pub fn encode_log_refused(out: &mut Vec<u8>, sync: u64, schema_version: u64, error: &WalError) {
+    const FAILED_TO_WRITE: &str = "Failed to write to disk";
+    let message = match error {
+        WalError::WriteFailed { .. } => std::borrow::Cow::Borrowed(FAILED_TO_WRITE),
+        other => std::borrow::Cow::Owned(format!("{FAILED_TO_WRITE}: {other}")),
+    };
+    reply::encode_error(out, sync, schema_version, ErrorCode::ER_WAL_IO, &message);
 }

@@ -7,12 +7,13 @@
 
 pub mod errors;
 pub mod prefetch;
+pub mod undo;
 
-use crate::protocol::reply::{self, DataReply};
+use crate::protocol::reply::DataReply;
 use crate::protocol::request::{Request, Select};
-use crate::protocol::ErrorCode;
 use crate::shard::prefetch::PointTarget;
-use crate::storage::{Engine, Result, Tuple};
+use crate::shard::undo::UndoLog;
+use crate::storage::{Change, Engine, Result};
 use crate::wal::{Commit, RowKind, WalError, WalWriter};
 use bumpalo::Bump;
 use std::cell::Cell;
@@ -25,6 +26,8 @@ pub struct Shard {
     /// The WAL commit of the last write `execute` made, for the caller to await before
     /// the reply leaves: a write is acknowledged only once its row is written.
     pending_commit: Option<Commit>,
+    /// The writes whose rows are not yet durable, for the rollback of a refused one.
+    undo: UndoLog,
     /// Reused buffer for the primary key a delete row carries.
     key_scratch: Vec<u8>,
     /// The fetch-ahead lookup of the request about to be executed, if the pipeline walked
@@ -91,23 +94,6 @@ impl std::ops::Deref for ArenaBytes<'_> {
     }
 }
 
-/// What a write changed, as the WAL records it: a whole new tuple, or a deleted tuple
-/// (logged by its primary key).
-#[derive(Debug, Clone)]
-pub enum Written {
-    Stored(Tuple),
-    Deleted(Tuple),
-}
-
-impl Written {
-    /// The tuple stored or deleted.
-    pub fn tuple(&self) -> &Tuple {
-        match self {
-            Written::Stored(tuple) | Written::Deleted(tuple) => tuple,
-        }
-    }
-}
-
 /// Where [`Shard::scan`] writes its entries: a heap buffer or the shard's arena.
 pub trait ScanSink {
     fn put(&mut self, bytes: &[u8]);
@@ -135,6 +121,7 @@ impl Shard {
             engine,
             wal,
             pending_commit: None,
+            undo: UndoLog::default(),
             key_scratch: Vec::new(),
             fetched: None,
             arena: ShardArena::default(),
@@ -216,7 +203,7 @@ impl Shard {
         let fetched = self.fetched.take();
         // What each write answers with is the tuple it logs (UPSERT: nothing), so one
         // tuple handle serves both.
-        let (space_id, written, answers_with_written) = match request {
+        let (space_id, change, answers_with_tuple) = match request {
             Request::Select(select) => {
                 if let Err(error) = self.select(select, fetched, sync, schema_version, out) {
                     out.truncate(start);
@@ -228,42 +215,35 @@ impl Shard {
                 insert.space_id,
                 self.engine
                     .space_mut(insert.space_id)
-                    .and_then(|s| s.insert(insert.tuple))
-                    .map(|t| Some(Written::Stored(t))),
+                    .and_then(|s| s.insert(insert.tuple)),
                 true,
             ),
             Request::Replace(replace) => (
                 replace.space_id,
                 self.engine
                     .space_mut(replace.space_id)
-                    .and_then(|s| s.replace(replace.tuple))
-                    .map(|t| Some(Written::Stored(t))),
+                    .and_then(|s| s.replace(replace.tuple)),
                 true,
             ),
             Request::Update(update) => (
                 update.space_id,
-                self.engine
-                    .space_mut(update.space_id)
-                    .and_then(|s| {
-                        s.update(update.index_id, update.key, update.ops, update.index_base)
-                    })
-                    .map(|t| t.map(Written::Stored)),
+                self.engine.space_mut(update.space_id).and_then(|s| {
+                    s.update(update.index_id, update.key, update.ops, update.index_base)
+                }),
                 true,
             ),
             Request::Delete(delete) => (
                 delete.space_id,
                 self.engine
                     .space_mut(delete.space_id)
-                    .and_then(|s| s.delete(delete.index_id, delete.key))
-                    .map(|t| t.map(Written::Deleted)),
+                    .and_then(|s| s.delete(delete.index_id, delete.key)),
                 true,
             ),
             Request::Upsert(upsert) => (
                 upsert.space_id,
                 self.engine
                     .space_mut(upsert.space_id)
-                    .and_then(|s| s.upsert_stored(upsert.tuple, upsert.ops, upsert.index_base))
-                    .map(|t| t.map(Written::Stored)),
+                    .and_then(|s| s.upsert_stored(upsert.tuple, upsert.ops, upsert.index_base)),
                 // UPSERT always answers with no tuple.
                 false,
             ),
@@ -272,53 +252,115 @@ impl Shard {
                 return;
             }
         };
-        let written = match written {
-            Ok(written) => written,
+        let change = match change {
+            Ok(change) => change,
             Err(error) => {
                 errors::encode_storage_error(out, sync, schema_version, &error);
                 return;
             }
         };
-        if let Some(written) = &written {
-            if let Err(error) = self.log(space_id, written) {
-                tracing::error!(shard = self.id, %error, "WAL write refused; the request fails");
-                reply::encode_error(
-                    out,
-                    sync,
-                    schema_version,
-                    ErrorCode::ER_WAL_IO,
-                    "Failed to write to disk",
-                );
-                return;
-            }
-        }
+        // The reply is written ahead of the log, from the change the log then keeps; if the
+        // log refuses the row, the write is undone and the reply taken back.
         let mut data = DataReply::begin(out, sync, schema_version);
-        if let (Some(written), true) = (&written, answers_with_written) {
-            data.push_raw(out, written.tuple().data());
+        if let (Some(tuple), true) = (change.tuple(), answers_with_tuple) {
+            data.push_raw(out, tuple.data());
         }
         data.finish(out);
+        if let Err(error) = self.log(space_id, change) {
+            out.truncate(start);
+            errors::encode_log_refused(out, sync, schema_version, &error);
+        }
     }
 
-    /// Appends the change to the WAL (if there is one) and keeps its commit for
-    /// [`Shard::take_commit`]. Rows are durable in LSN order, so after several calls the
-    /// kept (last) commit covers every row logged since the last take. For writers that
-    /// change the engine themselves (crud) and must log exactly what `execute` would.
-    pub fn log(&mut self, space_id: u32, written: &Written) -> std::result::Result<(), WalError> {
+    /// Appends `change` to the WAL (if there is one) and keeps its commit for
+    /// [`Shard::take_commit`], and its undo until the row is durable. Rows are durable in
+    /// LSN order, so after several calls the kept (last) commit covers every row logged
+    /// since the last take. A row the log refuses at once is undone here, before the error
+    /// returns: the caller only answers it. For writers that change the engine themselves
+    /// (crud) and must log exactly what `execute` would.
+    pub fn log(&mut self, space_id: u32, change: Change) -> std::result::Result<(), WalError> {
         let Some(wal) = &self.wal else {
+            if let Some(old) = change.old {
+                self.engine.retire(old);
+            }
             return Ok(());
         };
-        let commit = match written {
-            Written::Stored(tuple) => wal.append(RowKind::Replace, space_id, tuple.data())?,
-            Written::Deleted(tuple) => {
+        let appended = match (&change.new, &change.old) {
+            (Some(new), _) => wal.append(RowKind::Replace, space_id, new.data()),
+            (None, Some(deleted)) => {
                 self.key_scratch.clear();
                 if let Ok(space) = self.engine.space(space_id) {
-                    space.write_primary_key(tuple, &mut self.key_scratch);
+                    space.write_primary_key(deleted, &mut self.key_scratch);
                 }
-                wal.append(RowKind::Delete, space_id, &self.key_scratch)?
+                wal.append(RowKind::Delete, space_id, &self.key_scratch)
             }
+            (None, None) => return Ok(()),
         };
-        self.pending_commit = Some(commit);
+        match appended {
+            Ok(commit) => {
+                self.undo
+                    .release_durable(wal.lsn_durable_last(), &mut self.engine);
+                self.undo.push(commit.lsn(), space_id, change);
+                self.pending_commit = Some(commit);
+                Ok(())
+            }
+            Err(error) => {
+                tracing::error!(shard = self.id, %error, "the WAL refused a write; it is undone");
+                // The latest write of its key (nothing ran since it), so undoing it alone
+                // restores the space; earlier writes still in flight keep their own fate.
+                let undone = self
+                    .engine
+                    .space_mut(space_id)
+                    .and_then(|space| space.undo(change));
+                debug_assert!(undone.is_ok(), "undo failed: {undone:?}");
+                Err(error)
+            }
+        }
+    }
+
+    /// [`Shard::log`] of several changes made one after another, oldest first; if the log
+    /// refuses one, it and every change after it are undone, newest first (the ones before
+    /// it were appended and share the fate of their flush).
+    pub fn log_all(
+        &mut self,
+        space_id: u32,
+        changes: impl IntoIterator<Item = Change>,
+    ) -> std::result::Result<(), WalError> {
+        let mut changes = changes.into_iter();
+        while let Some(change) = changes.next() {
+            if let Err(error) = self.log(space_id, change) {
+                let rest: Vec<Change> = changes.collect();
+                if let Ok(space) = self.engine.space_mut(space_id) {
+                    for change in rest.into_iter().rev() {
+                        let undone = space.undo(change);
+                        debug_assert!(undone.is_ok(), "undo failed: {undone:?}");
+                    }
+                }
+                return Err(error);
+            }
+        }
         Ok(())
+    }
+
+    /// Undoes every write whose row is not durable (LSN after `lsn_durable_last`), newest
+    /// first: the log refused the flush that carried the oldest of them, and with it every
+    /// row queued behind. Called by the WAL writer's failure path before any of those
+    /// writers is answered.
+    pub fn roll_back_after(&mut self, lsn_durable_last: u64) {
+        let undone = self
+            .undo
+            .roll_back_after(lsn_durable_last, &mut self.engine);
+        tracing::error!(
+            shard = self.id,
+            writes_undone = undone,
+            lsn_durable_last,
+            "a WAL write failed: every write not yet durable is rolled back and refused"
+        );
+    }
+
+    /// Writes applied whose rows are not yet known durable (their undo records).
+    pub fn writes_in_flight(&self) -> usize {
+        self.undo.len()
     }
 
     fn select(

@@ -2,9 +2,11 @@
 //!
 //! Knows nothing of how requests arrive; the shard layer looks spaces up here.
 
+use crate::storage::change::RetiredTuples;
 use crate::storage::error::{Result, StorageError};
 use crate::storage::memory::MemoryQuota;
 use crate::storage::space::{Space, SpaceDef};
+use crate::storage::tuple::Tuple;
 use std::rc::Rc;
 
 pub struct Engine {
@@ -17,6 +19,8 @@ pub struct Engine {
     /// binary search's dependent probes showed in every one of those places.
     space_at: Vec<u16>,
     quota: Rc<MemoryQuota>,
+    /// Tuples displaced by writes, freed a few writes later (see [`RetiredTuples`]).
+    retired: RetiredTuples,
 }
 
 /// Ids below this (system spaces, and users' from 512) are found in `Engine::space_at`.
@@ -29,6 +33,7 @@ impl Engine {
             spaces: Vec::new(),
             space_at: Vec::new(),
             quota: Rc::new(MemoryQuota::new(memory_limit_bytes)),
+            retired: RetiredTuples::default(),
         }
     }
 
@@ -128,6 +133,13 @@ impl Engine {
 
     pub fn spaces(&self) -> &[Space] {
         &self.spaces
+    }
+
+    /// Frees a tuple a write displaced a few writes from now, when the lines it touches
+    /// are warm (see [`RetiredTuples`]).
+    #[inline]
+    pub fn retire(&mut self, tuple: Tuple) {
+        self.retired.retire(tuple);
     }
 
     pub fn quota(&self) -> &MemoryQuota {

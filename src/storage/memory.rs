@@ -44,6 +44,13 @@ impl MemoryQuota {
         }
     }
 
+    /// Takes `bytes` even past the limit: for what the budget held a moment ago and must
+    /// hold again (a write undone), which must never fail.
+    pub fn reserve_past_limit(&self, bytes: u64) {
+        self.used_bytes
+            .set(self.used_bytes.get().saturating_add(bytes));
+    }
+
     pub fn release(&self, bytes: u64) {
         let used = self.used_bytes.get();
         debug_assert!(bytes <= used, "releasing {bytes} of {used} bytes");

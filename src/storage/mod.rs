@@ -7,12 +7,14 @@
 //! * [`msgpack`] reads values; [`field_type`] classifies them; [`key`] orders them.
 //! * [`tuple`] stores them with a field map; [`index`] and [`range`] find them, over
 //!   [`btree`] for TREE indexes.
-//! * [`space`] applies insert/replace/update/upsert/delete/select; [`update`] the ops.
+//! * [`space`] applies insert/replace/update/upsert/delete/select, each write returning
+//!   the [`change`] it made (what undoing it needs); [`update`] the ops.
 //! * [`bulk`] sorts the keys of bulk index builds.
 //! * [`memory`] is the shard's byte quota; [`text`] prints values in error messages.
 
 pub mod btree;
 pub mod bulk;
+pub mod change;
 pub mod engine;
 pub mod error;
 pub mod field_type;
@@ -27,6 +29,7 @@ pub mod text;
 pub mod tuple;
 pub mod update;
 
+pub use change::Change;
 pub use engine::Engine;
 pub use error::{Result, StorageError};
 pub use field_type::FieldType;

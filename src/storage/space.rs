@@ -7,6 +7,7 @@
 //! Knows nothing of the wire or of other shards: requests arrive as msgpack byte slices.
 
 use crate::storage::btree::LookupCursor;
+use crate::storage::change::Change;
 use crate::storage::error::{Result, StorageError};
 use crate::storage::index::{Index, IndexDef, IndexIter, IndexKey, IndexKind};
 use crate::storage::key::{prefix_successor, KeyBuf, SearchKeyBuf};
@@ -51,47 +52,12 @@ pub struct Space {
     quota_bytes: usize,
     /// Reused buffer for the new tuple of an update, so updates do not allocate twice.
     update_scratch: Vec<u8>,
-    retired: RetiredTuples,
     /// See [`Space::instance`].
     instance: u64,
 }
 
 /// The next [`Space::instance`].
 static NEXT_INSTANCE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-
-/// How many writes a replaced tuple outlives its replacement by.
-const RETIRED_TUPLES: usize = 16;
-
-/// Tuples that writes replaced, freed a few writes later. Freeing a tuple touches its
-/// reference count and the allocator's header, cold lines by the time a replace finds the
-/// tuple in the tree; prefetched at retirement, they are warm at the free, which takes a
-/// cache miss off the end of every replace, update and upsert. The quota has already
-/// been given these bytes back; at most `RETIRED_TUPLES` tuples wait.
-struct RetiredTuples {
-    slots: [Option<Tuple>; RETIRED_TUPLES],
-    next: usize,
-}
-
-impl RetiredTuples {
-    fn new() -> RetiredTuples {
-        RetiredTuples {
-            slots: Default::default(),
-            next: 0,
-        }
-    }
-
-    /// Keeps `tuple` and drops the one retired `RETIRED_TUPLES` calls ago.
-    #[inline]
-    fn retire(&mut self, tuple: Tuple) {
-        tuple.prefetch_for_drop();
-        self.slots[self.next] = Some(tuple);
-        self.next = (self.next + 1) % RETIRED_TUPLES;
-    }
-
-    fn clear(&mut self) {
-        self.slots = Default::default();
-    }
-}
 
 #[derive(Clone, Copy)]
 enum WriteMode {
@@ -159,7 +125,6 @@ impl Space {
             tuple_bytes: 0,
             quota_bytes: 0,
             update_scratch: Vec::new(),
-            retired: RetiredTuples::new(),
             instance: NEXT_INSTANCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
     }
@@ -324,7 +289,8 @@ impl Space {
         Ok(index.iter(&range, iterator, &encoded))
     }
 
-    pub fn insert(&mut self, data: &[u8]) -> Result<Tuple> {
+    /// Stores `data` as a new tuple; refused (`ER_TUPLE_FOUND`) if its primary key is taken.
+    pub fn insert(&mut self, data: &[u8]) -> Result<Change> {
         if let Some(written) = self.put_in_unsigned_leaf(data, WriteMode::Insert) {
             return written;
         }
@@ -333,7 +299,8 @@ impl Space {
         self.put(tuple, WriteMode::Insert)
     }
 
-    pub fn replace(&mut self, data: &[u8]) -> Result<Tuple> {
+    /// Stores `data`, displacing the tuple with its primary key if there is one.
+    pub fn replace(&mut self, data: &[u8]) -> Result<Change> {
         if let Some(written) = self.put_in_unsigned_leaf(data, WriteMode::Replace) {
             return written;
         }
@@ -346,12 +313,12 @@ impl Space {
     /// straight into the stored tuple, for a caller whose tuple is a request's bytes with a
     /// field swapped. Same checks, errors and outcome as `insert` of the joined bytes. The
     /// primary key is looked for in the first piece alone (a hint, checked once built).
-    pub fn insert_pieces<const N: usize>(&mut self, pieces: &[&[u8]; N]) -> Result<Tuple> {
+    pub fn insert_pieces<const N: usize>(&mut self, pieces: &[&[u8]; N]) -> Result<Change> {
         self.put_pieces(pieces, WriteMode::Insert)
     }
 
     /// `replace` of the concatenation of `pieces`, as [`Space::insert_pieces`].
-    pub fn replace_pieces<const N: usize>(&mut self, pieces: &[&[u8]; N]) -> Result<Tuple> {
+    pub fn replace_pieces<const N: usize>(&mut self, pieces: &[&[u8]; N]) -> Result<Change> {
         self.put_pieces(pieces, WriteMode::Replace)
     }
 
@@ -359,7 +326,7 @@ impl Space {
         &mut self,
         pieces: &[&[u8]; N],
         mode: WriteMode,
-    ) -> Result<Tuple> {
+    ) -> Result<Change> {
         let first = pieces.first().copied().unwrap_or_default();
         let build = |format: &SpaceFormat, field_map: &FieldMap| {
             format.build_tuple_from_pieces(field_map, pieces)
@@ -386,33 +353,37 @@ impl Space {
         }
     }
 
-    /// Deletes by an exact key of a unique index; returns the deleted tuple, if any.
-    pub fn delete(&mut self, index_id: u32, key: &[u8]) -> Result<Option<Tuple>> {
+    /// Deletes by an exact key of a unique index; the change holds the deleted tuple, if
+    /// there was one.
+    pub fn delete(&mut self, index_id: u32, key: &[u8]) -> Result<Change> {
         let position = self.index_position(index_id)?;
         let mut encoded = SearchKeyBuf::new();
         self.encode_exact_key(&self.indexes[position], key, &mut encoded)?;
         let Some(old) = self.indexes[position].get_for_write(&encoded).cloned() else {
-            return Ok(None);
+            return Ok(Change::NONE);
         };
         self.remove_from_all_indexes(&old)?;
-        Ok(Some(old))
+        Ok(Change {
+            old: Some(old),
+            new: None,
+        })
     }
 
-    /// Applies update operations to the tuple with exactly `key` in a unique index. Returns
-    /// the new tuple, or `None` when no tuple has that key (then the ops are not even read,
-    /// as in Tarantool).
+    /// Applies update operations to the tuple with exactly `key` in a unique index. Changes
+    /// nothing when no tuple has that key (then the ops are not even read, as in
+    /// Tarantool).
     pub fn update(
         &mut self,
         index_id: u32,
         key: &[u8],
         ops: &[u8],
         index_base: u32,
-    ) -> Result<Option<Tuple>> {
+    ) -> Result<Change> {
         let position = self.index_position(index_id)?;
         let mut encoded = SearchKeyBuf::new();
         self.encode_exact_key(&self.indexes[position], key, &mut encoded)?;
         let Some(old) = self.indexes[position].get_for_write(&encoded).cloned() else {
-            return Ok(None);
+            return Ok(Change::NONE);
         };
         let format = &self.format;
         let ops = UpdateOps::decode(ops, index_base, &|name| format.field_no_by_name(name))?;
@@ -427,7 +398,7 @@ impl Space {
                 space: self.name.clone(),
             });
         }
-        self.put(new, WriteMode::Replace).map(Some)
+        self.put(new, WriteMode::Replace)
     }
 
     /// Inserts `data` if its primary key is absent, else applies `ops` to the stored tuple,
@@ -436,14 +407,9 @@ impl Space {
         self.upsert_stored(data, ops, index_base).map(drop)
     }
 
-    /// `upsert`, returning the tuple it stored (`None` when it skipped the whole upsert
+    /// `upsert`, returning what it changed (nothing when it skipped the whole upsert
     /// because the operations would have changed the primary key), for the WAL.
-    pub fn upsert_stored(
-        &mut self,
-        data: &[u8],
-        ops: &[u8],
-        index_base: u32,
-    ) -> Result<Option<Tuple>> {
+    pub fn upsert_stored(&mut self, data: &[u8], ops: &[u8], index_base: u32) -> Result<Change> {
         self.prefetch_primary_entry(data);
         // Validated up front (errors are returned even when the key exists), but only
         // built when it is inserted: an existing key makes a new tuple from the old one.
@@ -466,7 +432,7 @@ impl Space {
         }
         let Some(old) = self.indexes[0].get(&primary_key).cloned() else {
             let candidate = self.format.build_checked(data, &offsets);
-            return self.put(candidate, WriteMode::Insert).map(Some);
+            return self.put(candidate, WriteMode::Insert);
         };
         let mut scratch = std::mem::take(&mut self.update_scratch);
         scratch.clear();
@@ -483,9 +449,9 @@ impl Space {
                 "UPSERT skipped: {}",
                 StorageError::CantUpdatePrimaryKey { space: self.name.clone() }
             );
-            return Ok(None);
+            return Ok(Change::NONE);
         }
-        self.put(new, WriteMode::Replace).map(Some)
+        self.put(new, WriteMode::Replace)
     }
 
     /// Writes the primary key of a stored tuple as a msgpack array (what a DELETE of it
@@ -512,7 +478,6 @@ impl Space {
         self.quota.release(self.quota_bytes as u64);
         self.quota_bytes = 0;
         self.tuple_bytes = 0;
-        self.retired.clear();
     }
 
     /// Replaces the contents with `tuples` (msgpack arrays): validates each, then sorts once
@@ -679,7 +644,7 @@ impl Space {
 
     /// Stores `new`, replacing the tuple with the same primary key if `mode` allows. All
     /// checks run before the first index is touched.
-    fn put(&mut self, new: Tuple, mode: WriteMode) -> Result<Tuple> {
+    fn put(&mut self, new: Tuple, mode: WriteMode) -> Result<Change> {
         if self.indexes.len() == 1 {
             return self.put_primary_only(new, mode);
         }
@@ -749,14 +714,17 @@ impl Space {
             .indexes
             .iter()
             .all(|index| index.len() == self.indexes[0].len()));
-        Ok(new)
+        Ok(Change {
+            old,
+            new: Some(new),
+        })
     }
 
     /// `put` for a space with no secondary index: one walk of the tree instead of a
     /// lookup and then an insert. The new tuple goes in first; a duplicate or a quota
     /// refusal puts the old one back, so a failure still changes nothing. Nothing here
     /// reads the old tuple: its size is in its pointer.
-    fn put_primary_only(&mut self, new: Tuple, mode: WriteMode) -> Result<Tuple> {
+    fn put_primary_only(&mut self, new: Tuple, mode: WriteMode) -> Result<Change> {
         let primary = &self.indexes[0];
         let key = match primary.unsigned_tuple_key(&new, &self.field_map) {
             Some(key) => PrimaryKey::Unsigned(key),
@@ -797,10 +765,10 @@ impl Space {
         self.quota_bytes = self.quota_bytes + new_footprint - old_footprint;
         self.tuple_bytes += new.allocated_bytes();
         self.tuple_bytes -= old.as_ref().map_or(0, Tuple::allocated_bytes);
-        if let Some(old) = old {
-            self.retired.retire(old);
-        }
-        Ok(new)
+        Ok(Change {
+            old,
+            new: Some(new),
+        })
     }
 
     /// `insert` / `replace` of the tuple `data` into a space whose one index is a TREE on
@@ -809,7 +777,7 @@ impl Space {
     /// lands in it without a second walk. Every check comes before the leaf changes, so a
     /// failure changes nothing. `None` (nothing done) when the space, the tree or the
     /// request is of another shape.
-    fn put_in_unsigned_leaf(&mut self, data: &[u8], mode: WriteMode) -> Option<Result<Tuple>> {
+    fn put_in_unsigned_leaf(&mut self, data: &[u8], mode: WriteMode) -> Option<Result<Change>> {
         self.put_in_unsigned_leaf_with(data, mode, |format, field_map| {
             format.build_tuple(field_map, data)
         })
@@ -823,7 +791,7 @@ impl Space {
         data: &[u8],
         mode: WriteMode,
         build: impl FnOnce(&SpaceFormat, &FieldMap) -> Result<Tuple>,
-    ) -> Option<Result<Tuple>> {
+    ) -> Option<Result<Change>> {
         let [primary] = self.indexes.as_slice() else {
             return None;
         };
@@ -882,10 +850,46 @@ impl Space {
         self.quota_bytes = self.quota_bytes + new_footprint - old_footprint;
         self.tuple_bytes += new.allocated_bytes();
         self.tuple_bytes -= old.as_ref().map_or(0, Tuple::allocated_bytes);
-        if let Some(old) = old {
-            self.retired.retire(old);
+        Some(Ok(Change {
+            old,
+            new: Some(new),
+        }))
+    }
+
+    /// Puts back what `change` did, as if its write had never happened: the new tuple
+    /// leaves every index and the old one returns. For writes the log refused, undone
+    /// newest first, so `change` is always the latest write still standing in this space:
+    /// the new tuple is where the write put it and the old tuple's keys are free again.
+    /// Never refused for memory: the old tuple's bytes were the space's a moment ago, so
+    /// the quota takes them back even past its limit.
+    pub fn undo(&mut self, change: Change) -> Result<()> {
+        if let Some(new) = &change.new {
+            debug_assert!(
+                self.indexes[0]
+                    .get(&self.tuple_keys(new)?[0])
+                    .is_some_and(|stored| Tuple::ptr_eq(stored, new)),
+                "undo of a write that is not the latest for its key"
+            );
+            self.remove_from_all_indexes(new)?;
         }
-        Some(Ok(new))
+        if let Some(old) = change.old {
+            self.put_back(old)?;
+        }
+        Ok(())
+    }
+
+    /// Stores a tuple that was in this space a moment ago and whose keys are free.
+    fn put_back(&mut self, old: Tuple) -> Result<()> {
+        let keys = self.tuple_keys(&old)?;
+        let footprint = self.footprint_bytes(&old, &keys);
+        self.quota.reserve_past_limit(footprint as u64);
+        self.quota_bytes += footprint;
+        self.tuple_bytes += old.allocated_bytes();
+        for (index, key) in self.indexes.iter_mut().zip(keys) {
+            let displaced = index.insert(key, old.clone());
+            debug_assert!(displaced.is_none(), "a key taken by another tuple");
+        }
+        Ok(())
     }
 
     fn remove_from_all_indexes(&mut self, old: &Tuple) -> Result<()> {

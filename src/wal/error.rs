@@ -81,6 +81,17 @@ pub enum WalError {
         cause: String,
     },
 
+    /// The flush that carried the row failed, and so did every row queued behind it; they
+    /// were rolled back. The writer goes on (the disk was full: see `wal::writer`).
+    #[error(
+        "writing the WAL failed, so this write and every one after LSN {lsn_durable_last} \
+         queued with it were rolled back: {cause}"
+    )]
+    WriteFailed {
+        lsn_durable_last: u64,
+        cause: String,
+    },
+
     /// The writer was closed.
     #[error("the WAL writer is closed")]
     Closed,

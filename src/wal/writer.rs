@@ -1,5 +1,5 @@
-//! One shard's WAL writer: LSNs, group commit, file rotation, and refusing to write after an
-//! I/O error.
+//! One shard's WAL writer: LSNs, group commit, file rotation, and what happens when the
+//! disk refuses a write.
 //!
 //! Group commit: [`WalWriter::append`] encodes a row into the open batch synchronously (so a
 //! caller holding the shard's `RefCell` borrow can log and release it before awaiting) and
@@ -14,20 +14,36 @@
 //! batch holds only rows whose writers are waiting, so its memory is bounded by the number of
 //! requests in flight on the shard.
 //!
-//! After a failed write or fsync the writer is poisoned: the flush's waiters and every later
-//! append fail with [`WalError::Poisoned`]. After an fsync error the kernel may have dropped
-//! the dirty pages, so a retry that succeeds would acknowledge data that is gone.
+//! A failed flush refuses its rows and every row queued behind it, as Tarantool rolls back
+//! the failed transaction and all those after it: the writer hands the LSNs back (the next
+//! row gets the one after the last durable row), calls the rollback hook
+//! ([`WalWriter::on_rollback`]) so the shard undoes those writes in memory, and only then
+//! wakes their commits, which fail. What happens next depends on the failure:
+//!
+//! * **Out of space** (`ENOSPC`, `EDQUOT`, a short write) while creating or appending: the
+//!   bytes of the failed flush are cut off the file (a file the flush had begun is removed),
+//!   so no torn batch is left behind, and the next flush begins a new file. Writes resume by
+//!   themselves once there is room, without a restart.
+//! * **Anything else**, and every `fdatasync` failure: the writer is poisoned and refuses all
+//!   writes until restart ([`WalError::Poisoned`]). After a failed fsync the kernel may have
+//!   dropped the dirty pages, so a retry that succeeded would acknowledge data that is gone
+//!   (the lesson PostgreSQL and fjall learned).
+//!
+//! The appends between two failures form an epoch ([`Epoch`]): a failure ends the current
+//! one and records which of its flushes were durable, so a commit decides its outcome from
+//! its own epoch even when it is polled after later flushes succeeded.
 //!
 //! The file I/O sits behind [`Sink`] so that tests inject failures; [`GlommioSink`] is the
 //! real one. Knows nothing of storage, requests or the network: rows carry raw msgpack.
 
-use std::cell::RefCell;
+use std::cell::{OnceCell, RefCell};
 use std::future::{poll_fn, Future};
 use std::io;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
 use glommio::io::{BufferedFile, Directory, OpenOptions};
 
@@ -51,6 +67,14 @@ pub trait Sink {
     async fn sync_data(&mut self) -> io::Result<()>;
     /// Closes the current file.
     async fn close(&mut self) -> io::Result<()>;
+    /// After a failed append: cuts the current file back to its first `keep_bytes` bytes
+    /// (removes it when `keep_bytes` is 0, or when it was never fully created) and closes
+    /// it, so the failed flush leaves nothing behind. A sink that cannot do this refuses,
+    /// and the writer is then poisoned.
+    async fn discard_after(&mut self, keep_bytes: u64) -> io::Result<()> {
+        let _ = keep_bytes;
+        Err(io::Error::other("this sink cannot discard a failed write"))
+    }
 }
 
 /// Settings of one writer.
@@ -76,6 +100,9 @@ pub struct WriterStats {
     pub syncs: u64,
     pub bytes_written: u64,
     pub files_started: u64,
+    /// Flushes the disk refused, and the rows they (and those queued behind) took along.
+    pub flushes_failed: u64,
+    pub rows_refused: u64,
 }
 
 struct State {
@@ -86,7 +113,10 @@ struct State {
     lsn_durable_last: u64,
     /// Rows appended now are written by the flush of this generation.
     generation_open: u64,
+    /// Every generation up to this one is resolved: durable, or refused with its epoch.
     generation_durable: u64,
+    /// The epoch the appends made now belong to.
+    epoch: Rc<Epoch>,
     poisoned: Option<String>,
     /// The next flush starts a new file (asked for at a checkpoint).
     rotation_requested: bool,
@@ -96,10 +126,48 @@ struct State {
     waiters: Vec<Waker>,
     flusher_waker: Option<Waker>,
     stats: WriterStats,
+    failure_log: FailureLog,
 }
+
+/// The appends between two failed flushes. Its end, once set, says which of its
+/// generations were durable and why the rest were refused.
+#[derive(Default)]
+struct Epoch {
+    end: OnceCell<EpochEnd>,
+}
+
+struct EpochEnd {
+    /// The epoch's generations up to this one are durable; the later ones were refused.
+    generation_durable_last: u64,
+    lsn_durable_last: u64,
+    cause: String,
+    poisoned: bool,
+}
+
+impl EpochEnd {
+    fn error(&self) -> WalError {
+        if self.poisoned {
+            WalError::Poisoned {
+                lsn_durable_last: self.lsn_durable_last,
+                cause: self.cause.clone(),
+            }
+        } else {
+            WalError::WriteFailed {
+                lsn_durable_last: self.lsn_durable_last,
+                cause: self.cause.clone(),
+            }
+        }
+    }
+}
+
+/// Called with the last durable LSN when a flush fails, before any refused commit is
+/// woken: the owner undoes every write logged after that LSN.
+type RollbackHook = Box<dyn FnMut(u64)>;
 
 struct Shared {
     state: RefCell<State>,
+    /// Apart from `state`, so the hook runs with no borrow of it held.
+    on_rollback: RefCell<Option<RollbackHook>>,
 }
 
 /// A shard's WAL writer; cheap to clone (all clones share one log).
@@ -132,6 +200,7 @@ impl WalWriter {
                 lsn_durable_last: config.lsn_next - 1,
                 generation_open: 1,
                 generation_durable: 0,
+                epoch: Rc::default(),
                 poisoned: None,
                 rotation_requested: false,
                 closing: false,
@@ -139,10 +208,19 @@ impl WalWriter {
                 waiters: Vec::new(),
                 flusher_waker: None,
                 stats: WriterStats::default(),
+                failure_log: FailureLog::default(),
             }),
+            on_rollback: RefCell::new(None),
         });
         let flusher = run_flusher(shared.clone(), sink, config);
         (WalWriter { shared }, flusher)
+    }
+
+    /// Sets what undoes the writes of a failed flush (see the module doc). The hook gets
+    /// the last durable LSN and must undo every write logged after it, newest first; it
+    /// runs in the flusher task, before any refused commit resolves.
+    pub fn on_rollback(&self, hook: impl FnMut(u64) + 'static) {
+        *self.shared.on_rollback.borrow_mut() = Some(Box::new(hook));
     }
 
     /// Logs one row and returns the future of its durability, which resolves to its LSN.
@@ -164,9 +242,27 @@ impl WalWriter {
         }
         Ok(Commit {
             shared: self.shared.clone(),
+            epoch: state.epoch.clone(),
             generation,
             lsn,
         })
+    }
+
+    /// A commit that resolves once every row appended so far is durable, or fails if any
+    /// of them is refused: what a snapshot of the rows applied so far waits for.
+    pub fn commit_appended(&self) -> Commit {
+        let state = self.shared.state.borrow();
+        let generation = if state.builder.is_empty() {
+            state.generation_open - 1
+        } else {
+            state.generation_open
+        };
+        Commit {
+            shared: self.shared.clone(),
+            epoch: state.epoch.clone(),
+            generation,
+            lsn: state.lsn_next - 1,
+        }
     }
 
     /// Starts a new file with the next row, or at once (an empty file) if nothing waits to be
@@ -187,6 +283,7 @@ impl WalWriter {
     }
 
     /// The last LSN known to be written (and synced in fsync mode).
+    #[inline]
     pub fn lsn_durable_last(&self) -> u64 {
         self.shared.state.borrow().lsn_durable_last
     }
@@ -247,13 +344,44 @@ impl State {
             waker.wake();
         }
     }
+
+    /// A flush failed: its rows and every row appended since are refused. Ends the epoch
+    /// (its generations after `generation_durable` fail), hands their LSNs back and empties
+    /// the open batch. Returns the last durable LSN, for the rollback hook.
+    fn refuse_unflushed(&mut self, cause: String, poisoned: bool) -> u64 {
+        let rows_refused = self.lsn_next - 1 - self.lsn_durable_last;
+        let end = EpochEnd {
+            generation_durable_last: self.generation_durable,
+            lsn_durable_last: self.lsn_durable_last,
+            cause: cause.clone(),
+            poisoned,
+        };
+        let ended = self.epoch.end.set(end).is_ok();
+        debug_assert!(ended, "an epoch ends once");
+        self.epoch = Rc::default();
+        // The failed flush's generation and the open one are resolved (refused); the next
+        // flush takes a fresh generation right after them.
+        self.generation_durable = self.generation_open;
+        self.generation_open += 1;
+        drop(self.builder.take());
+        self.lsn_next = self.lsn_durable_last + 1;
+        self.lsn_first_unflushed = self.lsn_next;
+        if poisoned {
+            self.poisoned = Some(cause);
+        }
+        self.stats.flushes_failed += 1;
+        self.stats.rows_refused += rows_refused;
+        self.lsn_durable_last
+    }
 }
 
 /// Resolves to the row's LSN once the flush that carries it is written (and synced in fsync
-/// mode), or to [`WalError::Poisoned`] if that flush failed.
+/// mode), or to the error that refused it ([`WalError::WriteFailed`], or
+/// [`WalError::Poisoned`] when the writer stopped).
 #[must_use = "a row is acknowledged only once its commit resolves"]
 pub struct Commit {
     shared: Rc<Shared>,
+    epoch: Rc<Epoch>,
     generation: u64,
     lsn: u64,
 }
@@ -268,13 +396,17 @@ impl Future for Commit {
     type Output = Result<u64>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<u64>> {
+        if let Some(end) = self.epoch.end.get() {
+            return Poll::Ready(if self.generation <= end.generation_durable_last {
+                Ok(self.lsn)
+            } else {
+                Err(end.error())
+            });
+        }
         let mut state = self.shared.state.borrow_mut();
         if state.generation_durable >= self.generation {
             debug_assert!(state.lsn_durable_last >= self.lsn);
             return Poll::Ready(Ok(self.lsn));
-        }
-        if state.poisoned.is_some() {
-            return Poll::Ready(Err(state.poisoned_error()));
         }
         if state.flusher_done {
             return Poll::Ready(Err(WalError::Closed));
@@ -294,7 +426,7 @@ struct Flush {
     start_file: bool,
 }
 
-/// Waits for rows, takes them all, writes them; stops after closing or a failure.
+/// Waits for rows, takes them all, writes them; stops after closing or when poisoned.
 async fn run_flusher<S: Sink>(shared: Rc<Shared>, mut sink: S, config: WriterConfig) {
     let mut file = FileProgress::default();
     while let Some(flush) = poll_fn(|cx| take_flush(&shared, cx)).await {
@@ -306,9 +438,9 @@ async fn run_flusher<S: Sink>(shared: Rc<Shared>, mut sink: S, config: WriterCon
             start_file,
         } = flush;
         let result = write_flush(&mut sink, &config, &mut file, start_file, lsn_first, bytes).await;
-        let mut state = shared.state.borrow_mut();
-        match result {
+        let failure = match result {
             Ok(written) => {
+                let mut state = shared.state.borrow_mut();
                 assert_eq!(state.generation_durable + 1, generation);
                 state.generation_durable = generation;
                 state.lsn_durable_last = lsn_last;
@@ -317,18 +449,46 @@ async fn run_flusher<S: Sink>(shared: Rc<Shared>, mut sink: S, config: WriterCon
                 state.stats.syncs += u64::from(written.synced);
                 state.stats.files_started += u64::from(written.started_file);
                 state.wake_waiters();
+                continue;
             }
-            Err(error) => {
+            Err(failure) => failure,
+        };
+        // The bytes of the failed flush must not stay in the file: a torn batch in a file
+        // that is not the newest is corruption to recovery.
+        let discarded = match failure.recoverable() {
+            true => discard_failed_flush(&mut sink, &mut file).await,
+            false => Err(io::Error::other("not attempted")),
+        };
+        let poisoned = discarded.is_err();
+        let cause = failure.describe(&discarded);
+        let lsn_durable_last = {
+            let mut state = shared.state.borrow_mut();
+            let rows_refused = state.lsn_next - 1 - state.lsn_durable_last;
+            if state.failure_log.should_log() {
+                let suppressed = state.failure_log.take_suppressed();
                 tracing::error!(
                     shard = config.shard_id,
                     lsn_first,
-                    %error,
-                    "WAL write failed; the writer refuses all writes until restart"
+                    rows_refused,
+                    earlier_failures_not_logged = suppressed,
+                    stopped = poisoned,
+                    "WAL write failed: {cause}; {}",
+                    if poisoned {
+                        "the writer refuses all writes until restart"
+                    } else {
+                        "those writes are rolled back; writes resume when there is room"
+                    }
                 );
-                state.poisoned = Some(error.to_string());
-                state.wake_waiters();
-                break;
             }
+            state.refuse_unflushed(cause, poisoned)
+        };
+        // Undone before any refused writer is answered (their commits wake below).
+        if let Some(hook) = shared.on_rollback.borrow_mut().as_mut() {
+            hook(lsn_durable_last);
+        }
+        shared.state.borrow_mut().wake_waiters();
+        if poisoned {
+            break;
         }
     }
     let close_result = sink.close().await;
@@ -340,6 +500,42 @@ async fn run_flusher<S: Sink>(shared: Rc<Shared>, mut sink: S, config: WriterCon
     }
     state.flusher_done = true;
     state.wake_waiters();
+}
+
+/// Cuts a failed flush's bytes off the file (what `file` counts is what earlier flushes
+/// wrote: none, when the failed flush began the file); the next flush starts a new file.
+async fn discard_failed_flush<S: Sink>(sink: &mut S, file: &mut FileProgress) -> io::Result<()> {
+    let keep_bytes = file.size_bytes;
+    *file = FileProgress::default();
+    sink.discard_after(keep_bytes).await
+}
+
+/// Error lines for failed flushes, at most one a second: a full disk fails every flush
+/// tried, and each would otherwise log.
+#[derive(Default)]
+struct FailureLog {
+    logged_at: Option<Instant>,
+    suppressed: u64,
+}
+
+const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(1);
+
+impl FailureLog {
+    fn should_log(&mut self) -> bool {
+        let due = self
+            .logged_at
+            .is_none_or(|at| at.elapsed() >= FAILURE_LOG_INTERVAL);
+        if due {
+            self.logged_at = Some(Instant::now());
+        } else {
+            self.suppressed += 1;
+        }
+        due
+    }
+
+    fn take_suppressed(&mut self) -> u64 {
+        std::mem::take(&mut self.suppressed)
+    }
 }
 
 fn take_flush(shared: &Shared, cx: &mut Context<'_>) -> Poll<Option<Flush>> {
@@ -380,6 +576,51 @@ struct Written {
     started_file: bool,
 }
 
+/// Which step of a flush failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FlushStep {
+    StartFile,
+    Append,
+    Sync,
+}
+
+struct FlushFailure {
+    step: FlushStep,
+    error: io::Error,
+}
+
+impl FlushFailure {
+    /// Out of space while creating or appending: nothing is lost by refusing the rows and
+    /// trying again later. A failed sync never is: see the module doc.
+    fn recoverable(&self) -> bool {
+        self.step != FlushStep::Sync && is_out_of_space(&self.error)
+    }
+
+    fn describe(&self, discarded: &io::Result<()>) -> String {
+        let step = match self.step {
+            FlushStep::StartFile => "creating a WAL file",
+            FlushStep::Append => "writing",
+            FlushStep::Sync => "fdatasync",
+        };
+        match discarded {
+            Err(error) if self.recoverable() => format!(
+                "{step}: {} (then cutting the failed write off the file: {error})",
+                self.error
+            ),
+            _ => format!("{step}: {}", self.error),
+        }
+    }
+}
+
+/// `ENOSPC`, `EDQUOT`, or a short write (the disk filled during it).
+pub fn is_out_of_space(error: &io::Error) -> bool {
+    // glommio's errors keep the kind but not always the raw code.
+    matches!(
+        error.kind(),
+        io::ErrorKind::WriteZero | io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+    ) || matches!(error.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+}
+
 async fn write_flush<S: Sink>(
     sink: &mut S,
     config: &WriterConfig,
@@ -387,7 +628,8 @@ async fn write_flush<S: Sink>(
     start_file: bool,
     lsn_first: u64,
     flush_bytes: Vec<u8>,
-) -> io::Result<Written> {
+) -> std::result::Result<Written, FlushFailure> {
+    let failed = |step| move |error| FlushFailure { step, error };
     let flush_size_bytes = flush_bytes.len() as u64;
     // A file always gets at least one flush, so an oversized flush still makes progress;
     // for the same reason a rotation of a file with no rows yet is already done.
@@ -403,9 +645,13 @@ async fn write_flush<S: Sink>(
         });
     }
     let bytes = if started_file {
-        sink.start_file(lsn_first).await?;
+        // Counted open from here: a failure from now on may leave the file behind, and
+        // the discard must see it.
         file.open = true;
         file.size_bytes = 0;
+        sink.start_file(lsn_first)
+            .await
+            .map_err(failed(FlushStep::StartFile))?;
         let mut bytes = Vec::with_capacity(FILE_HEADER_SIZE_BYTES + flush_bytes.len());
         let header = FileHeader {
             kind: FileKind::Wal,
@@ -420,10 +666,12 @@ async fn write_flush<S: Sink>(
         flush_bytes
     };
     let size_bytes = bytes.len() as u64;
-    sink.append(bytes).await?;
+    sink.append(bytes)
+        .await
+        .map_err(failed(FlushStep::Append))?;
     file.size_bytes += size_bytes;
     if config.fsync {
-        sink.sync_data().await?;
+        sink.sync_data().await.map_err(failed(FlushStep::Sync))?;
     }
     Ok(Written {
         bytes: size_bytes,
@@ -438,6 +686,8 @@ async fn write_flush<S: Sink>(
 pub struct GlommioSink {
     dir: PathBuf,
     file: Option<BufferedFile>,
+    /// The current file's path, from the moment its creation is tried.
+    path: Option<PathBuf>,
     position_bytes: u64,
 }
 
@@ -447,6 +697,7 @@ impl GlommioSink {
         GlommioSink {
             dir: dir.into(),
             file: None,
+            path: None,
             position_bytes: 0,
         }
     }
@@ -462,6 +713,7 @@ impl Sink for GlommioSink {
     async fn start_file(&mut self, lsn_first: u64) -> io::Result<()> {
         self.close().await?;
         let path = self.dir.join(wal_file_name(lsn_first));
+        self.path = Some(path.clone());
         // Truncate: a file of the same name holds no batch (recovery cut it or found it
         // empty), since the LSNs it would hold were never written anywhere.
         let file = OpenOptions::new()
@@ -501,9 +753,42 @@ impl Sink for GlommioSink {
     }
 
     async fn close(&mut self) -> io::Result<()> {
+        self.path = None;
         if let Some(file) = self.file.take() {
             file.close().await?;
         }
         Ok(())
     }
+
+    async fn discard_after(&mut self, keep_bytes: u64) -> io::Result<()> {
+        self.position_bytes = 0;
+        let (file, path) = (self.file.take(), self.path.take());
+        if let (Some(file), true) = (&file, keep_bytes > 0) {
+            // Shrinking frees blocks, so it works on a full disk; synced, so that after a
+            // power loss the cut bytes do not come back as a torn batch mid-log.
+            file.truncate(keep_bytes).await?;
+            file.fdatasync().await?;
+        }
+        if let Some(file) = file {
+            file.close().await?;
+        }
+        if keep_bytes > 0 {
+            return Ok(());
+        }
+        let Some(path) = path else {
+            return Ok(());
+        };
+        match std::fs::remove_file(&path) {
+            Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
+            _ => {}
+        }
+        let directory = Directory::open(&self.dir).await?;
+        directory.sync().await?;
+        directory.close().await?;
+        Ok(())
+    }
 }
+
+#[cfg(test)]
+#[path = "writer_tests.rs"]
+mod tests;

@@ -6,8 +6,8 @@
 //! Also the whole call on one shard ([`execute_on_shard`]): what a one-shard server runs,
 //! what the owner of a forwarded point op runs, and what the benchmark times.
 //!
-//! When the WAL refuses a row the change stays in memory (as with `Shard::execute`) but is
-//! never acknowledged: the call raises `ER_WAL_IO` instead.
+//! When the WAL refuses a row the change is undone (as with `Shard::execute`) and never
+//! acknowledged: the call raises `ER_WAL_IO` instead.
 
 use super::result::Columns;
 use super::select::{self, ShardRows};
@@ -19,8 +19,8 @@ use super::{
     write_point_values, CrudConfig, CrudReply, Func, Plan, PointPlan, Raised,
 };
 use crate::protocol::ErrorCode;
-use crate::shard::{Shard, Written};
-use crate::storage::{Engine, IteratorType, StorageError, Tuple};
+use crate::shard::Shard;
+use crate::storage::{Change, Engine, IteratorType, StorageError, Tuple};
 use crate::wal::WalError;
 
 /// The answer to a call whose WAL rows could not be written: never an acknowledgement.
@@ -51,9 +51,7 @@ pub fn run_point(
         Ok(applied) => applied,
         Err(error) => return Ok(Err(error)),
     };
-    if let Some(written) = &applied.written {
-        shard.log(plan.space_id, written)?;
-    }
+    shard.log(plan.space_id, applied.change)?;
     Ok(Ok(applied.row))
 }
 
@@ -66,18 +64,16 @@ pub fn run_ops(
     stop_on_error: bool,
     rollback_on_error: bool,
 ) -> Result<Vec<BatchItem>, WalError> {
-    let mut written = Vec::new();
+    let mut changes = Vec::new();
     let items = write::apply_batch_logged(
         &mut shard.engine,
         space_id,
         ops,
         stop_on_error,
         rollback_on_error,
-        &mut written,
+        &mut changes,
     );
-    for change in &written {
-        shard.log(space_id, change)?;
-    }
+    shard.log_all(space_id, changes)?;
     Ok(items)
 }
 
@@ -111,25 +107,26 @@ pub fn run_part(shard: &mut Shard, plan: &Plan) -> Result<Part, WalError> {
     })
 }
 
-/// Empties a space. The WAL has no truncate row, so every tuple is logged as deleted first
-/// (one row each; the rows share one WAL write); recovery then replays the same emptying.
+/// Empties a space. The WAL has no truncate row, so every tuple is logged as deleted (one
+/// row each; the rows share one WAL write); recovery then replays the same emptying. If the
+/// log refuses them, the tuples are put back.
 fn truncate_logged(shard: &mut Shard, space_id: u32) -> Result<(), WalError> {
-    let Ok(space) = shard.engine.space(space_id) else {
+    let Ok(space) = shard.engine.space_mut(space_id) else {
         return Ok(());
     };
-    if shard.wal.is_some() {
-        let tuples: Vec<Tuple> = match space.select(0, IteratorType::All as u32, &[0x90]) {
+    let deleted: Vec<Tuple> = match shard.wal.is_some() {
+        true => match space.select(0, IteratorType::All as u32, &[0x90]) {
             Ok(entries) => entries.map(|(_, tuple)| tuple.clone()).collect(),
             Err(_) => Vec::new(),
-        };
-        for tuple in tuples {
-            shard.log(space_id, &Written::Deleted(tuple))?;
-        }
-    }
-    if let Ok(space) = shard.engine.space_mut(space_id) {
-        space.truncate();
-    }
-    Ok(())
+        },
+        false => Vec::new(),
+    };
+    space.truncate();
+    let changes = deleted.into_iter().map(|old| Change {
+        old: Some(old),
+        new: None,
+    });
+    shard.log_all(space_id, changes)
 }
 
 /// Step 3 of a fanned-out call, from every shard's part (any order: the merge sorts).
@@ -285,18 +282,19 @@ fn write_into(
     };
     let start = out.len();
     let space = &*space;
-    encode_values_reply(out, sync, schema_version, |out| match &stored {
+    let outcome = stored.as_ref().map(|change| change.new.as_ref());
+    encode_values_reply(out, sync, schema_version, |out| match outcome {
         // `[{metadata, rows: [new]}, nil]`, as write_point_values writes it, without its
         // general cases (errors, noreturn, chosen fields).
-        Ok(new) if !point.noreturn && matches!(point.columns, Columns::All) => {
+        Ok(Some(new)) if !point.noreturn && matches!(point.columns, Columns::All) => {
             out.push(0x92);
             config.metadata.write_result_all(out, space, &[new.data()]);
             out.push(0xc0);
         }
-        _ => write_point_values(out, config, space, point, stored.as_ref().map(Some)),
+        _ => write_point_values(out, config, space, point, outcome),
     });
-    if let Ok(new) = stored {
-        if let Err(error) = shard.log(point.space_id, &Written::Stored(new)) {
+    if let Ok(change) = stored {
+        if let Err(error) = shard.log(point.space_id, change) {
             log_refused(shard, &error);
             out.truncate(start);
             encode_reply(out, sync, schema_version, &wal_refused());

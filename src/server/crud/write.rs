@@ -6,15 +6,14 @@
 //! the shard exactly (Tarantool does it with a transaction; tarn's shard has none, and a
 //! shard runs one batch to the end before anything else touches it).
 //!
-//! Every change (an op, or an undo) reports what it wrote as a [`Written`], in the order it
-//! happened, for the caller to log to the shard's WAL with `Shard::log` — exactly the rows
-//! an IPROTO request making the same change would log.
+//! Every change (an op, or an undo) reports what it did as a storage [`Change`], in the
+//! order it happened, for the caller to log to the shard's WAL with `Shard::log` — exactly
+//! the rows an IPROTO request making the same change would log.
 
 use super::mp;
-use crate::shard::Written;
 use crate::storage::key::SearchKeyBuf;
 use crate::storage::msgpack::write_array_len;
-use crate::storage::{Engine, Space, StorageError, Tuple};
+use crate::storage::{Change, Engine, Space, StorageError, Tuple};
 use smallvec::SmallVec;
 use std::borrow::Cow;
 
@@ -161,7 +160,7 @@ impl OpBytes<'_> {
 
     /// Stores the tuple these bytes are (`Space::insert`), straight from the pieces when
     /// spliced.
-    pub fn insert_into(&self, space: &mut Space) -> Result<Tuple, StorageError> {
+    pub fn insert_into(&self, space: &mut Space) -> Result<Change, StorageError> {
         match self {
             OpBytes::Spliced(spliced) => space.insert_pieces(&spliced.pieces()),
             bytes => space.insert(&bytes.bytes()),
@@ -169,7 +168,7 @@ impl OpBytes<'_> {
     }
 
     /// `Space::replace` of these bytes, as [`OpBytes::insert_into`].
-    pub fn replace_into(&self, space: &mut Space) -> Result<Tuple, StorageError> {
+    pub fn replace_into(&self, space: &mut Space) -> Result<Change, StorageError> {
         match self {
             OpBytes::Spliced(spliced) => space.replace_pieces(&spliced.pieces()),
             bytes => space.replace(&bytes.bytes()),
@@ -236,7 +235,7 @@ pub const CRUD_INDEX_BASE: u32 = 1;
 impl PointOp<'_> {
     /// Stores the tuple of an insert or a replace (from its pieces when spliced); `None`,
     /// and nothing done, for the other ops.
-    pub fn store_into(&self, space: &mut Space) -> Option<Result<Tuple, StorageError>> {
+    pub fn store_into(&self, space: &mut Space) -> Option<Result<Change, StorageError>> {
         match self {
             PointOp::Insert { tuple } => Some(tuple.insert_into(space)),
             PointOp::Replace { tuple } => Some(tuple.replace_into(space)),
@@ -282,11 +281,11 @@ pub enum Undo {
 /// An applied op: the row it returns (new, old or found tuple), its undo, and the change
 /// to log (none for a read, or a write that changed nothing). The row is the stored tuple
 /// itself (shared, not copied): the reply is written straight from it.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Applied {
     pub row: Option<Tuple>,
     pub undo: Undo,
-    pub written: Option<Written>,
+    pub change: Change,
 }
 
 /// The primary key of a tuple as a msgpack array (for lookups before a write).
@@ -355,79 +354,82 @@ fn apply_with(space: &mut Space, op: &PointOp, keep_undo: bool) -> Result<Applie
     };
     Ok(match op {
         PointOp::Insert { tuple } => {
-            let new = tuple.insert_into(space)?;
-            let key = key_of(space, new.data());
+            let change = tuple.insert_into(space)?;
+            let row = change.new.clone();
+            let key = row
+                .as_ref()
+                .map_or_else(Vec::new, |new| key_of(space, new.data()));
             Applied {
                 undo: undo_of(None, key),
-                row: Some(new.clone()),
-                written: Some(Written::Stored(new)),
+                row,
+                change,
             }
         }
         PointOp::Replace { tuple } => {
             let key = key_of(space, &tuple.bytes());
             let old = old_of(space, &key);
-            let new = tuple.replace_into(space)?;
+            let change = tuple.replace_into(space)?;
             Applied {
-                row: Some(new.clone()),
+                row: change.new.clone(),
                 undo: undo_of(old, key),
-                written: Some(Written::Stored(new)),
+                change,
             }
         }
         PointOp::Upsert { tuple, ops } => {
             let (tuple, ops) = (tuple.bytes(), ops.bytes());
             let key = key_of(space, &tuple);
             let old = old_of(space, &key);
-            let stored = space.upsert_stored(&tuple, &ops, CRUD_INDEX_BASE)?;
+            let change = space.upsert_stored(&tuple, &ops, CRUD_INDEX_BASE)?;
             Applied {
                 row: None,
                 undo: undo_of(old, key),
-                written: stored.map(Written::Stored),
+                change,
             }
         }
         PointOp::Update { key, ops } => {
             let (key, ops) = (key.bytes(), ops.bytes());
             let old = old_of(space, &key);
-            let new = space.update(0, &key, &ops, CRUD_INDEX_BASE)?;
+            let change = space.update(0, &key, &ops, CRUD_INDEX_BASE)?;
             Applied {
-                undo: match (&new, old) {
+                undo: match (&change.new, old) {
                     (Some(_), Some(old)) => Undo::Restore(old),
                     _ => Undo::Nothing,
                 },
-                row: new.clone(),
-                written: new.map(Written::Stored),
+                row: change.new.clone(),
+                change,
             }
         }
         PointOp::Delete { key } => {
-            let old = space.delete(0, &key.bytes())?;
+            let change = space.delete(0, &key.bytes())?;
             Applied {
-                undo: match &old {
+                undo: match &change.old {
                     Some(old) if keep_undo => Undo::Restore(old.data().to_vec()),
                     _ => Undo::Nothing,
                 },
-                row: old.clone(),
-                written: old.map(Written::Deleted),
+                row: change.old.clone(),
+                change,
             }
         }
         PointOp::Get { key } => Applied {
             row: space.get(0, &key.bytes())?.cloned(),
             undo: Undo::Nothing,
-            written: None,
+            change: Change::NONE,
         },
     })
 }
 
 /// Puts the shard back as it was before the op that returned `undo`; returns the change
 /// to log.
-pub fn undo(space: &mut Space, undo: &Undo) -> Option<Written> {
+pub fn undo(space: &mut Space, undo: &Undo) -> Change {
     let outcome = match undo {
-        Undo::Nothing => Ok(None),
-        Undo::Delete(key) => space.delete(0, key).map(|old| old.map(Written::Deleted)),
-        Undo::Restore(old) => space.replace(old).map(|new| Some(Written::Stored(new))),
+        Undo::Nothing => Ok(Change::NONE),
+        Undo::Delete(key) => space.delete(0, key),
+        Undo::Restore(old) => space.replace(old),
     };
     // The tuple was in the space a moment ago (or the key was absent): restoring it only
     // fails if the quota shrank in between, which a single-threaded shard cannot see.
     debug_assert!(outcome.is_ok(), "undo failed: {outcome:?}");
-    outcome.ok().flatten()
+    outcome.unwrap_or_default()
 }
 
 /// What became of one op of a batch.
@@ -454,25 +456,25 @@ pub fn apply_batch(
     stop_on_error: bool,
     rollback_on_error: bool,
 ) -> Vec<BatchItem> {
-    let mut written = Vec::new();
+    let mut changes = Vec::new();
     apply_batch_logged(
         engine,
         space_id,
         ops,
         stop_on_error,
         rollback_on_error,
-        &mut written,
+        &mut changes,
     )
 }
 
-/// [`apply_batch`], appending every change it made (ops and undos, in order) to `written`.
+/// [`apply_batch`], appending every change it made (ops and undos, in order) to `changes`.
 pub fn apply_batch_logged(
     engine: &mut Engine,
     space_id: u32,
     ops: &[PointOp],
     stop_on_error: bool,
     rollback_on_error: bool,
-    written: &mut Vec<Written>,
+    changes: &mut Vec<Change>,
 ) -> Vec<BatchItem> {
     let space = match engine.space_mut(space_id) {
         Ok(space) => space,
@@ -496,7 +498,9 @@ pub fn apply_batch_logged(
             Ok(applied) => {
                 undos.push((items.len(), applied.undo));
                 items.push(BatchItem::Done(applied.row.map(|row| row.data().to_vec())));
-                written.extend(applied.written);
+                if !applied.change.is_none() {
+                    changes.push(applied.change);
+                }
             }
             Err(error) => {
                 failed = true;
@@ -506,7 +510,10 @@ pub fn apply_batch_logged(
     }
     if failed && rollback_on_error {
         for (at, undo_op) in undos.iter().rev() {
-            written.extend(undo(space, undo_op));
+            let change = undo(space, undo_op);
+            if !change.is_none() {
+                changes.push(change);
+            }
             items[*at] = BatchItem::RolledBack;
         }
     }

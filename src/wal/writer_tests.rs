@@ -1,0 +1,367 @@
+//! The writer when the disk refuses: which rows are refused, what the rollback hook is
+//! told, what is left in the files, and when writes resume. A sink in memory stands in for
+//! the files, failing the calls a test chooses.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
+use std::io;
+use std::rc::Rc;
+
+use futures_lite::future::yield_now;
+
+use super::*;
+use crate::wal::format::RowKind;
+use crate::wal::reader::{ReadMode, WalFile};
+
+const FINGERPRINT: u64 = 0x5eed;
+
+/// What the next calls of a [`MemorySink`] do, in order; a call with nothing queued works.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Call {
+    Works,
+    /// Fails with this error kind, after yielding a few times so that rows are appended
+    /// while the flush is "on the disk".
+    Fails(io::ErrorKind),
+    /// An append that writes its first half, then fails as a full disk does.
+    ShortWrite,
+}
+
+#[derive(Default)]
+struct Disk {
+    /// Files by their first LSN.
+    files: BTreeMap<u64, Vec<u8>>,
+    plan: VecDeque<(&'static str, Call)>,
+}
+
+/// Files in memory. Each call takes the first planned outcome for its kind of call.
+#[derive(Clone, Default)]
+struct MemorySink {
+    disk: Rc<RefCell<Disk>>,
+    current: Option<u64>,
+}
+
+impl MemorySink {
+    fn plan(&self, call: &'static str, outcome: Call) {
+        self.disk.borrow_mut().plan.push_back((call, outcome));
+    }
+
+    async fn outcome(&self, call: &'static str) -> io::Result<Call> {
+        let planned = {
+            let mut disk = self.disk.borrow_mut();
+            match disk.plan.front() {
+                Some((kind, outcome)) if *kind == call => {
+                    let outcome = *outcome;
+                    disk.plan.pop_front();
+                    outcome
+                }
+                _ => Call::Works,
+            }
+        };
+        match planned {
+            Call::Fails(kind) => {
+                for _ in 0..4 {
+                    yield_now().await;
+                }
+                Err(io::Error::new(kind, format!("injected {call} failure")))
+            }
+            other => Ok(other),
+        }
+    }
+
+    fn file_lsns(&self) -> Vec<u64> {
+        self.disk.borrow().files.keys().copied().collect()
+    }
+
+    /// Every LSN in the files, in file order, read strictly (any damage fails the test).
+    fn lsns_on_disk(&self) -> Vec<u64> {
+        let disk = self.disk.borrow();
+        let mut lsns = Vec::new();
+        for (lsn_first, bytes) in &disk.files {
+            let file = WalFile::from_bytes(format!("{lsn_first}.wal").into(), bytes.clone())
+                .expect("a whole header");
+            for batch in file.batches(ReadMode::Strict) {
+                lsns.extend(batch.expect("no damage").rows().map(|row| row.lsn));
+            }
+        }
+        lsns
+    }
+}
+
+impl Sink for MemorySink {
+    async fn start_file(&mut self, lsn_first: u64) -> io::Result<()> {
+        self.current = Some(lsn_first);
+        self.outcome("start_file").await?;
+        self.disk.borrow_mut().files.insert(lsn_first, Vec::new());
+        Ok(())
+    }
+
+    async fn append(&mut self, bytes: Vec<u8>) -> io::Result<()> {
+        let outcome = self.outcome("append").await?;
+        let current = self.current.ok_or_else(|| io::Error::other("no file"))?;
+        let mut disk = self.disk.borrow_mut();
+        let file = disk.files.get_mut(&current).expect("an open file");
+        if outcome == Call::ShortWrite {
+            file.extend_from_slice(&bytes[..bytes.len() / 2]);
+            return Err(io::Error::new(io::ErrorKind::WriteZero, "short write"));
+        }
+        file.extend_from_slice(&bytes);
+        Ok(())
+    }
+
+    async fn sync_data(&mut self) -> io::Result<()> {
+        self.outcome("sync_data").await.map(drop)
+    }
+
+    async fn close(&mut self) -> io::Result<()> {
+        self.current = None;
+        Ok(())
+    }
+
+    async fn discard_after(&mut self, keep_bytes: u64) -> io::Result<()> {
+        let Some(current) = self.current.take() else {
+            return Ok(());
+        };
+        let mut disk = self.disk.borrow_mut();
+        match keep_bytes {
+            0 => {
+                disk.files.remove(&current);
+            }
+            keep => disk
+                .files
+                .get_mut(&current)
+                .expect("an open file")
+                .truncate(keep as usize),
+        }
+        Ok(())
+    }
+}
+
+fn config(fsync: bool) -> WriterConfig {
+    WriterConfig {
+        shard_id: 0,
+        schema_fingerprint: FINGERPRINT,
+        fsync,
+        max_file_size_bytes: 1 << 20,
+        lsn_next: 1,
+    }
+}
+
+fn row(key: u8) -> Vec<u8> {
+    vec![0x92, key & 0x7f, 1]
+}
+
+fn run<T>(future: impl Future<Output = T>) -> T {
+    glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+        .io_memory(1 << 20)
+        .make()
+        .expect("executor")
+        .run(future)
+}
+
+/// Starts a writer on `sink` whose rollback hook records what it is told.
+fn writer_recording_rollbacks(
+    sink: &MemorySink,
+    fsync: bool,
+) -> (WalWriter, Rc<RefCell<Vec<u64>>>) {
+    let writer = WalWriter::start(sink.clone(), config(fsync));
+    let rollbacks = Rc::new(RefCell::new(Vec::new()));
+    let recorded = rollbacks.clone();
+    writer.on_rollback(move |lsn_durable_last| recorded.borrow_mut().push(lsn_durable_last));
+    (writer, rollbacks)
+}
+
+fn append(writer: &WalWriter, key: u8) -> Commit {
+    writer
+        .append(RowKind::Replace, 512, &row(key))
+        .expect("accepting")
+}
+
+async fn outcomes(commits: Vec<Commit>) -> Vec<Result<u64>> {
+    let mut outcomes = Vec::new();
+    for commit in commits {
+        outcomes.push(commit.await);
+    }
+    outcomes
+}
+
+fn refused_after(outcome: &Result<u64>, lsn: u64) -> bool {
+    matches!(outcome, Err(WalError::WriteFailed { lsn_durable_last, .. }) if *lsn_durable_last == lsn)
+}
+
+#[test]
+fn out_of_space_refuses_the_flush_and_every_row_behind_it_then_writes_resume() {
+    let sink = MemorySink::default();
+    let observed = sink.clone();
+    let (outcomes, later, rollbacks, stats) = run(async move {
+        let (writer, rollbacks) = writer_recording_rollbacks(&sink, false);
+        append(&writer, 1).await.expect("durable");
+        sink.plan("append", Call::Fails(io::ErrorKind::StorageFull));
+        let mut commits: Vec<Commit> = (2..=10).map(|k| append(&writer, k)).collect();
+        // The flusher takes rows 2..=10 and its write "runs"; rows 11..=20 queue behind.
+        yield_now().await;
+        commits.extend((11..=20).map(|k| append(&writer, k)));
+        let outcomes = outcomes(commits).await;
+        let later = outcomes_of([append(&writer, 21), append(&writer, 22)]).await;
+        writer.close().await.expect("closes");
+        (outcomes, later, rollbacks, writer.stats())
+    });
+    assert_eq!(outcomes.len(), 19);
+    assert!(outcomes.iter().all(|o| refused_after(o, 1)), "{outcomes:?}");
+    assert_eq!(rollbacks.borrow().as_slice(), [1]);
+    // The LSNs of the refused rows are handed back: the next rows follow LSN 1.
+    assert_eq!(later, [2, 3]);
+    assert_eq!((stats.flushes_failed, stats.rows_refused), (1, 19));
+    // The failed bytes are gone; the next flush began a file of its own.
+    assert_eq!(observed.file_lsns(), [1, 2]);
+    assert_eq!(observed.lsns_on_disk(), [1, 2, 3]);
+}
+
+async fn outcomes_of(commits: [Commit; 2]) -> Vec<u64> {
+    let mut lsns = Vec::new();
+    for commit in commits {
+        lsns.push(commit.await.expect("durable"));
+    }
+    lsns
+}
+
+#[test]
+fn a_short_write_is_cut_off_the_file_it_went_into() {
+    let sink = MemorySink::default();
+    let observed = sink.clone();
+    let (refused, resumed) = run(async move {
+        let (writer, _) = writer_recording_rollbacks(&sink, true);
+        append(&writer, 1).await.expect("durable");
+        append(&writer, 2).await.expect("durable");
+        sink.plan("append", Call::ShortWrite);
+        let refused = append(&writer, 3).await;
+        let resumed = append(&writer, 4).await;
+        writer.close().await.expect("closes");
+        (refused, resumed)
+    });
+    assert!(refused_after(&refused, 2), "{refused:?}");
+    assert_eq!(resumed.expect("durable"), 3);
+    assert_eq!(observed.file_lsns(), [1, 3]);
+    assert_eq!(observed.lsns_on_disk(), [1, 2, 3]);
+}
+
+#[test]
+fn a_file_that_could_not_be_created_is_removed_and_writes_resume() {
+    let sink = MemorySink::default();
+    let observed = sink.clone();
+    let (first, second, resumed, poisoned) = run(async move {
+        let (writer, _) = writer_recording_rollbacks(&sink, false);
+        // The very first flush creates the first file: out of space, twice.
+        sink.plan("start_file", Call::Fails(io::ErrorKind::StorageFull));
+        let first = append(&writer, 1).await;
+        sink.plan("append", Call::Fails(io::ErrorKind::QuotaExceeded));
+        let second = append(&writer, 1).await;
+        let resumed = append(&writer, 1).await;
+        let poisoned = writer.poisoned();
+        writer.close().await.expect("closes");
+        (first, second, resumed, poisoned)
+    });
+    assert!(refused_after(&first, 0), "{first:?}");
+    assert!(refused_after(&second, 0), "{second:?}");
+    assert_eq!(resumed.expect("durable"), 1);
+    assert_eq!(poisoned, None);
+    assert_eq!(observed.lsns_on_disk(), [1]);
+}
+
+#[test]
+fn a_failed_fsync_poisons_the_writer_even_when_it_says_the_disk_is_full() {
+    let sink = MemorySink::default();
+    let observed = sink.clone();
+    let (outcomes, later, rollbacks, closed, poisoned) = run(async move {
+        let (writer, rollbacks) = writer_recording_rollbacks(&sink, true);
+        append(&writer, 1).await.expect("durable");
+        sink.plan("sync_data", Call::Fails(io::ErrorKind::StorageFull));
+        let commits: Vec<Commit> = (2..=5).map(|k| append(&writer, k)).collect();
+        let outcomes = outcomes(commits).await;
+        let later = writer
+            .append(RowKind::Replace, 512, &row(6))
+            .map(|c| c.lsn());
+        let poisoned = writer.poisoned();
+        (outcomes, later, rollbacks, writer.close().await, poisoned)
+    });
+    assert!(
+        outcomes.iter().all(|o| matches!(
+            o,
+            Err(WalError::Poisoned {
+                lsn_durable_last: 1,
+                ..
+            })
+        )),
+        "{outcomes:?}"
+    );
+    assert!(matches!(later, Err(WalError::Poisoned { .. })), "{later:?}");
+    assert!(poisoned.is_some_and(|cause| cause.contains("fdatasync")));
+    assert_eq!(rollbacks.borrow().as_slice(), [1]);
+    assert!(closed.is_err());
+    // Written but not synced: on the disk, the bytes are there (the kernel may keep them or
+    // not); what matters is that nobody was told they were durable.
+    assert_eq!(observed.lsns_on_disk()[0], 1);
+}
+
+#[test]
+fn a_commit_durable_before_a_failure_stays_durable_when_polled_after_it() {
+    let sink = MemorySink::default();
+    let (early, refused, appended) = run(async move {
+        let (writer, _) = writer_recording_rollbacks(&sink, false);
+        let early = append(&writer, 1);
+        while writer.lsn_durable_last() < 1 {
+            yield_now().await;
+        }
+        sink.plan("append", Call::Fails(io::ErrorKind::StorageFull));
+        let covering = writer.commit_appended();
+        let refused = append(&writer, 2).await;
+        // Another row made durable after the failure: the old epoch's flush still decides.
+        append(&writer, 3).await.expect("durable");
+        let appended = (covering.await, writer.commit_appended().await);
+        (early.await, refused, appended)
+    });
+    assert_eq!(early.expect("durable"), 1);
+    assert!(refused_after(&refused, 1), "{refused:?}");
+    // Before the failure everything appended was durable already; after it, so is row 2.
+    assert_eq!(appended.0.expect("durable"), 1);
+    assert_eq!(appended.1.expect("durable"), 2);
+}
+
+#[test]
+fn a_commit_of_everything_appended_fails_when_any_of_it_is_refused() {
+    let sink = MemorySink::default();
+    let outcome = run(async move {
+        let (writer, _) = writer_recording_rollbacks(&sink, false);
+        append(&writer, 1).await.expect("durable");
+        sink.plan("append", Call::Fails(io::ErrorKind::StorageFull));
+        let row = append(&writer, 2);
+        let covering = writer.commit_appended();
+        let _ = row.await;
+        covering.await
+    });
+    assert!(refused_after(&outcome, 1), "{outcome:?}");
+}
+
+#[test]
+fn any_other_write_error_poisons() {
+    let sink = MemorySink::default();
+    let (outcome, later) = run(async move {
+        let (writer, _) = writer_recording_rollbacks(&sink, false);
+        sink.plan("append", Call::Fails(io::ErrorKind::Other));
+        let outcome = append(&writer, 1).await;
+        let later = writer
+            .append(RowKind::Replace, 512, &row(2))
+            .map(|c| c.lsn());
+        (outcome, later)
+    });
+    assert!(
+        matches!(
+            outcome,
+            Err(WalError::Poisoned {
+                lsn_durable_last: 0,
+                ..
+            })
+        ),
+        "{outcome:?}"
+    );
+    assert!(matches!(later, Err(WalError::Poisoned { .. })));
+}
