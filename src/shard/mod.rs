@@ -279,6 +279,43 @@ impl Shard {
     /// returns: the caller only answers it. For writers that change the engine themselves
     /// (crud) and must log exactly what `execute` would.
     pub fn log(&mut self, space_id: u32, change: Change) -> std::result::Result<(), WalError> {
+        self.append_to_log(space_id, change)
+            .map_err(|(error, refused)| {
+                // The latest write (nothing ran since it), so undoing it alone restores the
+                // space; earlier writes still in flight keep their own fate.
+                self.undo_refused(space_id, [refused]);
+                error
+            })
+    }
+
+    /// [`Shard::log`] of several changes made one after another, oldest first; if the log
+    /// refuses one, it and every change after it are undone, newest first (the ones before
+    /// it were appended and share the fate of their flush).
+    pub fn log_all(
+        &mut self,
+        space_id: u32,
+        changes: impl IntoIterator<Item = Change>,
+    ) -> std::result::Result<(), WalError> {
+        let mut changes = changes.into_iter();
+        while let Some(change) = changes.next() {
+            if let Err((error, refused)) = self.append_to_log(space_id, change) {
+                let mut unlogged: Vec<Change> = std::iter::once(refused).chain(changes).collect();
+                unlogged.reverse();
+                self.undo_refused(space_id, unlogged);
+                return Err(error);
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends `change`'s row and keeps its undo; on a refusal hands the change back, not
+    /// undone (the caller knows what ran after it).
+    #[inline]
+    fn append_to_log(
+        &mut self,
+        space_id: u32,
+        change: Change,
+    ) -> std::result::Result<(), (WalError, Change)> {
         let Some(wal) = &self.wal else {
             if let Some(old) = change.old {
                 self.engine.retire(old);
@@ -306,40 +343,21 @@ impl Shard {
             }
             Err(error) => {
                 tracing::error!(shard = self.id, %error, "the WAL refused a write; it is undone");
-                // The latest write of its key (nothing ran since it), so undoing it alone
-                // restores the space; earlier writes still in flight keep their own fate.
-                let undone = self
-                    .engine
-                    .space_mut(space_id)
-                    .and_then(|space| space.undo(change));
-                debug_assert!(undone.is_ok(), "undo failed: {undone:?}");
-                Err(error)
+                Err((error, change))
             }
         }
     }
 
-    /// [`Shard::log`] of several changes made one after another, oldest first; if the log
-    /// refuses one, it and every change after it are undone, newest first (the ones before
-    /// it were appended and share the fate of their flush).
-    pub fn log_all(
-        &mut self,
-        space_id: u32,
-        changes: impl IntoIterator<Item = Change>,
-    ) -> std::result::Result<(), WalError> {
-        let mut changes = changes.into_iter();
-        while let Some(change) = changes.next() {
-            if let Err(error) = self.log(space_id, change) {
-                let rest: Vec<Change> = changes.collect();
-                if let Ok(space) = self.engine.space_mut(space_id) {
-                    for change in rest.into_iter().rev() {
-                        let undone = space.undo(change);
-                        debug_assert!(undone.is_ok(), "undo failed: {undone:?}");
-                    }
-                }
-                return Err(error);
-            }
+    /// Undoes changes the log refused before they were kept, in the order given (newest
+    /// first).
+    fn undo_refused(&mut self, space_id: u32, newest_first: impl IntoIterator<Item = Change>) {
+        let Ok(space) = self.engine.space_mut(space_id) else {
+            return;
+        };
+        for change in newest_first {
+            let undone = space.undo(change);
+            debug_assert!(undone.is_ok(), "undo failed: {undone:?}");
         }
-        Ok(())
     }
 
     /// Undoes every write whose row is not durable (LSN after `lsn_durable_last`), newest

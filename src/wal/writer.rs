@@ -21,13 +21,15 @@
 //! wakes their commits, which fail. What happens next depends on the failure:
 //!
 //! * **Out of space** (`ENOSPC`, `EDQUOT`, a short write) while creating or appending: the
-//!   bytes of the failed flush are cut off the file (a file the flush had begun is removed),
-//!   so no torn batch is left behind, and the next flush begins a new file. Writes resume by
-//!   themselves once there is room, without a restart.
+//!   bytes of the failed flush are cut off the file (a file the flush had begun is removed,
+//!   and the cut is synced), so no torn batch is left behind, and the next flush begins a
+//!   new file. Writes resume by themselves once there is room, without a restart.
 //! * **Anything else**, and every `fdatasync` failure: the writer is poisoned and refuses all
 //!   writes until restart ([`WalError::Poisoned`]). After a failed fsync the kernel may have
 //!   dropped the dirty pages, so a retry that succeeded would acknowledge data that is gone
-//!   (the lesson PostgreSQL and fjall learned).
+//!   (the lesson PostgreSQL and fjall learned). The failed flush's bytes are cut off the
+//!   file here too, so that a restart does not replay rows that were refused; if even that
+//!   fails (a dying disk), the error says the rows may come back.
 //!
 //! The appends between two failures form an epoch ([`Epoch`]): a failure ends the current
 //! one and records which of its flushes were durable, so a commit decides its outcome from
@@ -453,13 +455,12 @@ async fn run_flusher<S: Sink>(shared: Rc<Shared>, mut sink: S, config: WriterCon
             }
             Err(failure) => failure,
         };
-        // The bytes of the failed flush must not stay in the file: a torn batch in a file
-        // that is not the newest is corruption to recovery.
-        let discarded = match failure.recoverable() {
-            true => discard_failed_flush(&mut sink, &mut file).await,
-            false => Err(io::Error::other("not attempted")),
-        };
-        let poisoned = discarded.is_err();
+        // The bytes of the failed flush must not stay in the file, whatever the failure:
+        // recovery would replay rows that were refused (after a failed fsync the written
+        // pages may well reach the disk later), and a torn batch in a file that is not the
+        // newest is corruption to it.
+        let discarded = discard_failed_flush(&mut sink, &mut file).await;
+        let poisoned = !failure.recoverable() || discarded.is_err();
         let cause = failure.describe(&discarded);
         let lsn_durable_last = {
             let mut state = shared.state.borrow_mut();
@@ -603,11 +604,14 @@ impl FlushFailure {
             FlushStep::Sync => "fdatasync",
         };
         match discarded {
-            Err(error) if self.recoverable() => format!(
-                "{step}: {} (then cutting the failed write off the file: {error})",
+            // A double fault: the refused rows may still be in the file, and a restart
+            // would replay them. Say so; nothing more can be done without a working disk.
+            Err(error) => format!(
+                "{step}: {} (then cutting the refused rows off the file failed: {error}; \
+                 they may be replayed at restart)",
                 self.error
             ),
-            _ => format!("{step}: {}", self.error),
+            Ok(()) => format!("{step}: {}", self.error),
         }
     }
 }
@@ -669,10 +673,11 @@ async fn write_flush<S: Sink>(
     sink.append(bytes)
         .await
         .map_err(failed(FlushStep::Append))?;
-    file.size_bytes += size_bytes;
     if config.fsync {
         sink.sync_data().await.map_err(failed(FlushStep::Sync))?;
     }
+    // Only now: until the flush succeeds, `size_bytes` is where a failed one is cut.
+    file.size_bytes += size_bytes;
     Ok(Written {
         bytes: size_bytes,
         synced: config.fsync,
