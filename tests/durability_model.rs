@@ -599,3 +599,30 @@ fn no_acknowledged_write_is_lost_and_no_refused_write_comes_back() {
         assert!(coverage.recovered_crashes.get() > 200, "{coverage:?}");
     });
 }
+
+/// Found by the test: a failed fdatasync left the refused row in the file, and the restart
+/// replayed it.
+#[test]
+fn a_row_whose_fsync_failed_does_not_come_back_after_a_crash() {
+    let steps = vec![
+        Step::Fault(Fault::SyncEio),
+        Step::Free(473),
+        Step::Requests(vec![], vec![Op::Upsert(0, 0)]),
+        Step::Crash,
+    ];
+    run_case(0, steps).unwrap();
+}
+
+/// Found by the test: a crud batch that rolled itself back (an existing id) on a stopped
+/// log undid its first insert before the batch's own undo of it.
+#[test]
+fn a_refused_batch_that_rolled_itself_back_is_undone_newest_first() {
+    let steps = vec![
+        Step::Free(920),
+        Step::Requests(vec![], vec![Op::CrudInsertMany(vec![28])]),
+        Step::Fault(Fault::WriteEio),
+        Step::Requests(vec![Op::CrudInsertMany(vec![0])], vec![]),
+        Step::Requests(vec![Op::CrudInsertMany(vec![0, 28])], vec![]),
+    ];
+    run_case(951, steps).unwrap();
+}
