@@ -529,32 +529,33 @@ impl Session {
             );
             (local, shard.take_commit())
         };
-        let mut durable = match local {
-            Ok(local) => {
-                place(&mut items, &positions[me], local);
-                true
-            }
-            Err(_) => false,
-        };
+        let mut refusal = Refusal::default();
+        match local {
+            Ok(local) => place(&mut items, &positions[me], local),
+            Err(error) => refusal.here(error),
+        }
         if !slots.is_empty() {
             self.inbox.wait().await;
             for &(peer, slot) in &slots {
                 match wire::decode_items(self.inbox.replies().get(slot)) {
                     Some(remote) => place(&mut items, &positions[peer], remote),
-                    None => durable = false,
+                    None => refusal.elsewhere(),
                 }
             }
             self.inbox.clear();
         }
         if let Some(commit) = commit {
-            durable &= commit.await.is_ok();
+            if let Err(error) = commit.await {
+                refusal.here(error);
+            }
         }
-        let reply = if durable {
-            let shard = self.core.shard.borrow();
-            let space = shard.engine.space(many.space_id).expect("planned");
-            CrudReply::Values(crud::finish_many(space, &self.core.crud, many, &items))
-        } else {
-            on_shard::wal_refused()
+        let reply = match refusal.reply() {
+            Some(refused) => refused,
+            None => {
+                let shard = self.core.shard.borrow();
+                let space = shard.engine.space(many.space_id).expect("planned");
+                CrudReply::Values(crud::finish_many(space, &self.core.crud, many, &items))
+            }
         };
         crud::encode_reply(out, sync, SCHEMA_VERSION, &reply);
     }
@@ -577,28 +578,29 @@ impl Session {
         };
         self.inbox.wait().await;
         let mut parts = Vec::with_capacity(self.core.shard_count);
-        let mut durable = match local {
-            Ok(part) => {
-                parts.push(part);
-                true
-            }
-            Err(_) => false,
-        };
+        let mut refusal = Refusal::default();
+        match local {
+            Ok(part) => parts.push(part),
+            Err(error) => refusal.here(error),
+        }
         for slot in 0..(self.core.shard_count - 1) as u32 {
             match wire::decode_part(self.inbox.replies().get(slot)) {
                 Some(part) => parts.push(part),
-                None => durable = false,
+                None => refusal.elsewhere(),
             }
         }
         self.inbox.clear();
         if let Some(commit) = commit {
-            durable &= commit.await.is_ok();
+            if let Err(error) = commit.await {
+                refusal.here(error);
+            }
         }
-        let reply = if durable {
-            let shard = self.core.shard.borrow();
-            CrudReply::Values(on_shard::finish_parts(&shard.engine, plan, parts))
-        } else {
-            on_shard::wal_refused()
+        let reply = match refusal.reply() {
+            Some(refused) => refused,
+            None => {
+                let shard = self.core.shard.borrow();
+                CrudReply::Values(on_shard::finish_parts(&shard.engine, plan, parts))
+            }
         };
         crud::encode_reply(out, sync, SCHEMA_VERSION, &reply);
     }
@@ -1039,5 +1041,33 @@ mod tests {
         }
         splice_replies(&mut out, &pending, &inbox);
         assert_eq!(std::str::from_utf8(&out).unwrap(), "AxBCyyDzzz");
+    }
+}
+
+/// Whether the WAL of some shard refused a part of a crud call that spans shards, and why
+/// when it was this core's (another core logs its own reason; its part only says refused).
+#[derive(Default)]
+struct Refusal {
+    refused: bool,
+    here: Option<crate::wal::WalError>,
+}
+
+impl Refusal {
+    fn here(&mut self, error: crate::wal::WalError) {
+        self.refused = true;
+        self.here.get_or_insert(error);
+    }
+
+    fn elsewhere(&mut self) {
+        self.refused = true;
+    }
+
+    /// The call's answer if a part was refused: never an acknowledgement.
+    fn reply(&self) -> Option<CrudReply> {
+        match (&self.here, self.refused) {
+            (Some(error), _) => Some(on_shard::wal_refused(error)),
+            (None, true) => Some(on_shard::wal_refused_elsewhere()),
+            (None, false) => None,
+        }
     }
 }

@@ -342,7 +342,8 @@ impl Shard {
                 Ok(())
             }
             Err(error) => {
-                tracing::error!(shard = self.id, %error, "the WAL refused a write; it is undone");
+                // The log said why when it stopped (once, not once per write).
+                tracing::debug!(shard = self.id, %error, "the WAL refused a write; it is undone");
                 Err((error, change))
             }
         }
@@ -368,7 +369,8 @@ impl Shard {
         let undone = self
             .undo
             .roll_back_after(lsn_durable_last, &mut self.engine);
-        tracing::error!(
+        // The writer's error line (rate-limited) counts them; this one is per failure.
+        tracing::debug!(
             shard = self.id,
             writes_undone = undone,
             lsn_durable_last,

@@ -19,20 +19,25 @@ use super::{
     write_point_values, CrudConfig, CrudReply, Func, Plan, PointPlan, Raised,
 };
 use crate::protocol::ErrorCode;
+use crate::shard::errors::log_refused_message;
 use crate::shard::Shard;
 use crate::storage::{Change, Engine, IteratorType, StorageError, Tuple};
 use crate::wal::WalError;
 
 /// The answer to a call whose WAL rows could not be written: never an acknowledgement.
-pub fn wal_refused() -> CrudReply {
+pub fn wal_refused(error: &WalError) -> CrudReply {
     CrudReply::Raised(Raised {
         code: ErrorCode::ER_WAL_IO,
-        message: "Failed to write to disk".to_string(),
+        message: log_refused_message(error).into_owned(),
     })
 }
 
-fn log_refused(shard: &Shard, error: &WalError) {
-    tracing::error!(shard = shard.id, %error, "WAL write refused; the crud call fails");
+/// [`wal_refused`] for rows another shard's WAL refused: its reason is in that shard's log.
+pub fn wal_refused_elsewhere() -> CrudReply {
+    wal_refused(&WalError::WriteFailed {
+        lsn_durable_last: 0,
+        cause: String::new(),
+    })
 }
 
 /// A point op on its owner shard, through `write::apply_point`: the op's outcome (a box
@@ -184,8 +189,7 @@ pub fn run_planned(shard: &mut Shard, config: &CrudConfig, plan: &Plan) -> CrudR
                 finish_point(config, space, point, outcome)
             }
             Err(error) => {
-                log_refused(shard, &error);
-                return wal_refused();
+                return wal_refused(&error);
             }
         },
         Plan::Many(many) => {
@@ -202,16 +206,14 @@ pub fn run_planned(shard: &mut Shard, config: &CrudConfig, plan: &Plan) -> CrudR
                     finish_many(space, config, many, &items)
                 }
                 Err(error) => {
-                    log_refused(shard, &error);
-                    return wal_refused();
+                    return wal_refused(&error);
                 }
             }
         }
         _ => match run_part(shard, plan) {
             Ok(part) => finish_parts(&shard.engine, plan, vec![part]),
             Err(error) => {
-                log_refused(shard, &error);
-                return wal_refused();
+                return wal_refused(&error);
             }
         },
     };
@@ -255,8 +257,7 @@ fn run_point_into(
             });
         }
         Err(error) => {
-            log_refused(shard, &error);
-            encode_reply(out, sync, schema_version, &wal_refused());
+            encode_reply(out, sync, schema_version, &wal_refused(&error));
         }
     }
 }
@@ -295,9 +296,8 @@ fn write_into(
     });
     if let Ok(change) = stored {
         if let Err(error) = shard.log(point.space_id, change) {
-            log_refused(shard, &error);
             out.truncate(start);
-            encode_reply(out, sync, schema_version, &wal_refused());
+            encode_reply(out, sync, schema_version, &wal_refused(&error));
         }
     }
     true
