@@ -18,6 +18,8 @@
 //!   whose replies land in sessions' [`inbox`]es.
 //! * [`crud`]: the tarantool/crud API, answered natively.
 //! * [`durability`]: recovery, the WAL writer, snapshots.
+//! * [`layout`]: the data directory's shard count and placement, and moving every row when
+//!   a start changes them.
 //! * [`schema`]: config to storage definitions; the system spaces.
 //! * [`session`]: users, authentication, grants.
 //!
@@ -53,6 +55,7 @@ pub mod dispatch;
 pub mod durability;
 pub mod heap;
 pub mod inbox;
+pub mod layout;
 pub mod scheduling;
 pub mod schema;
 pub mod session;
@@ -148,6 +151,8 @@ pub enum ServerError {
         path: std::path::PathBuf,
         reason: String,
     },
+    #[error("data directory layout: {0}")]
+    Layout(#[from] layout::LayoutError),
     #[error("another shard failed to start")]
     PeerFailed,
     #[error("recovery of shard {shard_id} failed: {reason} (start with --force-recovery to skip damaged data)")]
@@ -212,8 +217,14 @@ where
     T: Send + 'static,
 {
     assert!(shard_count >= 1);
+    // A pool that cannot be placed fails here, before the layout below moves any row.
+    PoolPlacement::MaxSpread(shard_count, None)
+        .generate_cpu_set()
+        .map_err(|error| ServerError::Executors(format!("{shard_count} shards: {error}")))?;
     // Before any core recovers: the schema the data was written with must still hold.
     let fingerprint = durability::prepare_data_dir(&config)?;
+    // Also before: rows written at another shard count are moved to their owners here.
+    layout::prepare(&config, shard_count, fingerprint)?;
     let shared = Arc::new(Shared::new(config, shard_count, fingerprint));
     let mesh = core::mesh(shard_count);
     let per_core = Arc::new(per_core);

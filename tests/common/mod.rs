@@ -54,6 +54,18 @@ impl Server {
         shards: u32,
         args: &[&str],
     ) -> Result<Server, String> {
+        Server::try_start_with_env(dir, config_toml, shards, args, &[])
+    }
+
+    /// [`Server::try_start_with`] with `env` set for tarn only (not for the test process,
+    /// whose other tests start servers too).
+    pub fn try_start_with_env(
+        dir: &std::path::Path,
+        config_toml: &str,
+        shards: u32,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Server, String> {
         let config_path = dir.join("tarn.toml");
         std::fs::write(&config_path, config_toml).expect("write config");
         let mut child = Command::new(env!("CARGO_BIN_EXE_tarn"))
@@ -66,6 +78,7 @@ impl Server {
             .arg("--data-dir")
             .arg(dir.join("data"))
             .args(args)
+            .envs(env.iter().copied())
             .env("NO_COLOR", "1")
             .env("RUST_LOG", "info")
             .stderr(Stdio::piped())
