@@ -835,3 +835,335 @@ fn rotation_begins_a_file_at_the_next_lsn_even_with_nothing_to_write() {
     assert_eq!(lsns(4), vec![4]);
     assert_eq!(lsns(5), vec![5]);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Clean-close mark
+
+/// `bytes` (a whole WAL file) with a clean-close mark appended whose last LSN is `lsn_last`.
+fn with_close_mark(mut bytes: Vec<u8>, lsn_last: u64) -> Vec<u8> {
+    let offset = bytes.len() as u64;
+    encode_close_mark(&CloseMark { offset, lsn_last }, &mut bytes);
+    bytes
+}
+
+#[test]
+fn close_marks_round_trip_and_count_only_at_the_end_of_a_file() {
+    let mark = CloseMark {
+        offset: 1234,
+        lsn_last: 99,
+    };
+    let mut bytes = Vec::new();
+    encode_close_mark(&mark, &mut bytes);
+    assert_eq!(bytes.len(), CLOSE_MARK_SIZE_BYTES);
+    assert_eq!(&bytes[0..4], b"TCLS");
+    assert_eq!(&bytes[4..12], &1234u64.to_le_bytes());
+    assert_eq!(&bytes[12..20], &99u64.to_le_bytes());
+    assert_eq!(&bytes[20..24], &crc32c::crc32c(&bytes[0..20]).to_le_bytes());
+    assert_eq!(decode_close_mark(&bytes), Ok(mark));
+    for at in 0..CLOSE_MARK_SIZE_BYTES {
+        let mut damaged = bytes.clone();
+        damaged[at] ^= 0x10;
+        assert!(decode_close_mark(&damaged).is_err(), "flip at {at}");
+    }
+
+    let (file, _) = three_batch_file(1);
+    let sealed = with_close_mark(file.clone(), 9);
+    assert_eq!(
+        trailing_close_mark(&sealed),
+        Some(CloseMark {
+            offset: file.len() as u64,
+            lsn_last: 9
+        })
+    );
+    assert_eq!(trailing_close_mark(&file), None);
+    // A valid mark that does not say where it is is not one: bytes were added or lost.
+    let mut moved = file.clone();
+    encode_close_mark(
+        &CloseMark {
+            offset: file.len() as u64 - 1,
+            lsn_last: 9,
+        },
+        &mut moved,
+    );
+    assert_eq!(trailing_close_mark(&moved), None);
+    // A header with only a mark after it: a file closed before its first row.
+    let empty = with_close_mark(wal_header(10), 9);
+    assert_eq!(
+        trailing_close_mark(&empty).map(|mark| mark.offset),
+        Some(32)
+    );
+}
+
+#[test]
+fn a_file_closed_cleanly_reads_as_a_normal_wal_file() {
+    let (bytes, _) = three_batch_file(1);
+    let file = WalFile::from_bytes("s.wal".into(), with_close_mark(bytes, 9)).expect("header");
+    assert!(file.closed_cleanly());
+    assert_eq!(file.format_version, 3);
+    let (lsns, errors) = lsns_read(&file, ReadMode::Strict);
+    assert_eq!(lsns, (1..=9).collect::<Vec<_>>());
+    assert!(errors.is_empty(), "{errors:?}");
+
+    let empty =
+        WalFile::from_bytes("e.wal".into(), with_close_mark(wal_header(10), 9)).expect("header");
+    assert!(empty.closed_cleanly());
+    let (lsns, errors) = lsns_read(&empty, ReadMode::Strict);
+    assert!(lsns.is_empty() && errors.is_empty(), "{lsns:?} {errors:?}");
+}
+
+#[test]
+fn a_bad_last_batch_before_a_clean_close_mark_is_corrupt_not_torn() {
+    let (bytes, [_, _, last]) = three_batch_file(1);
+    let end = bytes.len();
+    let sealed = with_close_mark(bytes, 9);
+    // Every damage the torn-tail rules would excuse at the end of an unmarked file: a bad
+    // checksum, a flipped body byte, a zeroed batch.
+    let mut damages: Vec<Vec<u8>> = Vec::new();
+    for at in [end - 1, end - 6, last + 25] {
+        let mut damaged = sealed.clone();
+        damaged[at] ^= 0x01;
+        damages.push(damaged);
+    }
+    let mut zeroed = sealed.clone();
+    zeroed[last..end].fill(0);
+    damages.push(zeroed);
+    for damaged in damages {
+        let unmarked = WalFile::from_bytes("u.wal".into(), damaged[..end].to_vec()).expect("hdr");
+        assert!(
+            matches!(
+                lsns_read(&unmarked, ReadMode::Strict).1.as_slice(),
+                [WalError::Torn { .. }]
+            ),
+            "without the mark the same bytes are a torn tail"
+        );
+        let file = WalFile::from_bytes("s.wal".into(), damaged).expect("header");
+        assert!(file.closed_cleanly());
+        let (lsns, errors) = lsns_read(&file, ReadMode::Strict);
+        assert_eq!(lsns, (1..=6).collect::<Vec<_>>());
+        match errors.as_slice() {
+            [WalError::Corrupt { offset, reason, .. }] => {
+                assert_eq!(*offset, last as u64);
+                assert!(
+                    reason.ends_with("(the file was closed cleanly, so this is not a torn write)"),
+                    "{reason}"
+                );
+            }
+            other => panic!("expected one Corrupt, got {other:?}"),
+        }
+        let (lsns, errors) = lsns_read(&file, ReadMode::Force);
+        assert_eq!(lsns, (1..=6).collect::<Vec<_>>());
+        assert!(
+            matches!(errors.as_slice(), [WalError::Corrupt { offset, .. }] if *offset == last as u64),
+            "{errors:?}"
+        );
+    }
+}
+
+#[test]
+fn a_close_mark_cut_short_is_a_torn_tail_that_loses_no_row() {
+    let (bytes, _) = three_batch_file(1);
+    let end = bytes.len();
+    let sealed = with_close_mark(bytes, 9);
+    for cut in end + 1..sealed.len() {
+        let file = WalFile::from_bytes("t.wal".into(), sealed[..cut].to_vec()).expect("header");
+        assert!(!file.closed_cleanly());
+        let (lsns, errors) = lsns_read(&file, ReadMode::Strict);
+        assert_eq!(lsns, (1..=9).collect::<Vec<_>>(), "cut at {cut}");
+        assert!(
+            matches!(errors.as_slice(), [WalError::Torn { offset, .. }] if *offset == end as u64),
+            "cut at {cut}: {errors:?}"
+        );
+    }
+    // Whole but with a bad checksum: the sectors of the mark did not all reach the disk.
+    let mut garbled = sealed.clone();
+    garbled[end + 13] ^= 0x01;
+    let file = WalFile::from_bytes("t.wal".into(), garbled).expect("header");
+    assert!(!file.closed_cleanly());
+    assert!(matches!(
+        lsns_read(&file, ReadMode::Strict).1.as_slice(),
+        [WalError::Torn { offset, .. }] if *offset == end as u64
+    ));
+}
+
+#[test]
+fn a_close_mark_that_names_another_last_lsn_is_corrupt() {
+    let (bytes, _) = three_batch_file(1);
+    let end = bytes.len();
+    let file = WalFile::from_bytes("m.wal".into(), with_close_mark(bytes, 12)).expect("header");
+    let (lsns, errors) = lsns_read(&file, ReadMode::Strict);
+    assert_eq!(lsns, (1..=9).collect::<Vec<_>>());
+    match errors.as_slice() {
+        [WalError::Corrupt { offset, reason, .. }] => {
+            assert_eq!(*offset, end as u64);
+            assert_eq!(
+                reason,
+                "the clean-close mark says the last row is LSN 12, the batches end at LSN 9"
+            );
+        }
+        other => panic!("expected one Corrupt, got {other:?}"),
+    }
+}
+
+/// `header` rewritten as format version 2 (before the clean-close mark), checksum fixed.
+fn as_version_2(mut file: Vec<u8>) -> Vec<u8> {
+    file[4..6].copy_from_slice(&2u16.to_le_bytes());
+    let checksum = crc32c::crc32c(&file[0..28]);
+    file[28..32].copy_from_slice(&checksum.to_le_bytes());
+    file
+}
+
+#[test]
+fn version_2_files_are_read_as_before_and_never_closed_cleanly() {
+    let (bytes, [_, _, last]) = three_batch_file(1);
+    let end = bytes.len();
+    let old = as_version_2(bytes.clone());
+    let file = WalFile::from_bytes("v2.wal".into(), old.clone()).expect("version 2 reads");
+    assert_eq!(file.format_version, 2);
+    assert_eq!(
+        lsns_read(&file, ReadMode::Strict).0,
+        (1..=9).collect::<Vec<_>>()
+    );
+    // Bytes that would be a mark mean nothing in a version-2 file.
+    let mut damaged = with_close_mark(old, 9);
+    damaged[end - 1] ^= 0x01;
+    let file = WalFile::from_bytes("v2.wal".into(), damaged).expect("header");
+    assert!(!file.closed_cleanly());
+    assert!(matches!(
+        lsns_read(&file, ReadMode::Strict).1.as_slice(),
+        [WalError::Corrupt { offset, .. }] if *offset == last as u64
+    ));
+    // A version this build does not know is refused, saying so.
+    let mut newer = bytes;
+    newer[4..6].copy_from_slice(&4u16.to_le_bytes());
+    let checksum = crc32c::crc32c(&newer[0..28]);
+    newer[28..32].copy_from_slice(&checksum.to_le_bytes());
+    match WalFile::from_bytes("v4.wal".into(), newer) {
+        Err(WalError::Corrupt {
+            offset: 0, reason, ..
+        }) => assert_eq!(
+            reason,
+            "file header: Wal format version 4 is not supported (this build reads versions 2 \
+             to 3; a newer tarn wrote it?)"
+        ),
+        other => panic!("expected a refused version, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_wal_file_of_zeros_is_torn_at_zero() {
+    let file = WalFile::from_bytes("z.wal".into(), vec![0; 4096]);
+    assert!(
+        matches!(file, Err(WalError::Torn { offset: 0, .. })),
+        "{file:?}"
+    );
+    let mut header_zeroed = three_batch_file(1).0;
+    header_zeroed[0..32].fill(0);
+    let file = WalFile::from_bytes("h.wal".into(), header_zeroed);
+    assert!(
+        matches!(file, Err(WalError::Corrupt { offset: 0, .. })),
+        "{file:?}"
+    );
+}
+
+#[test]
+fn recovery_refuses_a_bad_last_batch_of_a_cleanly_closed_newest_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (one, _) = three_batch_file(1);
+    let (two, [_, _, last]) = three_batch_file(10);
+    let mut two = with_close_mark(two, 18);
+    let end = two.len() - CLOSE_MARK_SIZE_BYTES;
+    two[end - 6] ^= 0x01;
+    write_file(dir.path(), wal_file_name(1), &one);
+    write_file(dir.path(), wal_file_name(10), &two);
+    let path = dir.path().join(wal_file_name(10));
+    let result = recover(&config(dir.path()), &mut Model::default());
+    assert!(
+        matches!(&result, Err(WalError::Corrupt { file, offset, .. }) if *file == path && *offset == last as u64),
+        "{result:?}"
+    );
+    assert_eq!(
+        std::fs::read(&path).expect("read"),
+        two,
+        "nothing is cut from the file"
+    );
+    let mut forced = config(dir.path());
+    forced.force = true;
+    let mut model = Model::default();
+    let recovered = recover(&forced, &mut model).expect("force recovers");
+    assert_eq!(
+        (
+            recovered.batches_skipped,
+            recovered.lsn_last,
+            recovered.torn_cut.clone()
+        ),
+        (1, 15, None)
+    );
+    assert_eq!(model.0.len(), 15);
+}
+
+#[test]
+fn recovery_cuts_a_close_mark_cut_short_and_keeps_every_row() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (one, _) = three_batch_file(1);
+    let end = one.len();
+    let sealed = with_close_mark(one, 9);
+    write_file(dir.path(), wal_file_name(1), &sealed[..end + 10]);
+    let recovered = recover(&config(dir.path()), &mut Model::default()).expect("recovers");
+    assert_eq!(recovered.lsn_last, 9);
+    assert_eq!(
+        recovered.torn_cut,
+        Some((dir.path().join(wal_file_name(1)), end as u64))
+    );
+}
+
+#[test]
+fn a_cleanly_closed_writer_marks_its_file_and_a_failed_one_does_not() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_path_buf();
+    run_glommio(async move {
+        let writer = WalWriter::start(GlommioSink::new(&path), writer_config(false));
+        for k in 1..=3 {
+            let commit = writer
+                .append(RowKind::Replace, 512, &tuple(k, 1))
+                .expect("append");
+            commit.await.expect("durable");
+        }
+        writer.close().await.expect("close");
+    });
+    let bytes = std::fs::read(dir.path().join(wal_file_name(1))).expect("read");
+    assert_eq!(
+        trailing_close_mark(&bytes),
+        Some(CloseMark {
+            offset: (bytes.len() - CLOSE_MARK_SIZE_BYTES) as u64,
+            lsn_last: 3
+        })
+    );
+    let recovered = recover(&config(dir.path()), &mut Model::default()).expect("recovers");
+    assert_eq!((recovered.lsn_last, recovered.torn_cut), (3, None));
+
+    // A writer that stops on an I/O error leaves the file as it was: no mark.
+    let written = Rc::new(RefCell::new(Vec::new()));
+    let sink = FaultySink {
+        calls: Rc::new(Cell::new(0)),
+        fail_at: 4,
+        written: written.clone(),
+    };
+    run_glommio(async move {
+        let writer = WalWriter::start(sink, writer_config(true));
+        let first = writer
+            .append(RowKind::Replace, 512, &tuple(0, 0))
+            .expect("append");
+        first.await.expect("durable");
+        let second = writer
+            .append(RowKind::Replace, 512, &tuple(1, 0))
+            .expect("append");
+        assert!(second.await.is_err());
+        assert!(writer.close().await.is_err());
+    });
+    let written = written.borrow();
+    assert_eq!(trailing_close_mark(&written), None);
+    let file = WalFile::from_bytes("mem.wal".into(), written.clone()).expect("header");
+    let (lsns, errors) = lsns_read(&file, ReadMode::Strict);
+    assert_eq!(lsns, vec![1]);
+    assert!(errors.is_empty(), "{errors:?}");
+}
