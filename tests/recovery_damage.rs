@@ -1,5 +1,7 @@
-//! Recovery that uses what it kept, against the real binary: a bad last batch after a clean
-//! shutdown is refused as corruption (the shutdown marked the file), not cut as a torn write.
+//! Recovery that uses what it kept, against the real binary: a damaged newest snapshot is
+//! replaced by the older checkpoint and the WAL after it with `--force-recovery` (and refused,
+//! naming both, without it); a bad last batch after a clean shutdown is refused as corruption
+//! (the shutdown marked the file), not cut as a torn write.
 
 mod common;
 
@@ -24,6 +26,15 @@ fn write_one_by_one(client: &mut Client, ids: std::ops::RangeInclusive<u64>) {
         let reply = client.read_packet().expect("reply");
         assert!(!decode_reply(&reply).unwrap().is_error());
     }
+}
+
+fn snapshot(client: &mut Client) {
+    let mut call = Vec::new();
+    client::encode_call(&mut call, 77, "box.snapshot", &[0x90]);
+    client.send(&call);
+    let reply = client.read_packet().expect("snapshot reply");
+    let reply = decode_reply(&reply).unwrap();
+    assert!(!reply.is_error(), "{:?}", reply.error_message());
 }
 
 /// The ids in `kv`, in primary key order.
@@ -77,6 +88,80 @@ fn refused(dir: &Path, args: &[&str]) -> String {
         Ok(_) => panic!("start-up must be refused"),
         Err(log) => log,
     }
+}
+
+#[test]
+fn a_truncated_newest_snapshot_is_replaced_by_the_older_checkpoint_with_force_recovery() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start_in(dir.path(), 1, "", &WRITE_MODE);
+    let mut client = Client::connect(&server);
+    write_one_by_one(&mut client, 1..=30);
+    snapshot(&mut client);
+    write_one_by_one(&mut client, 31..=60);
+    snapshot(&mut client);
+    write_one_by_one(&mut client, 61..=90);
+    drop(client);
+    assert_eq!(server.stop(), Some(0));
+
+    // checkpoint_count = 2 (the shipped config) kept both snapshots and the WAL after the older.
+    let snapshots = shard_files(dir.path(), ".snap");
+    let [older, newest] = snapshots.as_slice() else {
+        panic!("two snapshots kept: {snapshots:?}");
+    };
+    let bytes = std::fs::read(newest).unwrap();
+    std::fs::write(newest, &bytes[..bytes.len() / 2]).unwrap();
+
+    let log = refused(dir.path(), &WRITE_MODE);
+    let expected = format!(
+        "snapshot {} is damaged: corrupt file {} at offset ",
+        newest.display(),
+        newest.display()
+    );
+    assert!(log.contains(&expected), "names the damaged snapshot: {log}");
+    let expected = format!(
+        ". An older checkpoint can replace it: the older snapshot {} and the WAL files after it \
+         are kept. Start with --force-recovery to recover from them instead (the damaged \
+         snapshot is then renamed to {}.damaged and kept)",
+        older.display(),
+        newest.display()
+    );
+    assert!(log.contains(&expected), "names the older checkpoint: {log}");
+    assert_eq!(
+        std::fs::metadata(newest).unwrap().len(),
+        bytes.len() as u64 / 2,
+        "a refused start changes nothing"
+    );
+
+    let server = Server::try_start_with(dir.path(), SHIPPED, 1, &FORCED).expect("forced start");
+    assert_eq!(ids(&server), (1..=90).collect::<Vec<_>>());
+    let (status, log) = server.stop_with_log();
+    assert_eq!(status, Some(0));
+    let warning = log
+        .lines()
+        .find(|line| line.contains("the snapshot is damaged; recovering from the older checkpoint"))
+        .unwrap_or_else(|| panic!("a warning says what was used instead: {log}"));
+    assert!(warning.contains("WARN"), "{warning}");
+    assert!(
+        warning.contains(&format!("snapshot={}", newest.display())),
+        "{warning}"
+    );
+    assert!(
+        warning.contains(&format!(
+            "instead=the older snapshot {} and",
+            older.display()
+        )),
+        "{warning}"
+    );
+    assert!(
+        log.contains("every row of the damaged snapshot was recovered from the older checkpoint"),
+        "{log}"
+    );
+    let set_aside = PathBuf::from(format!("{}.damaged", newest.display()));
+    assert!(!newest.exists() && set_aside.exists());
+
+    // Set aside, the damaged snapshot no longer stops a start without the flag.
+    let server = Server::try_start_with(dir.path(), SHIPPED, 1, &WRITE_MODE).expect("start");
+    assert_eq!(ids(&server), (1..=90).collect::<Vec<_>>());
 }
 
 #[test]

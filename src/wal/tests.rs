@@ -35,12 +35,24 @@ fn key(key: u8) -> Vec<u8> {
 struct Model(BTreeMap<(u32, u8), Vec<u8>>);
 
 impl RecoveryTarget for Model {
-    fn load_space(&mut self, space_id: u32, blocks: &mut SpaceBlocks<'_>) -> Result<(), String> {
-        self.0.retain(|(space, _), _| *space != space_id);
+    type Staged = Vec<Vec<u8>>;
+
+    fn stage_space(
+        &self,
+        _space_id: u32,
+        blocks: &mut SpaceBlocks<'_>,
+    ) -> Result<Vec<Vec<u8>>, String> {
+        let mut tuples = Vec::new();
         while let Some(block) = blocks.next_block() {
-            for tuple in block.tuples() {
-                self.replace(space_id, tuple)?;
-            }
+            tuples.extend(block.tuples().map(<[u8]>::to_vec));
+        }
+        Ok(tuples)
+    }
+
+    fn load_staged(&mut self, space_id: u32, tuples: Vec<Vec<u8>>) -> Result<(), String> {
+        self.0.retain(|(space, _), _| *space != space_id);
+        for tuple in tuples {
+            self.replace(space_id, &tuple)?;
         }
         Ok(())
     }
@@ -510,9 +522,24 @@ fn recovery_loads_every_block_of_every_space_and_stops_on_a_damaged_block() {
     let middle = bytes.len() / 2;
     bytes[middle] ^= 1;
     std::fs::write(&written.path, &bytes).expect("write");
+    // No older checkpoint: the WAL starts at 6, after the snapshot.
     let error = recover(&config(dir.path()), &mut Model::default()).unwrap_err();
     match error {
-        WalError::Corrupt { file, .. } => assert_eq!(file, written.path),
+        WalError::SnapshotDamagedNoFallback {
+            snapshot,
+            cause,
+            why,
+        } => {
+            assert_eq!(snapshot, written.path);
+            assert!(
+                matches!(*cause, WalError::Corrupt { ref file, .. } if *file == written.path),
+                "{cause}"
+            );
+            assert_eq!(
+                why,
+                "there is no older snapshot, and the oldest WAL file starts at LSN 6, not at LSN 1"
+            );
+        }
         other => panic!("expected a corrupt snapshot, got {other}"),
     }
 }
@@ -1166,4 +1193,263 @@ fn a_cleanly_closed_writer_marks_its_file_and_a_failed_one_does_not() {
     let (lsns, errors) = lsns_read(&file, ReadMode::Strict);
     assert_eq!(lsns, vec![1]);
     assert!(errors.is_empty(), "{errors:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// A damaged snapshot and the older checkpoint
+
+/// A shard directory as `checkpoint_count = 2` leaves it: snapshots at 5 and 12 (keys 1..=5
+/// and 1..=12 of space 512, value 1), `1.wal` with LSNs 1..=9 and `10.wal` with 10..=18.
+/// Snapshot 12 also holds tuples no row of the WAL touches (space 514 key 7, space 512 key
+/// 99): they are in no other file, so a fallback that left any of snapshot 12 behind would
+/// show them. Returns the paths of the two snapshots.
+fn two_checkpoints(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let meta = |lsn| SnapshotMeta {
+        shard_id: 0,
+        lsn,
+        schema_fingerprint: FINGERPRINT,
+    };
+    let older = write_snapshot_blocking(dir, &meta(5), (1..=5u8).map(|k| (512, tuple(k, 1))))
+        .expect("snapshot 5");
+    // Space 514 first, then 512 over several blocks: the damage below comes after whole
+    // spaces were read.
+    let big = |k: u8| {
+        let mut tuple = vec![0x92, k, 0xc6];
+        tuple.extend_from_slice(&100_000u32.to_be_bytes());
+        tuple.extend(std::iter::repeat_n(k, 100_000));
+        tuple
+    };
+    let mut newer: Vec<(u32, Vec<u8>)> = vec![(514, tuple(7, 7))];
+    newer.extend((1..=12u8).map(|k| (512, tuple(k, 1))));
+    newer.extend((20..40u8).map(|k| (512, big(k + 80))));
+    newer.push((512, tuple(99, 9)));
+    let newest = write_snapshot_blocking(dir, &meta(12), newer.iter().map(|(s, t)| (*s, t)))
+        .expect("snapshot 12");
+    write_file(dir, wal_file_name(1), &three_batch_file(1).0);
+    write_file(dir, wal_file_name(10), &three_batch_file(10).0);
+    (older.path, newest.path)
+}
+
+/// What snapshot 5 and the WAL give: keys 1..=18 of space 512.
+fn two_checkpoints_expected() -> Model {
+    let mut expected = Model::default();
+    for k in 1..=18 {
+        expected.0.insert((512, k), tuple(k, 1));
+    }
+    expected
+}
+
+#[test]
+fn a_damaged_newest_snapshot_is_refused_naming_the_older_checkpoint_and_forced_uses_it() {
+    // The newest snapshot damaged three ways: cut short (the trailer is gone: found after
+    // every space was read), a flipped byte in the last block of space 512 (found after
+    // space 514 and the first block of 512 were read), a damaged header.
+    type Damage = fn(&mut Vec<u8>, usize);
+    let damages: [(&str, Damage); 3] = [
+        ("truncated", |bytes, _| bytes.truncate(bytes.len() - 7)),
+        ("flipped", |bytes, last_block| {
+            bytes[last_block + 20] ^= 0x20
+        }),
+        ("header", |bytes, _| bytes[14] ^= 0x01),
+    ];
+    for (name, damage) in damages {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (older, newest) = two_checkpoints(dir.path());
+        let mut blocks = Vec::new();
+        let mut reader = crate::wal::snapshot::SnapshotReader::open(&newest).expect("open");
+        while let Some(block) = reader.next_block().expect("reads") {
+            blocks.push((block.space_id, block.offset));
+        }
+        assert_eq!(
+            blocks.iter().map(|(space, _)| *space).collect::<Vec<_>>(),
+            vec![514, 512, 512]
+        );
+        let last_block = blocks[2].1;
+        let mut bytes = std::fs::read(&newest).expect("read");
+        damage(&mut bytes, last_block as usize);
+        std::fs::write(&newest, &bytes).expect("write");
+
+        let error = recover(&config(dir.path()), &mut Model::default()).unwrap_err();
+        let WalError::SnapshotDamaged {
+            snapshot,
+            cause,
+            fallback,
+        } = &error
+        else {
+            panic!("{name}: expected SnapshotDamaged, got {error}");
+        };
+        assert_eq!(snapshot, &newest, "{name}");
+        let offset_expected = match name {
+            "truncated" => bytes.len() as u64 - 13, // the trailer, 20 bytes, lost 7
+            "flipped" => last_block,
+            _ => 0,
+        };
+        assert!(
+            matches!(**cause, WalError::Corrupt { offset, .. } if offset == offset_expected),
+            "{name}: {cause}"
+        );
+        assert_eq!(
+            fallback,
+            &format!(
+                "the older snapshot {} and the WAL files after it",
+                older.display()
+            )
+        );
+        let text = error.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "snapshot {} is damaged: corrupt file ",
+                newest.display()
+            )),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(&format!(
+                ". An older checkpoint can replace it: the older snapshot {} and the WAL files \
+                 after it are kept. Start with --force-recovery to recover from them instead \
+                 (the damaged snapshot is then renamed to {}.damaged and kept)",
+                older.display(),
+                newest.display()
+            )),
+            "{text}"
+        );
+        assert_eq!(
+            std::fs::read(&newest).expect("kept"),
+            bytes,
+            "{name}: untouched"
+        );
+
+        let mut forced = config(dir.path());
+        forced.force = true;
+        let mut model = Model::default();
+        let recovered = recover(&forced, &mut model).expect("force recovers");
+        assert_eq!(model, two_checkpoints_expected(), "{name}");
+        assert_eq!(
+            (
+                recovered.snapshot_lsn,
+                recovered.tuples_loaded,
+                recovered.lsn_last
+            ),
+            (5, 5, 18),
+            "{name}"
+        );
+        let set_aside = dir.path().join("00000000000000000012.snap.damaged");
+        assert_eq!(
+            recovered.snapshots_set_aside,
+            vec![(newest.clone(), set_aside.clone())]
+        );
+        assert!(!newest.exists() && set_aside.exists(), "{name}");
+        assert_eq!(std::fs::read(&set_aside).expect("kept"), bytes);
+
+        // Set aside, it no longer stops a start without force.
+        let mut again = Model::default();
+        let recovered = recover(&config(dir.path()), &mut again).expect("recovers");
+        assert_eq!(
+            (again, recovered.snapshot_lsn),
+            (two_checkpoints_expected(), 5)
+        );
+    }
+}
+
+#[test]
+fn a_damaged_snapshot_loads_nothing_into_a_real_engine() {
+    use crate::storage::{Engine, FieldType, IndexDef, KeyPart, SpaceDef, SpaceFormat};
+    let mut engine = Engine::new(64 << 20);
+    for id in [512, 514] {
+        engine
+            .create_space(SpaceDef {
+                id,
+                name: format!("s{id}").into(),
+                format: SpaceFormat::default(),
+                indexes: vec![IndexDef::tree(
+                    0,
+                    "primary",
+                    true,
+                    vec![KeyPart::new(0, FieldType::Unsigned)],
+                )],
+            })
+            .expect("space");
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_, newest) = two_checkpoints(dir.path());
+    let bytes = std::fs::read(&newest).expect("read");
+    std::fs::write(&newest, &bytes[..bytes.len() - 1]).expect("truncate");
+    let mut forced = config(dir.path());
+    forced.force = true;
+    let recovered = recover(&forced, &mut engine).expect("force recovers");
+    assert_eq!((recovered.snapshot_lsn, recovered.lsn_last), (5, 18));
+    assert_eq!(engine.space(514).expect("space").len(), 0);
+    let space = engine.space(512).expect("space");
+    assert_eq!(space.len(), 18);
+    assert!(space.get(0, &key(99)).expect("get").is_none());
+}
+
+#[test]
+fn every_snapshot_damaged_falls_back_to_the_wal_from_lsn_1() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (older, newest) = two_checkpoints(dir.path());
+    for path in [&older, &newest] {
+        let bytes = std::fs::read(path).expect("read");
+        std::fs::write(path, &bytes[..bytes.len() - 1]).expect("truncate");
+    }
+    let mut forced = config(dir.path());
+    forced.force = true;
+    // Without force, the older snapshot is named: its own damage is found only once it is read.
+    let result = recover(&config(dir.path()), &mut Model::default());
+    assert!(
+        matches!(&result, Err(WalError::SnapshotDamaged { snapshot, .. }) if *snapshot == newest),
+        "{result:?}"
+    );
+    let mut model = Model::default();
+    let recovered = recover(&forced, &mut model).expect("force recovers");
+    assert_eq!(model, two_checkpoints_expected());
+    assert_eq!((recovered.snapshot_lsn, recovered.rows_replayed), (0, 18));
+    assert_eq!(recovered.snapshots_set_aside.len(), 2);
+}
+
+#[test]
+fn a_damaged_snapshot_whose_older_checkpoint_lost_its_wal_is_refused_even_forced() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (older, newest) = two_checkpoints(dir.path());
+    std::fs::remove_file(dir.path().join(wal_file_name(1))).expect("remove");
+    let bytes = std::fs::read(&newest).expect("read");
+    std::fs::write(&newest, &bytes[..bytes.len() - 1]).expect("truncate");
+    for force in [false, true] {
+        let mut config = config(dir.path());
+        config.force = force;
+        match recover(&config, &mut Model::default()) {
+            Err(WalError::SnapshotDamagedNoFallback { snapshot, why, .. }) => {
+                assert_eq!(snapshot, newest);
+                assert_eq!(
+                    why,
+                    format!(
+                        "the older snapshot {} is kept, but not the WAL files after it (the \
+                         oldest WAL file starts at LSN 10, after LSN 6)",
+                        older.display()
+                    )
+                );
+            }
+            other => panic!("force {force}: expected no fallback, got {other:?}"),
+        }
+        assert!(newest.exists());
+    }
+}
+
+#[test]
+fn a_newest_snapshot_of_another_schema_is_not_passed_over() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    two_checkpoints(dir.path());
+    let meta = SnapshotMeta {
+        shard_id: 0,
+        lsn: 15,
+        schema_fingerprint: FINGERPRINT + 1,
+    };
+    write_snapshot_blocking(dir.path(), &meta, [(512, tuple(1, 1))]).expect("write");
+    let mut forced = config(dir.path());
+    forced.force = true;
+    let result = recover(&forced, &mut Model::default());
+    assert!(
+        matches!(result, Err(WalError::SchemaMismatch { .. })),
+        "{result:?}"
+    );
 }
