@@ -154,6 +154,9 @@ pub struct Recovered {
     /// Force mode only: damaged snapshots passed over for an older checkpoint, and the names
     /// they were renamed to (`<lsn>.snap.damaged`), newest first.
     pub snapshots_set_aside: Vec<(PathBuf, PathBuf)>,
+    /// Force mode only: a WAL file none of whose rows could be read, renamed to
+    /// `<lsn>.wal.damaged` because the writer's next file takes its name.
+    pub wal_file_set_aside: Option<(PathBuf, PathBuf)>,
 }
 
 impl Recovered {
@@ -170,7 +173,7 @@ pub fn recover<T: RecoveryTarget>(config: &RecoveryConfig, target: &mut T) -> Re
     let mut recovered = Recovered::default();
     let damaged =
         load_newest_usable_snapshot(config, &listing, target, &mut recovered, &mut progress)?;
-    replay_wal(
+    let wal_damaged = replay_wal(
         config,
         &listing.wal_files,
         target,
@@ -187,6 +190,7 @@ pub fn recover<T: RecoveryTarget>(config: &RecoveryConfig, target: &mut T) -> Re
             .snapshots_set_aside
             .push((path.clone(), set_aside));
     }
+    set_aside_unread_newest_wal(config, &wal_damaged, &mut recovered)?;
     progress.finish(&recovered);
     Ok(recovered)
 }
@@ -458,21 +462,31 @@ fn first_needed_file(
     Ok(Some(count_before - 1))
 }
 
+/// Replays the WAL after the snapshot; returns the files in which force mode skipped
+/// damaged data.
 fn replay_wal(
     config: &RecoveryConfig,
     wal_files: &[(u64, PathBuf)],
     target: &mut impl RecoveryTarget,
     recovered: &mut Recovered,
     progress: &mut Progress,
-) -> Result<()> {
+) -> Result<Vec<PathBuf>> {
+    let mut damaged_files: Vec<PathBuf> = Vec::new();
     let lsn_snapshot = recovered.snapshot_lsn;
     let Some(start) = first_needed_file(config, wal_files, lsn_snapshot)? else {
-        return Ok(());
+        return Ok(damaged_files);
     };
     let mode = if config.force {
         ReadMode::Force
     } else {
         ReadMode::Strict
+    };
+    let mut skip = |error: WalError, path: &Path, recovered: &mut Recovered| {
+        skip_or_fail(config, torn_is_corrupt(error), recovered)?;
+        if damaged_files.last().map(PathBuf::as_path) != Some(path) {
+            damaged_files.push(path.to_path_buf());
+        }
+        Ok::<(), WalError>(())
     };
     // The last LSN read from the WAL, to check that the next file follows it.
     let mut lsn_last_read: Option<u64> = None;
@@ -485,7 +499,7 @@ fn replay_wal(
                 break;
             }
             Err(error) => {
-                skip_or_fail(config, torn_is_corrupt(error), recovered)?;
+                skip(error, path, recovered)?;
                 continue;
             }
         };
@@ -502,7 +516,7 @@ fn replay_wal(
                     break;
                 }
                 Err(error) => {
-                    skip_or_fail(config, torn_is_corrupt(error), recovered)?;
+                    skip(error, path, recovered)?;
                     continue;
                 }
             };
@@ -514,6 +528,31 @@ fn replay_wal(
             recovered.lsn_last = recovered.lsn_last.max(batch.lsn_last());
         }
     }
+    Ok(damaged_files)
+}
+
+/// The writer's first file is named after the next LSN and created with truncation, which
+/// is right for a file holding no row. If force mode could read no row of the file of that
+/// name (its header or every batch damaged), truncating it would destroy what is left of
+/// it, so it is renamed `<name>.damaged` first.
+fn set_aside_unread_newest_wal(
+    config: &RecoveryConfig,
+    damaged_files: &[PathBuf],
+    recovered: &mut Recovered,
+) -> Result<()> {
+    let next = config.dir.join(wal_file_name(recovered.lsn_next()));
+    if !damaged_files.contains(&next) {
+        return Ok(());
+    }
+    let set_aside = dir::set_aside(&next)?;
+    tracing::warn!(
+        shard = config.shard_id,
+        file = %next.display(),
+        renamed_to = %set_aside.display(),
+        "force recovery: no row of this WAL file could be read; it is kept under another name \
+         so that the next WAL file does not overwrite it"
+    );
+    recovered.wal_file_set_aside = Some((next, set_aside));
     Ok(())
 }
 

@@ -1126,6 +1126,7 @@ fn recovery_refuses_a_bad_last_batch_of_a_cleanly_closed_newest_file() {
         (1, 15, None)
     );
     assert_eq!(model.0.len(), 15);
+    assert_eq!(recovered.wal_file_set_aside, None);
 }
 
 #[test]
@@ -1452,4 +1453,47 @@ fn a_newest_snapshot_of_another_schema_is_not_passed_over() {
         matches!(result, Err(WalError::SchemaMismatch { .. })),
         "{result:?}"
     );
+}
+
+#[test]
+fn force_recovery_keeps_an_unreadable_newest_wal_file_from_being_overwritten() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_file(dir.path(), wal_file_name(1), &three_batch_file(1).0);
+    let (mut second, _) = three_batch_file(10);
+    second[3] ^= 0x01; // the header's magic: no row of the file can be read
+    write_file(dir.path(), wal_file_name(10), &second);
+    let path = dir.path().join(wal_file_name(10));
+    let strict = recover(&config(dir.path()), &mut Model::default());
+    assert!(
+        matches!(&strict, Err(WalError::Corrupt { file, offset: 0, .. }) if *file == path),
+        "{strict:?}"
+    );
+    let mut forced = config(dir.path());
+    forced.force = true;
+    let recovered = recover(&forced, &mut Model::default()).expect("force recovers");
+    // The writer's next file would be 10.wal, created with truncation.
+    assert_eq!(recovered.lsn_next(), 10);
+    let set_aside = dir.path().join("00000000000000000010.wal.damaged");
+    assert_eq!(
+        recovered.wal_file_set_aside,
+        Some((path.clone(), set_aside.clone()))
+    );
+    assert!(!path.exists());
+    // The next writer takes the name; the damaged bytes stay beside it.
+    let dir_path = dir.path().to_path_buf();
+    run_glommio(async move {
+        let config = WriterConfig {
+            lsn_next: 10,
+            ..writer_config(false)
+        };
+        let writer = WalWriter::start(GlommioSink::new(&dir_path), config);
+        let commit = writer
+            .append(RowKind::Replace, 512, &tuple(10, 2))
+            .expect("append");
+        commit.await.expect("durable");
+        writer.close().await.expect("close");
+    });
+    assert_eq!(std::fs::read(&set_aside).expect("kept"), second);
+    let file = WalFile::open(&path).expect("the new file");
+    assert_eq!(lsns_read(&file, ReadMode::Strict).0, vec![10]);
 }
