@@ -1,7 +1,8 @@
 //! A shard's data directory: the names of its WAL and snapshot files and what is in it.
 //!
 //! Owns the naming rules of `docs/format.md` (`shard-<k>/`, `<lsn:020>.wal`, `<lsn:020>.snap`,
-//! `<lsn:020>.snap.inprogress`). Knows nothing of what is inside the files.
+//! `<lsn:020>.snap.inprogress`, and `<name>.damaged` for a file force recovery set aside).
+//! Knows nothing of what is inside the files.
 
 use std::path::{Path, PathBuf};
 
@@ -10,6 +11,9 @@ use crate::wal::error::{Result, WalError};
 pub const WAL_SUFFIX: &str = ".wal";
 pub const SNAPSHOT_SUFFIX: &str = ".snap";
 pub const IN_PROGRESS_SUFFIX: &str = ".snap.inprogress";
+/// Added to the name of a file that force recovery could not use and kept for inspection;
+/// no listing includes it.
+pub const DAMAGED_SUFFIX: &str = ".damaged";
 
 /// `<data_dir>/shard-<k>`.
 pub fn shard_dir(data_dir: &Path, shard_id: u32) -> PathBuf {
@@ -70,6 +74,21 @@ pub fn list(dir: &Path) -> Result<Listing> {
     listing.snapshots.sort();
     listing.in_progress.sort();
     Ok(listing)
+}
+
+/// Renames `path` to `<path>.damaged` (replacing a file of that name) and syncs the
+/// directory; returns the new name.
+pub fn set_aside(path: &Path) -> Result<PathBuf> {
+    let mut name = path.as_os_str().to_owned();
+    name.push(DAMAGED_SUFFIX);
+    let set_aside = PathBuf::from(name);
+    std::fs::rename(path, &set_aside)
+        .map_err(|e| WalError::io("setting a damaged file aside", path, e))?;
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::File::open(dir)
+        .and_then(|directory| directory.sync_all())
+        .map_err(|e| WalError::io("syncing data directory", dir, e))?;
+    Ok(set_aside)
 }
 
 /// Makes the directory (and its parents) if missing.

@@ -32,6 +32,33 @@ pub enum WalError {
     #[error("torn write at the end of {file} from offset {offset}")]
     Torn { file: PathBuf, offset: u64 },
 
+    /// A snapshot fails to read or check, and an older checkpoint with the WAL files after it
+    /// is kept: without `force_recovery` start-up stops here rather than pick it silently.
+    #[error(
+        "snapshot {snapshot} is damaged: {cause}. An older checkpoint can replace it: \
+         {fallback} are kept. Start with --force-recovery to recover from them instead (the \
+         damaged snapshot is then renamed to {snapshot}.damaged and kept)"
+    )]
+    SnapshotDamaged {
+        snapshot: PathBuf,
+        #[source]
+        cause: Box<WalError>,
+        /// What recovery would use instead: "the older snapshot X and the WAL files after it".
+        fallback: String,
+    },
+
+    /// A snapshot fails to read or check, and nothing kept can replace it.
+    #[error(
+        "snapshot {snapshot} is damaged: {cause}. No older checkpoint can replace it: {why}. \
+         Restore the data directory from a backup"
+    )]
+    SnapshotDamagedNoFallback {
+        snapshot: PathBuf,
+        #[source]
+        cause: Box<WalError>,
+        why: String,
+    },
+
     /// Rows the snapshot does not hold are in no WAL file.
     #[error(
         "WAL rows {lsn_first_missing}..{lsn_next_found} are missing: expected file {expected_file} \

@@ -19,7 +19,14 @@ pub const BATCH_MAGIC: [u8; 4] = *b"TBAT";
 pub const BLOCK_MAGIC: [u8; 4] = *b"TBLK";
 /// `TEND`: the first bytes of a snapshot trailer.
 pub const TRAILER_MAGIC: [u8; 4] = *b"TEND";
-pub const FORMAT_VERSION: u16 = 2;
+/// `TCLS`: the first bytes of the clean-close mark that ends a WAL file closed cleanly.
+pub const CLOSE_MARK_MAGIC: [u8; 4] = *b"TCLS";
+/// Version 3 added the clean-close mark; a version-2 file never has one.
+pub const WAL_FORMAT_VERSION: u16 = 3;
+/// The oldest WAL version this build reads.
+pub const WAL_FORMAT_VERSION_OLDEST: u16 = 2;
+/// Version 2: snapshot blocks are zstd-compressed.
+pub const SNAPSHOT_FORMAT_VERSION: u16 = 2;
 
 pub const FILE_HEADER_SIZE_BYTES: usize = 32;
 pub const BATCH_HEADER_SIZE_BYTES: usize = 20;
@@ -28,6 +35,7 @@ pub const ROW_HEADER_SIZE_BYTES: usize = 17;
 pub const BLOCK_HEADER_SIZE_BYTES: usize = 16;
 pub const BLOCK_TRAILER_SIZE_BYTES: usize = 4;
 pub const SNAPSHOT_TRAILER_SIZE_BYTES: usize = 20;
+pub const CLOSE_MARK_SIZE_BYTES: usize = 24;
 
 /// The writer closes a batch before its payload passes this, so a batch stays far below the
 /// reader's limit and one batch never holds a whole flush of a very busy shard.
@@ -82,6 +90,21 @@ impl FileKind {
         match self {
             FileKind::Wal => WAL_MAGIC,
             FileKind::Snapshot => SNAPSHOT_MAGIC,
+        }
+    }
+
+    /// The version this build writes.
+    fn version(self) -> u16 {
+        match self {
+            FileKind::Wal => WAL_FORMAT_VERSION,
+            FileKind::Snapshot => SNAPSHOT_FORMAT_VERSION,
+        }
+    }
+
+    fn reads_version(self, version: u16) -> bool {
+        match self {
+            FileKind::Wal => (WAL_FORMAT_VERSION_OLDEST..=WAL_FORMAT_VERSION).contains(&version),
+            FileKind::Snapshot => version == SNAPSHOT_FORMAT_VERSION,
         }
     }
 }
@@ -161,7 +184,7 @@ fn length_u32(length: usize) -> u32 {
 pub fn encode_file_header(header: &FileHeader, out: &mut Vec<u8>) {
     let start = out.len();
     out.extend_from_slice(&header.kind.magic());
-    out.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    out.extend_from_slice(&header.kind.version().to_le_bytes());
     out.extend_from_slice(&0u16.to_le_bytes());
     out.extend_from_slice(&header.shard_id.to_le_bytes());
     out.extend_from_slice(&header.lsn.to_le_bytes());
@@ -172,6 +195,15 @@ pub fn encode_file_header(header: &FileHeader, out: &mut Vec<u8>) {
 }
 
 pub fn decode_file_header(bytes: &[u8], kind: FileKind) -> Result<FileHeader, DecodeError> {
+    decode_file_header_versioned(bytes, kind).map(|(header, _)| header)
+}
+
+/// [`decode_file_header`] and the file's format version, which says what else the file may
+/// hold (a WAL file of version 3 may end with a [`CloseMark`]).
+pub fn decode_file_header_versioned(
+    bytes: &[u8],
+    kind: FileKind,
+) -> Result<(FileHeader, u16), DecodeError> {
     need(bytes, FILE_HEADER_SIZE_BYTES)?;
     if bytes[0..4] != kind.magic() {
         return Err(DecodeError::invalid(format!(
@@ -185,17 +217,79 @@ pub fn decode_file_header(bytes: &[u8], kind: FileKind) -> Result<FileHeader, De
         return Err(DecodeError::invalid("file header checksum mismatch"));
     }
     let version = u16_at(bytes, 4);
-    if version != FORMAT_VERSION {
+    if !kind.reads_version(version) {
+        let oldest = match kind {
+            FileKind::Wal => WAL_FORMAT_VERSION_OLDEST,
+            FileKind::Snapshot => SNAPSHOT_FORMAT_VERSION,
+        };
         return Err(DecodeError::invalid(format!(
-            "format version {version} is not supported (this build reads {FORMAT_VERSION})"
+            "{kind:?} format version {version} is not supported (this build reads versions \
+             {oldest} to {}; a newer tarn wrote it?)",
+            kind.version()
         )));
     }
-    Ok(FileHeader {
+    let header = FileHeader {
         kind,
         shard_id: u32_at(bytes, 8),
         lsn: u64_at(bytes, 12),
         schema_fingerprint: u64_at(bytes, 20),
+    };
+    Ok((header, version))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Clean-close mark
+
+/// The record a writer appends to a WAL file it closes cleanly, after syncing every batch:
+/// with it, a bad batch in the file cannot be a write cut short by a crash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CloseMark {
+    /// Where the mark starts: the file's size before it, so the end of its last batch.
+    pub offset: u64,
+    /// The LSN of the file's last row, or its first LSN - 1 if it holds none.
+    pub lsn_last: u64,
+}
+
+pub fn encode_close_mark(mark: &CloseMark, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&CLOSE_MARK_MAGIC);
+    out.extend_from_slice(&mark.offset.to_le_bytes());
+    out.extend_from_slice(&mark.lsn_last.to_le_bytes());
+    let checksum = crc32c::crc32c(&out[start..]);
+    out.extend_from_slice(&checksum.to_le_bytes());
+    debug_assert_eq!(out.len() - start, CLOSE_MARK_SIZE_BYTES);
+}
+
+/// Decodes the mark at the start of `bytes`.
+pub fn decode_close_mark(bytes: &[u8]) -> Result<CloseMark, DecodeError> {
+    need(bytes, CLOSE_MARK_SIZE_BYTES)?;
+    if bytes[0..4] != CLOSE_MARK_MAGIC {
+        return Err(DecodeError::invalid("bad clean-close mark magic"));
+    }
+    if u32_at(bytes, 20) != crc32c::crc32c(&bytes[0..20]) {
+        return Err(DecodeError::invalid("clean-close mark checksum mismatch"));
+    }
+    Ok(CloseMark {
+        offset: u64_at(bytes, 4),
+        lsn_last: u64_at(bytes, 12),
     })
+}
+
+/// The mark that ends `file` (a whole WAL file, header first), if the file ends with a valid
+/// one that says it starts where it does. A mark anywhere else is not one.
+pub fn trailing_close_mark(file: &[u8]) -> Option<CloseMark> {
+    let offset = file.len().checked_sub(CLOSE_MARK_SIZE_BYTES)?;
+    if offset < FILE_HEADER_SIZE_BYTES {
+        return None;
+    }
+    let mark = decode_close_mark(&file[offset..]).ok()?;
+    (mark.offset == offset as u64).then_some(mark)
+}
+
+/// Whether `rest` (the bytes from where a batch was expected to the end of the file) is a
+/// clean-close mark whose writing was cut short: its magic, and no longer than a mark.
+pub fn is_partial_close_mark(rest: &[u8]) -> bool {
+    rest.len() <= CLOSE_MARK_SIZE_BYTES && rest.starts_with(&CLOSE_MARK_MAGIC)
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 //! Reading one WAL file: its header, then its batches in order, each checked, with the
 //! difference between a torn tail and corruption decided here (rules in `docs/format.md`).
+//! A file that ends with a clean-close mark was synced and closed by its writer, so no bad
+//! batch in it is a torn tail; the mark itself is not a batch and ends the iteration.
 //!
 //! Synchronous `std::fs`: recovery runs before a shard serves anything, one thread per shard,
 //! so blocking reads cost nothing and keep this testable without a reactor. A file is read
@@ -11,15 +13,22 @@ use std::path::{Path, PathBuf};
 
 use crate::wal::error::{Result, WalError};
 use crate::wal::format::{
-    batch_size_claimed, decode_batch, decode_file_header, Batch, DecodeError, FileHeader, FileKind,
-    BATCH_MAGIC, FILE_HEADER_SIZE_BYTES,
+    batch_size_claimed, decode_batch, decode_file_header_versioned, is_partial_close_mark,
+    trailing_close_mark, Batch, CloseMark, DecodeError, FileHeader, FileKind, BATCH_MAGIC,
+    FILE_HEADER_SIZE_BYTES,
 };
+
+/// The first WAL format version whose files may end with a clean-close mark.
+const CLOSE_MARK_SINCE_VERSION: u16 = 3;
 
 /// A WAL file read into memory with its header checked.
 #[derive(Debug)]
 pub struct WalFile {
     pub path: PathBuf,
     pub header: FileHeader,
+    pub format_version: u16,
+    /// The clean-close mark that ends the file, if its writer closed it cleanly.
+    pub close_mark: Option<CloseMark>,
     bytes: Vec<u8>,
 }
 
@@ -33,16 +42,23 @@ pub enum ReadMode {
 }
 
 impl WalFile {
-    /// Reads the file and checks its header. A file shorter than a header is torn at 0.
+    /// Reads the file and checks its header. A file shorter than a header, or all zeros (its
+    /// size grew but nothing written reached the disk), is torn at 0.
     pub fn open(path: &Path) -> Result<WalFile> {
         let bytes = std::fs::read(path).map_err(|e| WalError::io("reading WAL file", path, e))?;
         WalFile::from_bytes(path.to_path_buf(), bytes)
     }
 
     pub fn from_bytes(path: PathBuf, bytes: Vec<u8>) -> Result<WalFile> {
-        let header = match decode_file_header(&bytes, FileKind::Wal) {
-            Ok(header) => header,
+        let (header, format_version) = match decode_file_header_versioned(&bytes, FileKind::Wal) {
+            Ok(decoded) => decoded,
             Err(DecodeError::Incomplete { .. }) => {
+                return Err(WalError::Torn {
+                    file: path,
+                    offset: 0,
+                })
+            }
+            Err(DecodeError::Invalid { .. }) if bytes.iter().all(|byte| *byte == 0) => {
                 return Err(WalError::Torn {
                     file: path,
                     offset: 0,
@@ -52,23 +68,44 @@ impl WalFile {
                 return Err(WalError::corrupt(path, 0, format!("file header: {reason}")))
             }
         };
+        let close_mark = (format_version >= CLOSE_MARK_SINCE_VERSION)
+            .then(|| trailing_close_mark(&bytes))
+            .flatten();
         Ok(WalFile {
             path,
             header,
+            format_version,
+            close_mark,
             bytes,
         })
+    }
+
+    /// Whether the writer closed the file cleanly (it ends with a valid clean-close mark).
+    pub fn closed_cleanly(&self) -> bool {
+        self.close_mark.is_some()
+    }
+
+    /// Where the batches end: at the clean-close mark, or at the end of the file.
+    fn batches_end(&self) -> usize {
+        match self.close_mark {
+            // `trailing_close_mark` checked that the offset is inside the file.
+            Some(mark) => mark.offset as usize,
+            None => self.bytes.len(),
+        }
     }
 
     pub fn size_bytes(&self) -> u64 {
         self.bytes.len() as u64
     }
 
-    /// The batches in file order. In [`ReadMode::Strict`] iteration ends after the first error;
-    /// in [`ReadMode::Force`] it goes on after a `Corrupt` (the skipped batch) and ends after a
-    /// `Torn`.
+    /// The batches in file order, up to the clean-close mark if there is one. In
+    /// [`ReadMode::Strict`] iteration ends after the first error; in [`ReadMode::Force`] it
+    /// goes on after a `Corrupt` (the skipped batch) and ends after a `Torn`. A file closed
+    /// cleanly never yields `Torn`.
     pub fn batches(&self, mode: ReadMode) -> BatchIter<'_> {
         BatchIter {
             file: self,
+            bytes: &self.bytes[..self.batches_end()],
             mode,
             at: FILE_HEADER_SIZE_BYTES,
             lsn_next: Some(self.header.lsn),
@@ -79,6 +116,8 @@ impl WalFile {
 
 pub struct BatchIter<'a> {
     file: &'a WalFile,
+    /// The file's bytes up to where its batches end.
+    bytes: &'a [u8],
     mode: ReadMode,
     /// Offset of the next batch.
     at: usize,
@@ -99,9 +138,13 @@ impl<'a> Iterator for BatchIter<'a> {
     type Item = Result<Batch<'a>>;
 
     fn next(&mut self) -> Option<Result<Batch<'a>>> {
-        let bytes = &self.file.bytes;
-        if self.finished || self.at >= bytes.len() {
+        let bytes = self.bytes;
+        if self.finished {
             return None;
+        }
+        if self.at >= bytes.len() {
+            self.finished = true;
+            return self.check_close_mark().map(Err);
         }
         let rest = &bytes[self.at..];
         let reason = match decode_batch(rest) {
@@ -120,7 +163,9 @@ impl<'a> Iterator for BatchIter<'a> {
         };
         let offset = self.at as u64;
         let next_valid = find_next_batch(bytes, self.at + 1);
-        if next_valid.is_none() && is_torn_tail(rest) {
+        let closed_cleanly = self.file.closed_cleanly();
+        let may_end_with_mark = self.file.format_version >= CLOSE_MARK_SINCE_VERSION;
+        if next_valid.is_none() && !closed_cleanly && is_torn_tail(rest, may_end_with_mark) {
             self.finished = true;
             return Some(Err(WalError::Torn {
                 file: self.file.path.clone(),
@@ -134,19 +179,46 @@ impl<'a> Iterator for BatchIter<'a> {
             }
             _ => self.finished = true,
         }
+        let reason = if closed_cleanly {
+            format!("{reason} (the file was closed cleanly, so this is not a torn write)")
+        } else {
+            reason
+        };
         Some(Err(WalError::corrupt(&self.file.path, offset, reason)))
     }
 }
 
+impl BatchIter<'_> {
+    /// After the last batch of a file closed cleanly: its mark must name the last row read.
+    fn check_close_mark(&self) -> Option<WalError> {
+        let mark = self.file.close_mark?;
+        let lsn_last = self.lsn_next?.checked_sub(1)?;
+        (lsn_last != mark.lsn_last).then(|| {
+            WalError::corrupt(
+                &self.file.path,
+                mark.offset,
+                format!(
+                    "the clean-close mark says the last row is LSN {}, the batches end at LSN \
+                     {lsn_last}",
+                    mark.lsn_last
+                ),
+            )
+        })
+    }
+}
+
 /// Whether bad bytes that run to the end of the file look like an interrupted write: the
-/// batch stops short, ends exactly at the end with a bad checksum, or was never written.
-fn is_torn_tail(rest: &[u8]) -> bool {
+/// batch stops short, ends exactly at the end with a bad checksum, or was never written; or,
+/// in a file that may end with a clean-close mark, the mark was being written.
+fn is_torn_tail(rest: &[u8], may_end_with_mark: bool) -> bool {
     match decode_batch(rest) {
         // A whole, checked batch in the wrong place is not a half-finished write.
         Ok(_) => false,
         Err(DecodeError::Incomplete { .. }) => true,
         Err(DecodeError::Invalid { .. }) => {
-            batch_size_claimed(rest) == Some(rest.len()) || rest.iter().all(|byte| *byte == 0)
+            batch_size_claimed(rest) == Some(rest.len())
+                || rest.iter().all(|byte| *byte == 0)
+                || (may_end_with_mark && is_partial_close_mark(rest))
         }
     }
 }

@@ -1,10 +1,16 @@
 //! Recovery of one shard at start-up, and checkpoint garbage collection.
 //!
-//! Recovery loads the newest snapshot space by space (one bulk load each, so indexes are built
-//! by sorting), then replays the WAL rows after the snapshot's LSN as replaces and deletes.
-//! It checks that the LSNs run without a gap from the snapshot to the last row, cuts a torn
-//! tail off the newest WAL file with a warning, and stops on corruption unless `force` is set.
-//! The rules are those of `docs/format.md`.
+//! Recovery reads the newest snapshot space by space, then replays the WAL rows after the
+//! snapshot's LSN as replaces and deletes. It checks that the LSNs run without a gap from the
+//! snapshot to the last row, cuts a torn tail off the newest WAL file with a warning, and
+//! stops on corruption unless `force` is set. A snapshot that fails to read or check is
+//! replaced by the older checkpoint and the WAL after it, with `force` only. The rules are
+//! those of `docs/format.md`.
+//!
+//! A snapshot's tuples are staged (built, outside the target) until its last block and its
+//! trailer have checked, and only then loaded, one bulk load per space so that indexes are
+//! built by sorting: damage found anywhere in a snapshot leaves the target as it was, so
+//! falling back to an older one starts from a clean target by construction.
 //!
 //! Blocking `std::fs`: it runs before the shard serves, one thread per shard, so shards
 //! recover in parallel. What receives the data is a [`RecoveryTarget`]; `storage::Engine` is
@@ -13,8 +19,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::storage::Engine;
-use crate::wal::dir::{self, wal_file_name};
+use crate::storage::{Engine, Tuple};
+use crate::wal::dir::{self, snapshot_file_name, wal_file_name, Listing};
 use crate::wal::error::{Result, WalError};
 use crate::wal::format::{FileHeader, Row, RowKind};
 use crate::wal::reader::{ReadMode, WalFile};
@@ -23,17 +29,33 @@ use crate::wal::snapshot::{SnapshotBlock, SnapshotReader};
 /// Where recovered data goes. Errors are strings because the layer that reports them (this
 /// one) only needs their text; the target's own error types stay its own.
 pub trait RecoveryTarget {
-    /// Replaces the contents of a space with its snapshot tuples, which `blocks` hands out
-    /// a block at a time; the target takes every block.
-    fn load_space(&mut self, space_id: u32, blocks: &mut SpaceBlocks<'_>) -> Result<(), String>;
+    /// One space's snapshot tuples, made ready to load but not in the target yet.
+    type Staged;
+    /// Makes ready the tuples of one space of a snapshot, which `blocks` hands out a block
+    /// at a time; the target takes every block. `&self`: the snapshot may still turn out
+    /// damaged in a later block or its trailer, and must then leave nothing behind.
+    fn stage_space(
+        &self,
+        space_id: u32,
+        blocks: &mut SpaceBlocks<'_>,
+    ) -> Result<Self::Staged, String>;
+    /// Replaces the contents of a space with staged tuples; called only once the whole
+    /// snapshot has been read and checked.
+    fn load_staged(&mut self, space_id: u32, staged: Self::Staged) -> Result<(), String>;
     fn replace(&mut self, space_id: u32, tuple: &[u8]) -> Result<(), String>;
     /// Deletes by primary key; a key that is not there is not an error (replay is idempotent).
     fn delete(&mut self, space_id: u32, key: &[u8]) -> Result<(), String>;
 }
 
 impl RecoveryTarget for Engine {
-    fn load_space(&mut self, space_id: u32, blocks: &mut SpaceBlocks<'_>) -> Result<(), String> {
-        let space = self.space_mut(space_id).map_err(|e| e.to_string())?;
+    type Staged = Vec<Tuple>;
+
+    fn stage_space(
+        &self,
+        space_id: u32,
+        blocks: &mut SpaceBlocks<'_>,
+    ) -> Result<Vec<Tuple>, String> {
+        let space = self.space(space_id).map_err(|e| e.to_string())?;
         // Each block is turned into stored tuples and dropped before the next is read, so
         // the snapshot is never whole in memory and its blocks' pages are reused.
         let mut tuples = Vec::new();
@@ -43,6 +65,11 @@ impl RecoveryTarget for Engine {
                 tuples.push(space.build_tuple(data).map_err(|e| e.to_string())?);
             }
         }
+        Ok(tuples)
+    }
+
+    fn load_staged(&mut self, space_id: u32, tuples: Vec<Tuple>) -> Result<(), String> {
+        let space = self.space_mut(space_id).map_err(|e| e.to_string())?;
         space.bulk_load_built(tuples).map_err(|e| e.to_string())
     }
 
@@ -105,7 +132,8 @@ pub struct RecoveryConfig {
     pub dir: PathBuf,
     pub shard_id: u32,
     pub schema_fingerprint: u64,
-    /// `force_recovery`: skip damaged batches, rows that fail to apply, and LSN gaps.
+    /// `force_recovery`: skip damaged batches, rows that fail to apply, and LSN gaps, and
+    /// replace a damaged snapshot by the older checkpoint.
     pub force: bool,
 }
 
@@ -123,6 +151,12 @@ pub struct Recovered {
     pub rows_skipped: u64,
     /// The newest WAL file was cut at this offset (a torn write).
     pub torn_cut: Option<(PathBuf, u64)>,
+    /// Force mode only: damaged snapshots passed over for an older checkpoint, and the names
+    /// they were renamed to (`<lsn>.snap.damaged`), newest first.
+    pub snapshots_set_aside: Vec<(PathBuf, PathBuf)>,
+    /// Force mode only: a WAL file none of whose rows could be read, renamed to
+    /// `<lsn>.wal.damaged` because the writer's next file takes its name.
+    pub wal_file_set_aside: Option<(PathBuf, PathBuf)>,
 }
 
 impl Recovered {
@@ -133,22 +167,243 @@ impl Recovered {
 }
 
 /// Recovers the shard in `config.dir` into `target`. A missing directory is an empty shard.
-pub fn recover(config: &RecoveryConfig, target: &mut impl RecoveryTarget) -> Result<Recovered> {
+pub fn recover<T: RecoveryTarget>(config: &RecoveryConfig, target: &mut T) -> Result<Recovered> {
     let listing = dir::list(&config.dir)?;
     let mut progress = Progress::new(config.shard_id);
     let mut recovered = Recovered::default();
-    if let Some((lsn, path)) = listing.snapshots.last() {
-        load_snapshot(config, *lsn, path, target, &mut recovered, &mut progress)?;
-    }
-    replay_wal(
+    let damaged =
+        load_newest_usable_snapshot(config, &listing, target, &mut recovered, &mut progress)?;
+    let wal_damaged = replay_wal(
         config,
         &listing.wal_files,
         target,
         &mut recovered,
         &mut progress,
     )?;
+    if let Some(&(lsn_damaged, _)) = damaged.first() {
+        report_fallback(config, lsn_damaged, &recovered);
+    }
+    // Only now, with the shard recovered: a start that fails leaves the directory as it was.
+    for (_, path) in &damaged {
+        let set_aside = dir::set_aside(path)?;
+        recovered
+            .snapshots_set_aside
+            .push((path.clone(), set_aside));
+    }
+    set_aside_unread_newest_wal(config, &wal_damaged, &mut recovered)?;
     progress.finish(&recovered);
     Ok(recovered)
+}
+
+/// Whether a snapshot that failed with `error` is damaged (so an older checkpoint may stand
+/// in for it), rather than the wrong file for this shard or schema, or refused by the target.
+fn is_damage(error: &WalError) -> bool {
+    matches!(
+        error,
+        WalError::Corrupt { .. } | WalError::Torn { .. } | WalError::Io { .. }
+    )
+}
+
+/// Loads the newest snapshot that reads and checks. A damaged one is passed over for the
+/// one before it (or for none, when the WAL starts at LSN 1) in force mode, if the WAL files
+/// after that one are kept; otherwise recovery stops with what could be done. Returns the
+/// damaged snapshots passed over, newest first.
+fn load_newest_usable_snapshot<T: RecoveryTarget>(
+    config: &RecoveryConfig,
+    listing: &Listing,
+    target: &mut T,
+    recovered: &mut Recovered,
+    progress: &mut Progress,
+) -> Result<Vec<(u64, PathBuf)>> {
+    let mut damaged = Vec::new();
+    for position in (0..listing.snapshots.len()).rev() {
+        let (lsn, path) = &listing.snapshots[position];
+        let cause = match stage_snapshot(config, *lsn, path, &*target, progress) {
+            Ok(staged) => {
+                load_staged(*lsn, path, staged, target, recovered)?;
+                return Ok(damaged);
+            }
+            Err(error) if is_damage(&error) => error,
+            Err(error) => return Err(error),
+        };
+        let lsn_older = position
+            .checked_sub(1)
+            .map_or(0, |older| listing.snapshots[older].0);
+        let fallback = match describe_fallback(config, listing, position, lsn_older) {
+            Ok(fallback) => fallback,
+            Err(why) => {
+                return Err(WalError::SnapshotDamagedNoFallback {
+                    snapshot: path.clone(),
+                    cause: Box::new(cause),
+                    why,
+                })
+            }
+        };
+        if !config.force {
+            return Err(WalError::SnapshotDamaged {
+                snapshot: path.clone(),
+                cause: Box::new(cause),
+                fallback,
+            });
+        }
+        tracing::warn!(
+            shard = config.shard_id,
+            snapshot = %path.display(),
+            error = %cause,
+            instead = %fallback,
+            "force recovery: the snapshot is damaged; recovering from the older checkpoint \
+             and the WAL files after it instead"
+        );
+        damaged.push((*lsn, path.clone()));
+    }
+    Ok(damaged)
+}
+
+/// What can stand in for the snapshot at `position`: the one before it (LSN `lsn_older`,
+/// 0 for none), if a WAL file starts early enough to hold the rows after it. Otherwise why not.
+fn describe_fallback(
+    config: &RecoveryConfig,
+    listing: &Listing,
+    position: usize,
+    lsn_older: u64,
+) -> Result<String, String> {
+    let oldest_wal = listing.wal_files.first().map(|(lsn, _)| *lsn);
+    let covered = oldest_wal.is_some_and(|lsn_first| lsn_first <= lsn_older + 1);
+    let older = position
+        .checked_sub(1)
+        .map(|older| &listing.snapshots[older].1);
+    let oldest_wal_text = match oldest_wal {
+        Some(lsn_first) => format!("the oldest WAL file starts at LSN {lsn_first}"),
+        None => "there is no WAL file".to_string(),
+    };
+    match (older, covered) {
+        (Some(older), true) => Ok(format!(
+            "the older snapshot {} and the WAL files after it",
+            older.display()
+        )),
+        (None, true) => Ok(format!(
+            "the WAL files from {} (LSN 1) on",
+            config.dir.join(wal_file_name(1)).display()
+        )),
+        (Some(older), false) => Err(format!(
+            "the older snapshot {} is kept, but not the WAL files after it ({oldest_wal_text}, \
+             after LSN {})",
+            older.display(),
+            lsn_older + 1
+        )),
+        (None, false) => Err(format!(
+            "there is no older snapshot, and {oldest_wal_text}, not at LSN 1"
+        )),
+    }
+}
+
+/// After a fallback: says whether the rows of the damaged snapshot were all recovered.
+fn report_fallback(config: &RecoveryConfig, lsn_damaged: u64, recovered: &Recovered) {
+    let damaged = config.dir.join(snapshot_file_name(lsn_damaged));
+    if recovered.lsn_last >= lsn_damaged {
+        tracing::warn!(
+            shard = config.shard_id,
+            snapshot = %damaged.display(),
+            snapshot_used_lsn = recovered.snapshot_lsn,
+            lsn_last = recovered.lsn_last,
+            "force recovery: every row of the damaged snapshot was recovered from the older \
+             checkpoint and the WAL"
+        );
+    } else {
+        tracing::error!(
+            shard = config.shard_id,
+            snapshot = %damaged.display(),
+            snapshot_used_lsn = recovered.snapshot_lsn,
+            lsn_last = recovered.lsn_last,
+            lsn_damaged,
+            "force recovery: rows {}..={lsn_damaged} were in the damaged snapshot and are in \
+             no WAL file: they are lost",
+            recovered.lsn_last + 1
+        );
+    }
+}
+
+/// One space's staged tuples.
+type StagedSpace<S> = (u32, S);
+
+/// Reads and checks the whole snapshot, staging its tuples; the target is not changed.
+fn stage_snapshot<T: RecoveryTarget>(
+    config: &RecoveryConfig,
+    lsn: u64,
+    path: &Path,
+    target: &T,
+    progress: &mut Progress,
+) -> Result<(Vec<StagedSpace<T::Staged>>, u64)> {
+    let mut reader = SnapshotReader::open(path)?;
+    check_header(config, path, &reader.header, lsn)?;
+    tracing::info!(shard = config.shard_id, snapshot = %path.display(), "loading snapshot");
+    let mut staged: Vec<StagedSpace<T::Staged>> = Vec::new();
+    let mut tuples_read = 0;
+    let mut next_space_first = reader.next_block()?;
+    while let Some(first) = next_space_first.take() {
+        let space_id = first.space_id;
+        if staged.iter().any(|(staged_id, _)| *staged_id == space_id) {
+            // Loading it twice would keep only its second part.
+            return Err(WalError::corrupt(
+                path,
+                first.offset,
+                format!("space {space_id} comes back after another space's blocks"),
+            ));
+        }
+        let mut blocks = SpaceBlocks {
+            reader: &mut reader,
+            progress: &mut *progress,
+            space_id,
+            first: Some(first),
+            current: None,
+            next_space_first: None,
+            error: None,
+            tuples_read: 0,
+        };
+        let space = target.stage_space(space_id, &mut blocks);
+        if space.is_ok() {
+            debug_assert!(
+                blocks.next_block().is_none(),
+                "the target takes every block"
+            );
+            while blocks.next_block().is_some() {}
+        }
+        if let Some(error) = blocks.error.take() {
+            return Err(error);
+        }
+        let space = space.map_err(|reason| WalError::Replay {
+            file: path.to_path_buf(),
+            lsn,
+            reason: format!("space {space_id}: {reason}"),
+        })?;
+        tuples_read += blocks.tuples_read;
+        next_space_first = blocks.next_space_first.take();
+        staged.push((space_id, space));
+    }
+    // The blocks ended at a valid trailer whose counts match: the snapshot is whole.
+    Ok((staged, tuples_read))
+}
+
+fn load_staged<T: RecoveryTarget>(
+    lsn: u64,
+    path: &Path,
+    (staged, tuples_read): (Vec<StagedSpace<T::Staged>>, u64),
+    target: &mut T,
+    recovered: &mut Recovered,
+) -> Result<()> {
+    for (space_id, space) in staged {
+        target
+            .load_staged(space_id, space)
+            .map_err(|reason| WalError::Replay {
+                file: path.to_path_buf(),
+                lsn,
+                reason: format!("space {space_id}: {reason}"),
+            })?;
+    }
+    recovered.tuples_loaded = tuples_read;
+    recovered.snapshot_lsn = lsn;
+    recovered.lsn_last = lsn;
+    Ok(())
 }
 
 fn check_header(
@@ -181,54 +436,6 @@ fn check_header(
     Ok(())
 }
 
-fn load_snapshot(
-    config: &RecoveryConfig,
-    lsn: u64,
-    path: &Path,
-    target: &mut impl RecoveryTarget,
-    recovered: &mut Recovered,
-    progress: &mut Progress,
-) -> Result<()> {
-    let mut reader = SnapshotReader::open(path)?;
-    check_header(config, path, &reader.header, lsn)?;
-    tracing::info!(shard = config.shard_id, snapshot = %path.display(), "loading snapshot");
-    let mut next_space_first = reader.next_block()?;
-    while let Some(first) = next_space_first.take() {
-        let space_id = first.space_id;
-        let mut blocks = SpaceBlocks {
-            reader: &mut reader,
-            progress: &mut *progress,
-            space_id,
-            first: Some(first),
-            current: None,
-            next_space_first: None,
-            error: None,
-            tuples_read: 0,
-        };
-        let loaded = target.load_space(space_id, &mut blocks);
-        if loaded.is_ok() {
-            debug_assert!(
-                blocks.next_block().is_none(),
-                "the target takes every block"
-            );
-            while blocks.next_block().is_some() {}
-        }
-        if let Some(error) = blocks.error.take() {
-            return Err(error);
-        }
-        loaded.map_err(|reason| WalError::Replay {
-            file: path.to_path_buf(),
-            lsn,
-            reason: format!("space {space_id}: {reason}"),
-        })?;
-        recovered.tuples_loaded += blocks.tuples_read;
-        next_space_first = blocks.next_space_first.take();
-    }
-    recovered.snapshot_lsn = lsn;
-    recovered.lsn_last = lsn;
-    Ok(())
-}
-
 /// The index of the first WAL file to read after snapshot LSN `lsn_snapshot`.
 fn first_needed_file(
     config: &RecoveryConfig,
@@ -255,21 +462,31 @@ fn first_needed_file(
     Ok(Some(count_before - 1))
 }
 
+/// Replays the WAL after the snapshot; returns the files in which force mode skipped
+/// damaged data.
 fn replay_wal(
     config: &RecoveryConfig,
     wal_files: &[(u64, PathBuf)],
     target: &mut impl RecoveryTarget,
     recovered: &mut Recovered,
     progress: &mut Progress,
-) -> Result<()> {
+) -> Result<Vec<PathBuf>> {
+    let mut damaged_files: Vec<PathBuf> = Vec::new();
     let lsn_snapshot = recovered.snapshot_lsn;
     let Some(start) = first_needed_file(config, wal_files, lsn_snapshot)? else {
-        return Ok(());
+        return Ok(damaged_files);
     };
     let mode = if config.force {
         ReadMode::Force
     } else {
         ReadMode::Strict
+    };
+    let mut skip = |error: WalError, path: &Path, recovered: &mut Recovered| {
+        skip_or_fail(config, torn_is_corrupt(error), recovered)?;
+        if damaged_files.last().map(PathBuf::as_path) != Some(path) {
+            damaged_files.push(path.to_path_buf());
+        }
+        Ok::<(), WalError>(())
     };
     // The last LSN read from the WAL, to check that the next file follows it.
     let mut lsn_last_read: Option<u64> = None;
@@ -282,7 +499,7 @@ fn replay_wal(
                 break;
             }
             Err(error) => {
-                skip_or_fail(config, torn_is_corrupt(error), recovered)?;
+                skip(error, path, recovered)?;
                 continue;
             }
         };
@@ -299,7 +516,7 @@ fn replay_wal(
                     break;
                 }
                 Err(error) => {
-                    skip_or_fail(config, torn_is_corrupt(error), recovered)?;
+                    skip(error, path, recovered)?;
                     continue;
                 }
             };
@@ -311,6 +528,31 @@ fn replay_wal(
             recovered.lsn_last = recovered.lsn_last.max(batch.lsn_last());
         }
     }
+    Ok(damaged_files)
+}
+
+/// The writer's first file is named after the next LSN and created with truncation, which
+/// is right for a file holding no row. If force mode could read no row of the file of that
+/// name (its header or every batch damaged), truncating it would destroy what is left of
+/// it, so it is renamed `<name>.damaged` first.
+fn set_aside_unread_newest_wal(
+    config: &RecoveryConfig,
+    damaged_files: &[PathBuf],
+    recovered: &mut Recovered,
+) -> Result<()> {
+    let next = config.dir.join(wal_file_name(recovered.lsn_next()));
+    if !damaged_files.contains(&next) {
+        return Ok(());
+    }
+    let set_aside = dir::set_aside(&next)?;
+    tracing::warn!(
+        shard = config.shard_id,
+        file = %next.display(),
+        renamed_to = %set_aside.display(),
+        "force recovery: no row of this WAL file could be read; it is kept under another name \
+         so that the next WAL file does not overwrite it"
+    );
+    recovered.wal_file_set_aside = Some((next, set_aside));
     Ok(())
 }
 

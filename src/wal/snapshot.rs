@@ -239,6 +239,8 @@ pub fn write_snapshot_blocking<T: AsRef<[u8]>>(
 #[derive(Debug)]
 pub struct SnapshotBlock {
     pub space_id: u32,
+    /// Where the block starts in its file.
+    pub offset: u64,
     bytes: Vec<u8>,
     tuples: Vec<Range<usize>>,
 }
@@ -318,6 +320,7 @@ impl SnapshotReader {
         self.tuple_count += u64::from(header.tuple_count);
         Ok(Some(SnapshotBlock {
             space_id: header.space_id,
+            offset: start,
             bytes: payload,
             tuples,
         }))

@@ -35,12 +35,24 @@ fn key(key: u8) -> Vec<u8> {
 struct Model(BTreeMap<(u32, u8), Vec<u8>>);
 
 impl RecoveryTarget for Model {
-    fn load_space(&mut self, space_id: u32, blocks: &mut SpaceBlocks<'_>) -> Result<(), String> {
-        self.0.retain(|(space, _), _| *space != space_id);
+    type Staged = Vec<Vec<u8>>;
+
+    fn stage_space(
+        &self,
+        _space_id: u32,
+        blocks: &mut SpaceBlocks<'_>,
+    ) -> Result<Vec<Vec<u8>>, String> {
+        let mut tuples = Vec::new();
         while let Some(block) = blocks.next_block() {
-            for tuple in block.tuples() {
-                self.replace(space_id, tuple)?;
-            }
+            tuples.extend(block.tuples().map(<[u8]>::to_vec));
+        }
+        Ok(tuples)
+    }
+
+    fn load_staged(&mut self, space_id: u32, tuples: Vec<Vec<u8>>) -> Result<(), String> {
+        self.0.retain(|(space, _), _| *space != space_id);
+        for tuple in tuples {
+            self.replace(space_id, &tuple)?;
         }
         Ok(())
     }
@@ -510,9 +522,24 @@ fn recovery_loads_every_block_of_every_space_and_stops_on_a_damaged_block() {
     let middle = bytes.len() / 2;
     bytes[middle] ^= 1;
     std::fs::write(&written.path, &bytes).expect("write");
+    // No older checkpoint: the WAL starts at 6, after the snapshot.
     let error = recover(&config(dir.path()), &mut Model::default()).unwrap_err();
     match error {
-        WalError::Corrupt { file, .. } => assert_eq!(file, written.path),
+        WalError::SnapshotDamagedNoFallback {
+            snapshot,
+            cause,
+            why,
+        } => {
+            assert_eq!(snapshot, written.path);
+            assert!(
+                matches!(*cause, WalError::Corrupt { ref file, .. } if *file == written.path),
+                "{cause}"
+            );
+            assert_eq!(
+                why,
+                "there is no older snapshot, and the oldest WAL file starts at LSN 6, not at LSN 1"
+            );
+        }
         other => panic!("expected a corrupt snapshot, got {other}"),
     }
 }
@@ -834,4 +861,639 @@ fn rotation_begins_a_file_at_the_next_lsn_even_with_nothing_to_write() {
     assert_eq!(lsns(1), vec![1, 2, 3]);
     assert_eq!(lsns(4), vec![4]);
     assert_eq!(lsns(5), vec![5]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Clean-close mark
+
+/// `bytes` (a whole WAL file) with a clean-close mark appended whose last LSN is `lsn_last`.
+fn with_close_mark(mut bytes: Vec<u8>, lsn_last: u64) -> Vec<u8> {
+    let offset = bytes.len() as u64;
+    encode_close_mark(&CloseMark { offset, lsn_last }, &mut bytes);
+    bytes
+}
+
+#[test]
+fn close_marks_round_trip_and_count_only_at_the_end_of_a_file() {
+    let mark = CloseMark {
+        offset: 1234,
+        lsn_last: 99,
+    };
+    let mut bytes = Vec::new();
+    encode_close_mark(&mark, &mut bytes);
+    assert_eq!(bytes.len(), CLOSE_MARK_SIZE_BYTES);
+    assert_eq!(&bytes[0..4], b"TCLS");
+    assert_eq!(&bytes[4..12], &1234u64.to_le_bytes());
+    assert_eq!(&bytes[12..20], &99u64.to_le_bytes());
+    assert_eq!(&bytes[20..24], &crc32c::crc32c(&bytes[0..20]).to_le_bytes());
+    assert_eq!(decode_close_mark(&bytes), Ok(mark));
+    for at in 0..CLOSE_MARK_SIZE_BYTES {
+        let mut damaged = bytes.clone();
+        damaged[at] ^= 0x10;
+        assert!(decode_close_mark(&damaged).is_err(), "flip at {at}");
+    }
+
+    let (file, _) = three_batch_file(1);
+    let sealed = with_close_mark(file.clone(), 9);
+    assert_eq!(
+        trailing_close_mark(&sealed),
+        Some(CloseMark {
+            offset: file.len() as u64,
+            lsn_last: 9
+        })
+    );
+    assert_eq!(trailing_close_mark(&file), None);
+    // A valid mark that does not say where it is is not one: bytes were added or lost.
+    let mut moved = file.clone();
+    encode_close_mark(
+        &CloseMark {
+            offset: file.len() as u64 - 1,
+            lsn_last: 9,
+        },
+        &mut moved,
+    );
+    assert_eq!(trailing_close_mark(&moved), None);
+    // A header with only a mark after it: a file closed before its first row.
+    let empty = with_close_mark(wal_header(10), 9);
+    assert_eq!(
+        trailing_close_mark(&empty).map(|mark| mark.offset),
+        Some(32)
+    );
+}
+
+#[test]
+fn a_file_closed_cleanly_reads_as_a_normal_wal_file() {
+    let (bytes, _) = three_batch_file(1);
+    let file = WalFile::from_bytes("s.wal".into(), with_close_mark(bytes, 9)).expect("header");
+    assert!(file.closed_cleanly());
+    assert_eq!(file.format_version, 3);
+    let (lsns, errors) = lsns_read(&file, ReadMode::Strict);
+    assert_eq!(lsns, (1..=9).collect::<Vec<_>>());
+    assert!(errors.is_empty(), "{errors:?}");
+
+    let empty =
+        WalFile::from_bytes("e.wal".into(), with_close_mark(wal_header(10), 9)).expect("header");
+    assert!(empty.closed_cleanly());
+    let (lsns, errors) = lsns_read(&empty, ReadMode::Strict);
+    assert!(lsns.is_empty() && errors.is_empty(), "{lsns:?} {errors:?}");
+}
+
+#[test]
+fn a_bad_last_batch_before_a_clean_close_mark_is_corrupt_not_torn() {
+    let (bytes, [_, _, last]) = three_batch_file(1);
+    let end = bytes.len();
+    let sealed = with_close_mark(bytes, 9);
+    // Every damage the torn-tail rules would excuse at the end of an unmarked file: a bad
+    // checksum, a flipped body byte, a zeroed batch.
+    let mut damages: Vec<Vec<u8>> = Vec::new();
+    for at in [end - 1, end - 6, last + 25] {
+        let mut damaged = sealed.clone();
+        damaged[at] ^= 0x01;
+        damages.push(damaged);
+    }
+    let mut zeroed = sealed.clone();
+    zeroed[last..end].fill(0);
+    damages.push(zeroed);
+    for damaged in damages {
+        let unmarked = WalFile::from_bytes("u.wal".into(), damaged[..end].to_vec()).expect("hdr");
+        assert!(
+            matches!(
+                lsns_read(&unmarked, ReadMode::Strict).1.as_slice(),
+                [WalError::Torn { .. }]
+            ),
+            "without the mark the same bytes are a torn tail"
+        );
+        let file = WalFile::from_bytes("s.wal".into(), damaged).expect("header");
+        assert!(file.closed_cleanly());
+        let (lsns, errors) = lsns_read(&file, ReadMode::Strict);
+        assert_eq!(lsns, (1..=6).collect::<Vec<_>>());
+        match errors.as_slice() {
+            [WalError::Corrupt { offset, reason, .. }] => {
+                assert_eq!(*offset, last as u64);
+                assert!(
+                    reason.ends_with("(the file was closed cleanly, so this is not a torn write)"),
+                    "{reason}"
+                );
+            }
+            other => panic!("expected one Corrupt, got {other:?}"),
+        }
+        let (lsns, errors) = lsns_read(&file, ReadMode::Force);
+        assert_eq!(lsns, (1..=6).collect::<Vec<_>>());
+        assert!(
+            matches!(errors.as_slice(), [WalError::Corrupt { offset, .. }] if *offset == last as u64),
+            "{errors:?}"
+        );
+    }
+}
+
+#[test]
+fn a_close_mark_cut_short_is_a_torn_tail_that_loses_no_row() {
+    let (bytes, _) = three_batch_file(1);
+    let end = bytes.len();
+    let sealed = with_close_mark(bytes, 9);
+    for cut in end + 1..sealed.len() {
+        let file = WalFile::from_bytes("t.wal".into(), sealed[..cut].to_vec()).expect("header");
+        assert!(!file.closed_cleanly());
+        let (lsns, errors) = lsns_read(&file, ReadMode::Strict);
+        assert_eq!(lsns, (1..=9).collect::<Vec<_>>(), "cut at {cut}");
+        assert!(
+            matches!(errors.as_slice(), [WalError::Torn { offset, .. }] if *offset == end as u64),
+            "cut at {cut}: {errors:?}"
+        );
+    }
+    // Whole but with a bad checksum: the sectors of the mark did not all reach the disk.
+    let mut garbled = sealed.clone();
+    garbled[end + 13] ^= 0x01;
+    let file = WalFile::from_bytes("t.wal".into(), garbled).expect("header");
+    assert!(!file.closed_cleanly());
+    assert!(matches!(
+        lsns_read(&file, ReadMode::Strict).1.as_slice(),
+        [WalError::Torn { offset, .. }] if *offset == end as u64
+    ));
+}
+
+#[test]
+fn a_close_mark_that_names_another_last_lsn_is_corrupt() {
+    let (bytes, _) = three_batch_file(1);
+    let end = bytes.len();
+    let file = WalFile::from_bytes("m.wal".into(), with_close_mark(bytes, 12)).expect("header");
+    let (lsns, errors) = lsns_read(&file, ReadMode::Strict);
+    assert_eq!(lsns, (1..=9).collect::<Vec<_>>());
+    match errors.as_slice() {
+        [WalError::Corrupt { offset, reason, .. }] => {
+            assert_eq!(*offset, end as u64);
+            assert_eq!(
+                reason,
+                "the clean-close mark says the last row is LSN 12, the batches end at LSN 9"
+            );
+        }
+        other => panic!("expected one Corrupt, got {other:?}"),
+    }
+}
+
+/// `header` rewritten as format version 2 (before the clean-close mark), checksum fixed.
+fn as_version_2(mut file: Vec<u8>) -> Vec<u8> {
+    file[4..6].copy_from_slice(&2u16.to_le_bytes());
+    let checksum = crc32c::crc32c(&file[0..28]);
+    file[28..32].copy_from_slice(&checksum.to_le_bytes());
+    file
+}
+
+#[test]
+fn version_2_files_are_read_as_before_and_never_closed_cleanly() {
+    let (bytes, [_, _, last]) = three_batch_file(1);
+    let end = bytes.len();
+    let old = as_version_2(bytes.clone());
+    let file = WalFile::from_bytes("v2.wal".into(), old.clone()).expect("version 2 reads");
+    assert_eq!(file.format_version, 2);
+    assert_eq!(
+        lsns_read(&file, ReadMode::Strict).0,
+        (1..=9).collect::<Vec<_>>()
+    );
+    // Bytes that would be a mark mean nothing in a version-2 file.
+    let mut damaged = with_close_mark(old, 9);
+    damaged[end - 1] ^= 0x01;
+    let file = WalFile::from_bytes("v2.wal".into(), damaged).expect("header");
+    assert!(!file.closed_cleanly());
+    assert!(matches!(
+        lsns_read(&file, ReadMode::Strict).1.as_slice(),
+        [WalError::Corrupt { offset, .. }] if *offset == last as u64
+    ));
+    // A version this build does not know is refused, saying so.
+    let mut newer = bytes;
+    newer[4..6].copy_from_slice(&4u16.to_le_bytes());
+    let checksum = crc32c::crc32c(&newer[0..28]);
+    newer[28..32].copy_from_slice(&checksum.to_le_bytes());
+    match WalFile::from_bytes("v4.wal".into(), newer) {
+        Err(WalError::Corrupt {
+            offset: 0, reason, ..
+        }) => assert_eq!(
+            reason,
+            "file header: Wal format version 4 is not supported (this build reads versions 2 \
+             to 3; a newer tarn wrote it?)"
+        ),
+        other => panic!("expected a refused version, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_wal_file_of_zeros_is_torn_at_zero() {
+    let file = WalFile::from_bytes("z.wal".into(), vec![0; 4096]);
+    assert!(
+        matches!(file, Err(WalError::Torn { offset: 0, .. })),
+        "{file:?}"
+    );
+    let mut header_zeroed = three_batch_file(1).0;
+    header_zeroed[0..32].fill(0);
+    let file = WalFile::from_bytes("h.wal".into(), header_zeroed);
+    assert!(
+        matches!(file, Err(WalError::Corrupt { offset: 0, .. })),
+        "{file:?}"
+    );
+}
+
+#[test]
+fn recovery_refuses_a_bad_last_batch_of_a_cleanly_closed_newest_file() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (one, _) = three_batch_file(1);
+    let (two, [_, _, last]) = three_batch_file(10);
+    let mut two = with_close_mark(two, 18);
+    let end = two.len() - CLOSE_MARK_SIZE_BYTES;
+    two[end - 6] ^= 0x01;
+    write_file(dir.path(), wal_file_name(1), &one);
+    write_file(dir.path(), wal_file_name(10), &two);
+    let path = dir.path().join(wal_file_name(10));
+    let result = recover(&config(dir.path()), &mut Model::default());
+    assert!(
+        matches!(&result, Err(WalError::Corrupt { file, offset, .. }) if *file == path && *offset == last as u64),
+        "{result:?}"
+    );
+    assert_eq!(
+        std::fs::read(&path).expect("read"),
+        two,
+        "nothing is cut from the file"
+    );
+    let mut forced = config(dir.path());
+    forced.force = true;
+    let mut model = Model::default();
+    let recovered = recover(&forced, &mut model).expect("force recovers");
+    assert_eq!(
+        (
+            recovered.batches_skipped,
+            recovered.lsn_last,
+            recovered.torn_cut.clone()
+        ),
+        (1, 15, None)
+    );
+    assert_eq!(model.0.len(), 15);
+    assert_eq!(recovered.wal_file_set_aside, None);
+}
+
+#[test]
+fn recovery_cuts_a_close_mark_cut_short_and_keeps_every_row() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (one, _) = three_batch_file(1);
+    let end = one.len();
+    let sealed = with_close_mark(one, 9);
+    write_file(dir.path(), wal_file_name(1), &sealed[..end + 10]);
+    let recovered = recover(&config(dir.path()), &mut Model::default()).expect("recovers");
+    assert_eq!(recovered.lsn_last, 9);
+    assert_eq!(
+        recovered.torn_cut,
+        Some((dir.path().join(wal_file_name(1)), end as u64))
+    );
+}
+
+#[test]
+fn a_cleanly_closed_writer_marks_its_file_and_a_failed_one_does_not() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().to_path_buf();
+    run_glommio(async move {
+        let writer = WalWriter::start(GlommioSink::new(&path), writer_config(false));
+        for k in 1..=3 {
+            let commit = writer
+                .append(RowKind::Replace, 512, &tuple(k, 1))
+                .expect("append");
+            commit.await.expect("durable");
+        }
+        writer.close().await.expect("close");
+    });
+    let bytes = std::fs::read(dir.path().join(wal_file_name(1))).expect("read");
+    assert_eq!(
+        trailing_close_mark(&bytes),
+        Some(CloseMark {
+            offset: (bytes.len() - CLOSE_MARK_SIZE_BYTES) as u64,
+            lsn_last: 3
+        })
+    );
+    let recovered = recover(&config(dir.path()), &mut Model::default()).expect("recovers");
+    assert_eq!((recovered.lsn_last, recovered.torn_cut), (3, None));
+
+    // A writer that stops on an I/O error leaves the file as it was: no mark.
+    let written = Rc::new(RefCell::new(Vec::new()));
+    let sink = FaultySink {
+        calls: Rc::new(Cell::new(0)),
+        fail_at: 4,
+        written: written.clone(),
+    };
+    run_glommio(async move {
+        let writer = WalWriter::start(sink, writer_config(true));
+        let first = writer
+            .append(RowKind::Replace, 512, &tuple(0, 0))
+            .expect("append");
+        first.await.expect("durable");
+        let second = writer
+            .append(RowKind::Replace, 512, &tuple(1, 0))
+            .expect("append");
+        assert!(second.await.is_err());
+        assert!(writer.close().await.is_err());
+    });
+    let written = written.borrow();
+    assert_eq!(trailing_close_mark(&written), None);
+    let file = WalFile::from_bytes("mem.wal".into(), written.clone()).expect("header");
+    let (lsns, errors) = lsns_read(&file, ReadMode::Strict);
+    assert_eq!(lsns, vec![1]);
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// A damaged snapshot and the older checkpoint
+
+/// A shard directory as `checkpoint_count = 2` leaves it: snapshots at 5 and 12 (keys 1..=5
+/// and 1..=12 of space 512, value 1), `1.wal` with LSNs 1..=9 and `10.wal` with 10..=18.
+/// Snapshot 12 also holds tuples no row of the WAL touches (space 514 key 7, space 512 key
+/// 99): they are in no other file, so a fallback that left any of snapshot 12 behind would
+/// show them. Returns the paths of the two snapshots.
+fn two_checkpoints(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let meta = |lsn| SnapshotMeta {
+        shard_id: 0,
+        lsn,
+        schema_fingerprint: FINGERPRINT,
+    };
+    let older = write_snapshot_blocking(dir, &meta(5), (1..=5u8).map(|k| (512, tuple(k, 1))))
+        .expect("snapshot 5");
+    // Space 514 first, then 512 over several blocks: the damage below comes after whole
+    // spaces were read.
+    let big = |k: u8| {
+        let mut tuple = vec![0x92, k, 0xc6];
+        tuple.extend_from_slice(&100_000u32.to_be_bytes());
+        tuple.extend(std::iter::repeat_n(k, 100_000));
+        tuple
+    };
+    let mut newer: Vec<(u32, Vec<u8>)> = vec![(514, tuple(7, 7))];
+    newer.extend((1..=12u8).map(|k| (512, tuple(k, 1))));
+    newer.extend((20..40u8).map(|k| (512, big(k + 80))));
+    newer.push((512, tuple(99, 9)));
+    let newest = write_snapshot_blocking(dir, &meta(12), newer.iter().map(|(s, t)| (*s, t)))
+        .expect("snapshot 12");
+    write_file(dir, wal_file_name(1), &three_batch_file(1).0);
+    write_file(dir, wal_file_name(10), &three_batch_file(10).0);
+    (older.path, newest.path)
+}
+
+/// What snapshot 5 and the WAL give: keys 1..=18 of space 512.
+fn two_checkpoints_expected() -> Model {
+    let mut expected = Model::default();
+    for k in 1..=18 {
+        expected.0.insert((512, k), tuple(k, 1));
+    }
+    expected
+}
+
+#[test]
+fn a_damaged_newest_snapshot_is_refused_naming_the_older_checkpoint_and_forced_uses_it() {
+    // The newest snapshot damaged three ways: cut short (the trailer is gone: found after
+    // every space was read), a flipped byte in the last block of space 512 (found after
+    // space 514 and the first block of 512 were read), a damaged header.
+    type Damage = fn(&mut Vec<u8>, usize);
+    let damages: [(&str, Damage); 3] = [
+        ("truncated", |bytes, _| bytes.truncate(bytes.len() - 7)),
+        ("flipped", |bytes, last_block| {
+            bytes[last_block + 20] ^= 0x20
+        }),
+        ("header", |bytes, _| bytes[14] ^= 0x01),
+    ];
+    for (name, damage) in damages {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (older, newest) = two_checkpoints(dir.path());
+        let mut blocks = Vec::new();
+        let mut reader = crate::wal::snapshot::SnapshotReader::open(&newest).expect("open");
+        while let Some(block) = reader.next_block().expect("reads") {
+            blocks.push((block.space_id, block.offset));
+        }
+        assert_eq!(
+            blocks.iter().map(|(space, _)| *space).collect::<Vec<_>>(),
+            vec![514, 512, 512]
+        );
+        let last_block = blocks[2].1;
+        let mut bytes = std::fs::read(&newest).expect("read");
+        damage(&mut bytes, last_block as usize);
+        std::fs::write(&newest, &bytes).expect("write");
+
+        let error = recover(&config(dir.path()), &mut Model::default()).unwrap_err();
+        let WalError::SnapshotDamaged {
+            snapshot,
+            cause,
+            fallback,
+        } = &error
+        else {
+            panic!("{name}: expected SnapshotDamaged, got {error}");
+        };
+        assert_eq!(snapshot, &newest, "{name}");
+        let offset_expected = match name {
+            "truncated" => bytes.len() as u64 - 13, // the trailer, 20 bytes, lost 7
+            "flipped" => last_block,
+            _ => 0,
+        };
+        assert!(
+            matches!(**cause, WalError::Corrupt { offset, .. } if offset == offset_expected),
+            "{name}: {cause}"
+        );
+        assert_eq!(
+            fallback,
+            &format!(
+                "the older snapshot {} and the WAL files after it",
+                older.display()
+            )
+        );
+        let text = error.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "snapshot {} is damaged: corrupt file ",
+                newest.display()
+            )),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(&format!(
+                ". An older checkpoint can replace it: the older snapshot {} and the WAL files \
+                 after it are kept. Start with --force-recovery to recover from them instead \
+                 (the damaged snapshot is then renamed to {}.damaged and kept)",
+                older.display(),
+                newest.display()
+            )),
+            "{text}"
+        );
+        assert_eq!(
+            std::fs::read(&newest).expect("kept"),
+            bytes,
+            "{name}: untouched"
+        );
+
+        let mut forced = config(dir.path());
+        forced.force = true;
+        let mut model = Model::default();
+        let recovered = recover(&forced, &mut model).expect("force recovers");
+        assert_eq!(model, two_checkpoints_expected(), "{name}");
+        assert_eq!(
+            (
+                recovered.snapshot_lsn,
+                recovered.tuples_loaded,
+                recovered.lsn_last
+            ),
+            (5, 5, 18),
+            "{name}"
+        );
+        let set_aside = dir.path().join("00000000000000000012.snap.damaged");
+        assert_eq!(
+            recovered.snapshots_set_aside,
+            vec![(newest.clone(), set_aside.clone())]
+        );
+        assert!(!newest.exists() && set_aside.exists(), "{name}");
+        assert_eq!(std::fs::read(&set_aside).expect("kept"), bytes);
+
+        // Set aside, it no longer stops a start without force.
+        let mut again = Model::default();
+        let recovered = recover(&config(dir.path()), &mut again).expect("recovers");
+        assert_eq!(
+            (again, recovered.snapshot_lsn),
+            (two_checkpoints_expected(), 5)
+        );
+    }
+}
+
+#[test]
+fn a_damaged_snapshot_loads_nothing_into_a_real_engine() {
+    use crate::storage::{Engine, FieldType, IndexDef, KeyPart, SpaceDef, SpaceFormat};
+    let mut engine = Engine::new(64 << 20);
+    for id in [512, 514] {
+        engine
+            .create_space(SpaceDef {
+                id,
+                name: format!("s{id}").into(),
+                format: SpaceFormat::default(),
+                indexes: vec![IndexDef::tree(
+                    0,
+                    "primary",
+                    true,
+                    vec![KeyPart::new(0, FieldType::Unsigned)],
+                )],
+            })
+            .expect("space");
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_, newest) = two_checkpoints(dir.path());
+    let bytes = std::fs::read(&newest).expect("read");
+    std::fs::write(&newest, &bytes[..bytes.len() - 1]).expect("truncate");
+    let mut forced = config(dir.path());
+    forced.force = true;
+    let recovered = recover(&forced, &mut engine).expect("force recovers");
+    assert_eq!((recovered.snapshot_lsn, recovered.lsn_last), (5, 18));
+    assert_eq!(engine.space(514).expect("space").len(), 0);
+    let space = engine.space(512).expect("space");
+    assert_eq!(space.len(), 18);
+    assert!(space.get(0, &key(99)).expect("get").is_none());
+}
+
+#[test]
+fn every_snapshot_damaged_falls_back_to_the_wal_from_lsn_1() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (older, newest) = two_checkpoints(dir.path());
+    for path in [&older, &newest] {
+        let bytes = std::fs::read(path).expect("read");
+        std::fs::write(path, &bytes[..bytes.len() - 1]).expect("truncate");
+    }
+    let mut forced = config(dir.path());
+    forced.force = true;
+    // Without force, the older snapshot is named: its own damage is found only once it is read.
+    let result = recover(&config(dir.path()), &mut Model::default());
+    assert!(
+        matches!(&result, Err(WalError::SnapshotDamaged { snapshot, .. }) if *snapshot == newest),
+        "{result:?}"
+    );
+    let mut model = Model::default();
+    let recovered = recover(&forced, &mut model).expect("force recovers");
+    assert_eq!(model, two_checkpoints_expected());
+    assert_eq!((recovered.snapshot_lsn, recovered.rows_replayed), (0, 18));
+    assert_eq!(recovered.snapshots_set_aside.len(), 2);
+}
+
+#[test]
+fn a_damaged_snapshot_whose_older_checkpoint_lost_its_wal_is_refused_even_forced() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (older, newest) = two_checkpoints(dir.path());
+    std::fs::remove_file(dir.path().join(wal_file_name(1))).expect("remove");
+    let bytes = std::fs::read(&newest).expect("read");
+    std::fs::write(&newest, &bytes[..bytes.len() - 1]).expect("truncate");
+    for force in [false, true] {
+        let mut config = config(dir.path());
+        config.force = force;
+        match recover(&config, &mut Model::default()) {
+            Err(WalError::SnapshotDamagedNoFallback { snapshot, why, .. }) => {
+                assert_eq!(snapshot, newest);
+                assert_eq!(
+                    why,
+                    format!(
+                        "the older snapshot {} is kept, but not the WAL files after it (the \
+                         oldest WAL file starts at LSN 10, after LSN 6)",
+                        older.display()
+                    )
+                );
+            }
+            other => panic!("force {force}: expected no fallback, got {other:?}"),
+        }
+        assert!(newest.exists());
+    }
+}
+
+#[test]
+fn a_newest_snapshot_of_another_schema_is_not_passed_over() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    two_checkpoints(dir.path());
+    let meta = SnapshotMeta {
+        shard_id: 0,
+        lsn: 15,
+        schema_fingerprint: FINGERPRINT + 1,
+    };
+    write_snapshot_blocking(dir.path(), &meta, [(512, tuple(1, 1))]).expect("write");
+    let mut forced = config(dir.path());
+    forced.force = true;
+    let result = recover(&forced, &mut Model::default());
+    assert!(
+        matches!(result, Err(WalError::SchemaMismatch { .. })),
+        "{result:?}"
+    );
+}
+
+#[test]
+fn force_recovery_keeps_an_unreadable_newest_wal_file_from_being_overwritten() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    write_file(dir.path(), wal_file_name(1), &three_batch_file(1).0);
+    let (mut second, _) = three_batch_file(10);
+    second[3] ^= 0x01; // the header's magic: no row of the file can be read
+    write_file(dir.path(), wal_file_name(10), &second);
+    let path = dir.path().join(wal_file_name(10));
+    let strict = recover(&config(dir.path()), &mut Model::default());
+    assert!(
+        matches!(&strict, Err(WalError::Corrupt { file, offset: 0, .. }) if *file == path),
+        "{strict:?}"
+    );
+    let mut forced = config(dir.path());
+    forced.force = true;
+    let recovered = recover(&forced, &mut Model::default()).expect("force recovers");
+    // The writer's next file would be 10.wal, created with truncation.
+    assert_eq!(recovered.lsn_next(), 10);
+    let set_aside = dir.path().join("00000000000000000010.wal.damaged");
+    assert_eq!(
+        recovered.wal_file_set_aside,
+        Some((path.clone(), set_aside.clone()))
+    );
+    assert!(!path.exists());
+    // The next writer takes the name; the damaged bytes stay beside it.
+    let dir_path = dir.path().to_path_buf();
+    run_glommio(async move {
+        let config = WriterConfig {
+            lsn_next: 10,
+            ..writer_config(false)
+        };
+        let writer = WalWriter::start(GlommioSink::new(&dir_path), config);
+        let commit = writer
+            .append(RowKind::Replace, 512, &tuple(10, 2))
+            .expect("append");
+        commit.await.expect("durable");
+        writer.close().await.expect("close");
+    });
+    assert_eq!(std::fs::read(&set_aside).expect("kept"), second);
+    let file = WalFile::open(&path).expect("the new file");
+    assert_eq!(lsns_read(&file, ReadMode::Strict).0, vec![10]);
 }

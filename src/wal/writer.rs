@@ -52,7 +52,8 @@ use glommio::io::{BufferedFile, Directory, OpenOptions};
 use crate::wal::dir::wal_file_name;
 use crate::wal::error::{Result, WalError};
 use crate::wal::format::{
-    encode_file_header, BatchBuilder, FileHeader, FileKind, RowKind, FILE_HEADER_SIZE_BYTES,
+    encode_close_mark, encode_file_header, BatchBuilder, CloseMark, FileHeader, FileKind, RowKind,
+    CLOSE_MARK_SIZE_BYTES, FILE_HEADER_SIZE_BYTES,
 };
 
 /// Where the writer's bytes go: a sequence of files, each appended to.
@@ -492,7 +493,8 @@ async fn run_flusher<S: Sink>(shared: Rc<Shared>, mut sink: S, config: WriterCon
             break;
         }
     }
-    let close_result = sink.close().await;
+    let sealed = seal_on_clean_close(&shared, &mut sink, &file).await;
+    let close_result = sealed.and(sink.close().await);
     let mut state = shared.state.borrow_mut();
     if let Err(error) = close_result {
         if state.poisoned.is_none() {
@@ -537,6 +539,29 @@ impl FailureLog {
     fn take_suppressed(&mut self) -> u64 {
         std::mem::take(&mut self.suppressed)
     }
+}
+
+/// Ends the open file of a writer closed without error with a clean-close mark
+/// (`docs/format.md`), after syncing it, so that recovery reads damage in it as corruption
+/// rather than as a torn write. A failed writer leaves its file unmarked.
+async fn seal_on_clean_close<S: Sink>(
+    shared: &Shared,
+    sink: &mut S,
+    file: &FileProgress,
+) -> io::Result<()> {
+    let lsn_last = {
+        let state = shared.state.borrow();
+        if state.poisoned.is_some() || !file.open {
+            return Ok(());
+        }
+        state.lsn_durable_last
+    };
+    sink.sync_data().await?;
+    let mut mark = Vec::with_capacity(CLOSE_MARK_SIZE_BYTES);
+    let offset = file.size_bytes;
+    encode_close_mark(&CloseMark { offset, lsn_last }, &mut mark);
+    sink.append(mark).await?;
+    sink.sync_data().await
 }
 
 fn take_flush(shared: &Shared, cx: &mut Context<'_>) -> Poll<Option<Flush>> {
