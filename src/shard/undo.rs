@@ -45,13 +45,18 @@ impl UndoLog {
         });
     }
 
-    /// Forgets the writes whose rows are durable (LSN up to `lsn_durable_last`): they can
-    /// no longer be refused. Their displaced tuples go to the engine's retired ring.
+    /// Forgets up to two of the writes whose rows are durable (LSN up to
+    /// `lsn_durable_last`): they can no longer be refused. Their displaced tuples go to the
+    /// engine's retired ring. Called once per write, so the records drain twice as fast as
+    /// they come, and the frees are spread one or two per write as without a log: released
+    /// all at once after each flush, a flush's worth of frees overflowed the allocator's
+    /// per-size cache and cost ~70 instructions per write more in malloc and free.
     #[inline]
     pub fn release_durable(&mut self, lsn_durable_last: u64, engine: &mut Engine) {
-        while let Some(oldest) = self.records.front() {
-            if oldest.lsn > lsn_durable_last {
-                break;
+        for _ in 0..2 {
+            match self.records.front() {
+                Some(oldest) if oldest.lsn <= lsn_durable_last => {}
+                _ => return,
             }
             let released = self.records.pop_front();
             if let Some(old) = released.and_then(|record| record.change.old) {

@@ -38,7 +38,7 @@
 //! The file I/O sits behind [`Sink`] so that tests inject failures; [`GlommioSink`] is the
 //! real one. Knows nothing of storage, requests or the network: rows carry raw msgpack.
 
-use std::cell::{OnceCell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::future::{poll_fn, Future};
 use std::io;
 use std::path::PathBuf;
@@ -169,6 +169,9 @@ type RollbackHook = Box<dyn FnMut(u64)>;
 
 struct Shared {
     state: RefCell<State>,
+    /// `state.lsn_durable_last`, readable without a borrow: every write reads it (the
+    /// shard forgets the undo of what is durable).
+    lsn_durable_last: Cell<u64>,
     /// Apart from `state`, so the hook runs with no borrow of it held.
     on_rollback: RefCell<Option<RollbackHook>>,
 }
@@ -214,6 +217,7 @@ impl WalWriter {
                 failure_log: FailureLog::default(),
             }),
             on_rollback: RefCell::new(None),
+            lsn_durable_last: Cell::new(config.lsn_next - 1),
         });
         let flusher = run_flusher(shared.clone(), sink, config);
         (WalWriter { shared }, flusher)
@@ -288,7 +292,7 @@ impl WalWriter {
     /// The last LSN known to be written (and synced in fsync mode).
     #[inline]
     pub fn lsn_durable_last(&self) -> u64 {
-        self.shared.state.borrow().lsn_durable_last
+        self.shared.lsn_durable_last.get()
     }
 
     pub fn stats(&self) -> WriterStats {
@@ -447,6 +451,7 @@ async fn run_flusher<S: Sink>(shared: Rc<Shared>, mut sink: S, config: WriterCon
                 assert_eq!(state.generation_durable + 1, generation);
                 state.generation_durable = generation;
                 state.lsn_durable_last = lsn_last;
+                shared.lsn_durable_last.set(lsn_last);
                 state.stats.flushes += 1;
                 state.stats.bytes_written += written.bytes;
                 state.stats.syncs += u64::from(written.synced);
