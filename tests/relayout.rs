@@ -309,12 +309,8 @@ fn rows_follow_their_keys_when_the_shard_count_changes() {
     let dir = tempfile::tempdir().expect("dir");
     let data_dir = dir.path().join("data");
     let mut model = write_history(dir.path());
-    // 3 shards need 3 CPUs (one pinned thread each): on a smaller host 2 -> 1 -> 2, and the
-    // unit tests of `server::layout` move rows to and from 3 shards.
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let counts: &[u32] = if cpus >= 3 { &[1, 3, 2] } else { &[1, 2] };
-    eprintln!("{cpus} CPUs: shard counts 2 -> {counts:?}");
-    for &shards in counts {
+    // On a host with fewer CPUs than shards, the shards share them (not pinned).
+    for shards in [1, 3, 2] {
         let server = Server::start_in(dir.path(), shards, "", &FSYNC);
         assert_serves(&server, &model, shards);
         assert_eq!(on_disk(&data_dir), (Some(shards), shard_dirs(shards)));
@@ -361,15 +357,6 @@ fn a_crash_in_the_middle_of_a_move_loses_nothing() {
     let dir = tempfile::tempdir().expect("dir");
     let data_dir = dir.path().join("data");
     let model = write_history(dir.path());
-
-    // A start that cannot run its shards (more than the CPUs) fails before moving anything.
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
-    let shipped = include_str!("../conf/tarn.toml");
-    let Err(log) = Server::try_start_with(dir.path(), shipped, cpus + 1, &FSYNC) else {
-        panic!("tarn started {} shards on {cpus} CPUs", cpus + 1);
-    };
-    assert!(log.contains("required CPUs"), "{log}");
-    assert_eq!(on_disk(&data_dir), (Some(2), shard_dirs(2)));
 
     // 2 -> 1, killed after the new shard was staged: the old layout is intact and serves.
     crash_at(dir.path(), 1, "staging");

@@ -218,9 +218,7 @@ where
 {
     assert!(shard_count >= 1);
     // A pool that cannot be placed fails here, before the layout below moves any row.
-    PoolPlacement::MaxSpread(shard_count, None)
-        .generate_cpu_set()
-        .map_err(|error| ServerError::Executors(format!("{shard_count} shards: {error}")))?;
+    let placement = placement_for(shard_count)?;
     // Before any core recovers: the schema the data was written with must still hold.
     let fingerprint = durability::prepare_data_dir(&config)?;
     // Also before: rows written at another shard count are moved to their owners here.
@@ -231,7 +229,7 @@ where
     let finished = Arc::new(AtomicUsize::new(0));
     let joined = Arc::new(AtomicUsize::new(0));
     let any_failed = Arc::new(AtomicBool::new(false));
-    let handles = LocalExecutorPoolBuilder::new(PoolPlacement::MaxSpread(shard_count, None))
+    let handles = LocalExecutorPoolBuilder::new(placement)
         // A core that sleeps is woken by the kernel when work arrives: tens of microseconds
         // on a VM, paid by the request that woke it (on several shards once more by a hop to
         // a sleeping peer). So after each burst of work it polls for `idle_poll` first. The
@@ -297,6 +295,25 @@ where
         None if outputs.len() < shard_count => Err(ServerError::PeerFailed),
         None => Ok(outputs),
     }
+}
+
+/// Where the shards' threads run: one pinned to each of `shard_count` CPUs as far apart as
+/// the machine allows; with more shards than online CPUs, all of them on any online CPU,
+/// sharing (slower, but it starts: a data directory written at a higher shard count, or a
+/// test of one, must not need as many CPUs).
+fn placement_for(shard_count: usize) -> Result<PoolPlacement, ServerError> {
+    let pinned = || PoolPlacement::MaxSpread(shard_count, None);
+    if pinned().generate_cpu_set().is_ok() {
+        return Ok(pinned());
+    }
+    let online = glommio::CpuSet::online()
+        .map_err(|error| ServerError::Executors(format!("listing the online CPUs: {error}")))?;
+    tracing::warn!(
+        shards = shard_count,
+        cpus = online.len(),
+        "more shards than CPUs: shard threads are not pinned and share the CPUs"
+    );
+    Ok(PoolPlacement::Fenced(shard_count, online))
 }
 
 /// Runs the server until SIGINT or SIGTERM.
