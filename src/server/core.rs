@@ -189,7 +189,8 @@ impl Core {
         let mut engine = schema::build_engine(&shared.config, memory_bytes)?;
         // Every core recovers its own shard, so all shards recover in parallel.
         let fingerprint = shared.fingerprint;
-        let lsn_next = durability::recover_shard(&shared.config, id, fingerprint, &mut engine)?;
+        let recovered = durability::recover_shard(&shared.config, id, fingerprint, &mut engine)?;
+        let lsn_next = recovered.lsn_next;
         let wal = durability::start_wal(&shared.config, id, fingerprint, lsn_next)?;
         let core = Rc::new(Core {
             shard: RefCell::new(Shard::new(id, engine, wal)),
@@ -212,7 +213,9 @@ impl Core {
         });
         durability::roll_back_refused_writes(&core);
         core.start_tasks(receivers);
-        glommio::spawn_local(durability::checkpoint_loop(core.clone(), lsn_next - 1)).detach();
+        let checkpoint =
+            durability::checkpoint_loop(core.clone(), lsn_next - 1, recovered.damage_skipped);
+        glommio::spawn_local(checkpoint).detach();
         Ok(core)
     }
 

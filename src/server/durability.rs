@@ -137,13 +137,23 @@ fn describe_rows(rows: &[u8]) -> String {
     parts.join(" ")
 }
 
-/// One shard's directory, recovered into `engine`; returns the LSN its writer starts at.
+/// What [`recover_shard`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardRecovered {
+    /// The LSN the shard's writer starts at.
+    pub lsn_next: u64,
+    /// `--force-recovery` passed over damaged data (a snapshot, batches, rows or a WAL
+    /// file): a snapshot must be taken at once, or every later start needs the flag again.
+    pub damage_skipped: bool,
+}
+
+/// One shard's directory, recovered into `engine`.
 pub fn recover_shard(
     config: &Config,
     shard_id: usize,
     fingerprint: u64,
     engine: &mut Engine,
-) -> Result<u64, ServerError> {
+) -> Result<ShardRecovered, ServerError> {
     let dir = wal::dir::shard_dir(&config.data_dir, shard_id as u32);
     let started = Instant::now();
     let recovery = RecoveryConfig {
@@ -154,6 +164,7 @@ pub fn recover_shard(
     };
     let recovered = wal::recover(&recovery, engine).map_err(|error| ServerError::Recovery {
         shard_id,
+        hint: recovery_hint(config, &error),
         reason: error.to_string(),
     })?;
     if recovered.batches_skipped + recovered.rows_skipped > 0 {
@@ -172,7 +183,27 @@ pub fn recover_shard(
         elapsed_ms = started.elapsed().as_millis() as u64,
         "shard recovered"
     );
-    Ok(recovered.lsn_next())
+    let damage_skipped = recovered.batches_skipped + recovered.rows_skipped > 0
+        || !recovered.snapshots_set_aside.is_empty()
+        || recovered.wal_file_set_aside.is_some();
+    Ok(ShardRecovered {
+        lsn_next: recovered.lsn_next(),
+        damage_skipped,
+    })
+}
+
+/// What to add to a recovery error: the advice to skip damaged data, unless the flag is
+/// set already or the error gives its own advice.
+fn recovery_hint(config: &Config, error: &wal::WalError) -> &'static str {
+    use wal::WalError::*;
+    match error {
+        _ if config.durability.force_recovery => "",
+        SnapshotDamaged { .. } | SnapshotDamagedNoFallback { .. } => "",
+        Corrupt { .. } | Torn { .. } | MissingRows { .. } | Replay { .. } => {
+            " (start with --force-recovery to skip damaged data)"
+        }
+        _ => "",
+    }
 }
 
 /// Starts the shard's WAL writer, unless `wal_mode = "none"`.
@@ -190,6 +221,7 @@ pub fn start_wal(
     wal::dir::create(&dir).map_err(|error| ServerError::Recovery {
         shard_id,
         reason: error.to_string(),
+        hint: "",
     })?;
     Ok(Some(WalWriter::start(
         GlommioSink::new(dir),
@@ -223,8 +255,9 @@ pub fn roll_back_refused_writes(core: &Rc<Core>) {
 
 /// Per core: takes a snapshot when `box.snapshot()` asks for one or when
 /// `checkpoint_interval` has passed, then removes what `checkpoint_count` no longer needs.
-/// `lsn_last` is the last LSN recovered.
-pub async fn checkpoint_loop(core: Rc<Core>, lsn_last: u64) {
+/// `lsn_last` is the last LSN recovered; `at_once` takes the first snapshot right away
+/// (after a forced recovery skipped damaged data).
+pub async fn checkpoint_loop(core: Rc<Core>, lsn_last: u64, at_once: bool) {
     let me = core.id();
     let shared = core.shared.clone();
     let fingerprint = shared.fingerprint;
@@ -233,11 +266,20 @@ pub async fn checkpoint_loop(core: Rc<Core>, lsn_last: u64) {
         seconds => Some(Duration::from_secs(seconds)),
     };
     let mut last_checkpoint = Instant::now();
+    let mut due_now = at_once;
+    if at_once {
+        tracing::warn!(
+            shard = me,
+            "taking a snapshot now: recovery skipped damaged data, and until a snapshot \
+             replaces it every start would need --force-recovery"
+        );
+    }
     loop {
         glommio::timer::sleep(CHECKPOINT_POLL).await;
         let requested = shared.snapshot_requested.load(Ordering::Acquire);
         let asked = requested > shared.snapshot_done[me].load(Ordering::Acquire);
-        let due = interval.is_some_and(|interval| last_checkpoint.elapsed() >= interval);
+        let due = std::mem::take(&mut due_now)
+            || interval.is_some_and(|interval| last_checkpoint.elapsed() >= interval);
         if !asked && !due {
             continue;
         }

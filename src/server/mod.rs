@@ -155,8 +155,13 @@ pub enum ServerError {
     Layout(#[from] layout::LayoutError),
     #[error("another shard failed to start")]
     PeerFailed,
-    #[error("recovery of shard {shard_id} failed: {reason} (start with --force-recovery to skip damaged data)")]
-    Recovery { shard_id: usize, reason: String },
+    #[error("recovery of shard {shard_id} failed: {reason}{hint}")]
+    Recovery {
+        shard_id: usize,
+        reason: String,
+        /// What to do about it, when `reason` does not say.
+        hint: &'static str,
+    },
 }
 
 /// Placement: which shard owns an encoded primary key. CRC-32C is stable across builds

@@ -130,6 +130,18 @@ impl Server {
         }
     }
 
+    /// Waits up to `timeout` for a log line containing `needle`; whether one came.
+    pub fn wait_for_log(&self, needle: &str, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.log.lock().unwrap().contains(needle) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
     /// Kills the server with SIGKILL, as a crash would, and waits for it to be gone.
     pub fn kill9(mut self) {
         let _ = self.child.kill();

@@ -1419,7 +1419,8 @@ fn crud_changes_are_logged_and_recover_exactly() {
         .run(async {
             let mut engine = schema::build_engine(&server_config, 1 << 30).expect("engine");
             let lsn_next = durability::recover_shard(&server_config, 0, fingerprint, &mut engine)
-                .expect("recover");
+                .expect("recover")
+                .lsn_next;
             let wal = durability::start_wal(&server_config, 0, fingerprint, lsn_next).expect("wal");
             let mut shard = Shard::new(0, engine, wal);
             let mut out = Vec::new();
