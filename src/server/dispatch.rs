@@ -233,7 +233,12 @@ impl Session {
             // Watchers are not offered in IPROTO_ID; a WATCH gets no reply by definition.
             Request::Watch(_) | Request::Unwatch(_) => {}
             Request::Select(select) => {
-                if self.check_access(Access::Read, select.space_id, sync, out) {
+                if !self.check_access(Access::Read, select.space_id, sync, out) {
+                    return None;
+                }
+                if schema::is_view(select.space_id) && !self.grants().read {
+                    self.select_view(select, sync, out);
+                } else {
                     match known_owner.or_else(|| self.select_owner(select)) {
                         Some(owner) => self.run_on(owner, packet, request, sync, out),
                         None => {
@@ -321,11 +326,16 @@ impl Session {
         &self.core.shared.users.get(self.user_id).name
     }
 
-    /// Checks a grant; on refusal writes Tarantool's 42 reply and returns false. Guest may
-    /// always read the system spaces, as connectors need them to resolve names.
+    fn grants(&self) -> &crate::config::Grants {
+        &self.core.shared.users.get(self.user_id).grants
+    }
+
+    /// Checks a grant; on refusal writes Tarantool's 42 reply and returns false. Everyone
+    /// may read the views (`_vspace`, `_vindex`), as Tarantool's `public` role allows:
+    /// connectors read them to resolve names, and they show each user only what it may
+    /// use ([`Session::select_view`]). `_space` and `_index` need the read grant.
     fn check_access(&self, access: Access, space_id: u32, sync: u64, out: &mut Vec<u8>) -> bool {
-        let grants = &self.core.shared.users.get(self.user_id).grants;
-        if access.granted(grants) || (access == Access::Read && schema::is_system_space(space_id)) {
+        if access.granted(self.grants()) || (access == Access::Read && schema::is_view(space_id)) {
             return true;
         }
         let space_name = self
@@ -338,6 +348,44 @@ impl Session {
             .unwrap_or_else(|_| space_id.to_string());
         access_denied(out, sync, access, "space", &space_name, self.user_name());
         false
+    }
+
+    /// A select from `_vspace` or `_vindex` by a user without the read grant, answered
+    /// here (every core holds the views) with only the rows Tarantool's views show it: the
+    /// views themselves, and the user spaces when it may write them. Offset and limit count
+    /// the rows shown.
+    fn select_view(&self, select: &Select<'_>, sync: u64, out: &mut Vec<u8>) {
+        let may_write = self.grants().write;
+        let shown = |space_id: u64| match u32::try_from(space_id) {
+            Ok(id) if schema::is_system_space(id) => schema::is_view(id),
+            _ => may_write,
+        };
+        let shard = self.core.shard.borrow();
+        let entries = shard
+            .engine
+            .space(select.space_id)
+            .and_then(|space| space.select(select.index_id, select.iterator, select.key));
+        let entries = match entries {
+            Ok(entries) => entries,
+            Err(error) => {
+                return crate::shard::errors::encode_storage_error(
+                    out,
+                    sync,
+                    SCHEMA_VERSION,
+                    &error,
+                )
+            }
+        };
+        let mut data = reply::DataReply::begin(out, sync, SCHEMA_VERSION);
+        let rows = entries
+            .map(|(_, tuple)| tuple)
+            .filter(|tuple| first_uint_field(tuple.data()).is_some_and(shown))
+            .skip(select.offset as usize)
+            .take(select.limit as usize);
+        for tuple in rows {
+            data.push_raw(out, tuple.data());
+        }
+        data.finish(out);
     }
 
     async fn call(&mut self, packet: &[u8], call: &Call<'_>, sync: u64, out: &mut Vec<u8>) {
@@ -1069,5 +1117,18 @@ impl Refusal {
             (None, true) => Some(on_shard::wal_refused_elsewhere()),
             (None, false) => None,
         }
+    }
+}
+
+/// The first field of a tuple when it is an unsigned integer (a view row's space id).
+fn first_uint_field(tuple: &[u8]) -> Option<u64> {
+    let mut fields = tuple;
+    match crate::storage::msgpack::read_value(&mut fields) {
+        Ok(crate::storage::msgpack::Value::Array(count)) if count > 0 => {}
+        _ => return None,
+    }
+    match crate::storage::msgpack::read_value(&mut fields) {
+        Ok(crate::storage::msgpack::Value::Uint(id)) => Some(id),
+        _ => None,
     }
 }

@@ -213,6 +213,29 @@ impl Client {
     }
 
     pub fn connect_to(addr: SocketAddr) -> Client {
+        Client::connect_with_salt(addr).0
+    }
+
+    /// Connects and authenticates as `user` (chap-sha1, as connectors do); panics unless
+    /// the server accepts.
+    pub fn connect_as(server: &Server, user: &str, password: &str) -> Client {
+        let (mut client, salt) = Client::connect_with_salt(server.addr);
+        let mut auth = Vec::new();
+        tarn::protocol::client::encode_auth(&mut auth, 0, user, &salt, password.as_bytes());
+        client.send(&auth);
+        let packet = client.read_packet().expect("an auth reply");
+        let reply = tarn::protocol::client::decode_reply(&packet).expect("decodes");
+        assert!(
+            !reply.is_error(),
+            "auth as {user}: {:?}",
+            reply.error_message()
+        );
+        client
+    }
+
+    /// A connection and the salt its greeting carried.
+    fn connect_with_salt(addr: SocketAddr) -> (Client, Vec<u8>) {
+        use base64::Engine as _;
         let mut stream = TcpStream::connect(addr).expect("connect");
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
@@ -220,10 +243,15 @@ impl Client {
         let mut greeting = [0u8; 128];
         stream.read_exact(&mut greeting).expect("greeting");
         assert!(greeting.starts_with(b"Tarantool 2.11.1 (Binary) "));
-        Client {
+        let salt_line = String::from_utf8_lossy(&greeting[64..]).trim().to_string();
+        let salt = base64::engine::general_purpose::STANDARD
+            .decode(salt_line.as_bytes())
+            .expect("a base64 salt");
+        let client = Client {
             stream,
             buf: Vec::new(),
-        }
+        };
+        (client, salt)
     }
 
     pub fn send(&mut self, bytes: &[u8]) {
