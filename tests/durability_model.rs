@@ -29,6 +29,7 @@ use tarn::protocol::request::{Delete, Insert, Request, Select, Update, Upsert};
 use tarn::protocol::ErrorCode;
 use tarn::server::crud::on_shard::execute_on_shard;
 use tarn::server::crud::CrudConfig;
+use tarn::server::durability::take_snapshot;
 use tarn::server::schema::build_engine;
 use tarn::shard::Shard;
 use tarn::storage::msgpack::{write_array_len, write_map_len, write_str, write_uint};
@@ -115,8 +116,8 @@ impl Sink for FillingSink {
         self.inner.close().await
     }
 
-    async fn discard_after(&mut self, keep_bytes: u64) -> io::Result<()> {
-        self.inner.discard_after(keep_bytes).await
+    async fn discard_after(&mut self, lsn_first: u64, keep_bytes: u64) -> io::Result<()> {
+        self.inner.discard_after(lsn_first, keep_bytes).await
     }
 }
 
@@ -144,8 +145,8 @@ enum Op {
 #[derive(Debug, Clone)]
 enum Step {
     /// Requests submitted together; the second group after a yield, behind the first
-    /// group's flush.
-    Requests(Vec<Op>, Vec<Op>),
+    /// group's flush; with `true`, a snapshot taken while their rows are in flight.
+    Requests(Vec<Op>, Vec<Op>, bool),
     /// Space is freed on the disk.
     Free(u64),
     Fault(Fault),
@@ -175,7 +176,8 @@ fn op() -> impl Strategy<Value = Op> {
 fn step() -> impl Strategy<Value = Step> {
     let ops = || proptest::collection::vec(op(), 0..5);
     prop_oneof![
-        12 => (ops(), ops()).prop_map(|(a, b)| Step::Requests(a, b)),
+        12 => (ops(), ops(), proptest::bool::weighted(0.15))
+            .prop_map(|(a, b, snapshot)| Step::Requests(a, b, snapshot)),
         2 => (0u64..4096).prop_map(Step::Free),
         1 => Just(Step::Fault(Fault::WriteEio)),
         1 => Just(Step::Fault(Fault::SyncEio)),
@@ -407,8 +409,14 @@ fn start_live(config: &Config, dir: &Path, disk: &Rc<Disk>) -> Live {
     Live { shard, flusher }
 }
 
-/// Runs one step's two groups on the live shard; returns each request's reply, in order.
-async fn run_requests(live: &Live, crud: &CrudConfig, groups: [&[Op]; 2]) -> Vec<Vec<u8>> {
+/// Runs one step's two groups on the live shard; returns each request's reply, in order,
+/// and the outcome of the snapshot taken while their rows were in flight, if asked for.
+async fn run_requests(
+    live: &Live,
+    crud: &CrudConfig,
+    groups: [&[Op]; 2],
+    snapshot_with: Option<&Config>,
+) -> (Vec<Vec<u8>>, Option<Result<(), String>>) {
     let mut waiting = Vec::new();
     let mut sync = 0;
     for (group, ops) in groups.iter().enumerate() {
@@ -428,18 +436,27 @@ async fn run_requests(live: &Live, crud: &CrudConfig, groups: [&[Op]; 2]) -> Vec
             waiting.push((reply, commit));
         }
     }
-    let mut replies = Vec::new();
-    for (reply, commit) in waiting {
-        match commit {
-            Some(commit) => match commit.await {
-                Ok(_) => replies.push(reply),
-                // What the server sends instead; its text is the shard's business.
-                Err(_) => replies.push(refused_reply()),
-            },
-            None => replies.push(reply),
+    let replies = async {
+        let mut replies = Vec::new();
+        for (reply, commit) in waiting {
+            match commit {
+                Some(commit) => match commit.await {
+                    Ok(_) => replies.push(reply),
+                    // What the server sends instead; its text is the shard's business.
+                    Err(_) => replies.push(refused_reply()),
+                },
+                None => replies.push(reply),
+            }
         }
-    }
-    replies
+        replies
+    };
+    let Some(config) = snapshot_with else {
+        return (replies.await, None);
+    };
+    // The snapshot is polled first: it copies the shard with these rows still in flight.
+    let snapshot = take_snapshot(&live.shard, config, FINGERPRINT, 0);
+    let (snapshot, replies) = futures_lite::future::zip(snapshot, replies).await;
+    (replies, Some(snapshot))
 }
 
 fn refused_reply() -> Vec<u8> {
@@ -472,8 +489,16 @@ fn run_case(room_bytes: u64, steps: Vec<Step>) -> Result<(), TestCaseError> {
         .run(async move { run_steps(&dir_path, room_bytes, steps).await })
 }
 
-async fn run_steps(dir: &Path, room_bytes: u64, steps: Vec<Step>) -> Result<(), TestCaseError> {
-    let config = config();
+async fn run_steps(
+    data_dir: &Path,
+    room_bytes: u64,
+    steps: Vec<Step>,
+) -> Result<(), TestCaseError> {
+    let mut config = config();
+    config.data_dir = data_dir.to_path_buf();
+    let shard_dir = tarn::wal::dir::shard_dir(data_dir, 0);
+    std::fs::create_dir_all(&shard_dir).expect("shard dir");
+    let dir = shard_dir.as_path();
     let crud = CrudConfig::new(&config, &uuid::Uuid::nil());
     let disk = Rc::new(Disk::default());
     disk.room_bytes.set(room_bytes);
@@ -482,7 +507,7 @@ async fn run_steps(dir: &Path, room_bytes: u64, steps: Vec<Step>) -> Result<(), 
     let mut refused_since_start = false;
     for (at, step) in steps.iter().enumerate() {
         match step {
-            Step::Requests(first, second) => {
+            Step::Requests(first, second, snapshot) => {
                 let flushes = || {
                     live.shard
                         .borrow()
@@ -491,7 +516,15 @@ async fn run_steps(dir: &Path, room_bytes: u64, steps: Vec<Step>) -> Result<(), 
                         .map(|wal| wal.stats().flushes)
                 };
                 let flushes_before = flushes();
-                let replies = run_requests(&live, &crud, [first, second]).await;
+                let with = snapshot.then_some(&config);
+                let (replies, snapshot) = run_requests(&live, &crud, [first, second], with).await;
+                match snapshot {
+                    Some(Ok(())) => count(|c| &c.snapshots_written, 1),
+                    Some(Err(reason)) if reason.contains("refused by the WAL") => {
+                        count(|c| &c.snapshots_not_written, 1)
+                    }
+                    _ => {}
+                }
                 let refused = replies.iter().filter(|reply| is_log_refusal(reply)).count();
                 count(|c| &c.refused, refused as u64);
                 let refused_first = replies[..first.len()].iter().any(|r| is_log_refusal(r));
@@ -569,6 +602,10 @@ struct Coverage {
     resumed: Cell<u64>,
     /// Crashes that recovered tuples.
     recovered_crashes: Cell<u64>,
+    /// Snapshots taken while rows were in flight: written, and not written because some
+    /// of those rows were refused.
+    snapshots_written: Cell<u64>,
+    snapshots_not_written: Cell<u64>,
 }
 
 thread_local! {
@@ -597,6 +634,8 @@ fn no_acknowledged_write_is_lost_and_no_refused_write_comes_back() {
         assert!(coverage.refused_behind_a_flush.get() > 50, "{coverage:?}");
         assert!(coverage.resumed.get() > 200, "{coverage:?}");
         assert!(coverage.recovered_crashes.get() > 200, "{coverage:?}");
+        assert!(coverage.snapshots_written.get() > 200, "{coverage:?}");
+        assert!(coverage.snapshots_not_written.get() > 20, "{coverage:?}");
     });
 }
 
@@ -607,7 +646,7 @@ fn a_row_whose_fsync_failed_does_not_come_back_after_a_crash() {
     let steps = vec![
         Step::Fault(Fault::SyncEio),
         Step::Free(473),
-        Step::Requests(vec![], vec![Op::Upsert(0, 0)]),
+        Step::Requests(vec![], vec![Op::Upsert(0, 0)], false),
         Step::Crash,
     ];
     run_case(0, steps).unwrap();
@@ -619,10 +658,36 @@ fn a_row_whose_fsync_failed_does_not_come_back_after_a_crash() {
 fn a_refused_batch_that_rolled_itself_back_is_undone_newest_first() {
     let steps = vec![
         Step::Free(920),
-        Step::Requests(vec![], vec![Op::CrudInsertMany(vec![28])]),
+        Step::Requests(vec![], vec![Op::CrudInsertMany(vec![28])], false),
         Step::Fault(Fault::WriteEio),
-        Step::Requests(vec![Op::CrudInsertMany(vec![0])], vec![]),
-        Step::Requests(vec![Op::CrudInsertMany(vec![0, 28])], vec![]),
+        Step::Requests(vec![Op::CrudInsertMany(vec![0])], vec![], false),
+        Step::Requests(vec![Op::CrudInsertMany(vec![0, 28])], vec![], false),
     ];
     run_case(951, steps).unwrap();
+}
+
+/// Found by the test: a snapshot rotated the WAL, the new file could not be created (no
+/// room), and the writer removed the previous file, durable rows and all.
+#[test]
+fn a_rotated_file_that_cannot_be_created_loses_no_durable_row() {
+    let steps = vec![
+        Step::Requests(vec![Op::Insert(0, 166)], vec![], false),
+        Step::Requests(
+            vec![Op::Insert(1, 14), Op::Upsert(2, 95)],
+            vec![
+                Op::Customer(0, 0, 0),
+                Op::Replace(0, 197),
+                Op::Insert(3, 37),
+                Op::Replace(0, 144),
+            ],
+            false,
+        ),
+        Step::Requests(
+            vec![Op::Insert(4, 180), Op::Replace(0, 134)],
+            vec![Op::CrudInsertMany(vec![5])],
+            true,
+        ),
+        Step::Crash,
+    ];
+    run_case(1494, steps).unwrap();
 }

@@ -8,9 +8,11 @@ use crate::config::{Config, WalMode};
 use crate::server::core::Core;
 use crate::server::schema;
 use crate::server::{ServerError, Shared};
+use crate::shard::Shard;
 use crate::storage::text::msgpack_to_text;
 use crate::storage::{Engine, Tuple};
 use crate::wal::{self, GlommioSink, RecoveryConfig, SnapshotMeta, WalWriter, WriterConfig};
+use std::cell::RefCell;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -283,7 +285,7 @@ pub async fn checkpoint_loop(core: Rc<Core>, lsn_last: u64, at_once: bool) {
         if !asked && !due {
             continue;
         }
-        match take_snapshot(&core, &shared.config, fingerprint, lsn_last).await {
+        match take_snapshot(&core.shard, &shared.config, fingerprint, lsn_last).await {
             Ok(()) => {}
             Err(reason) => {
                 tracing::error!(shard = me, %reason, "snapshot failed");
@@ -300,13 +302,13 @@ pub async fn checkpoint_loop(core: Rc<Core>, lsn_last: u64, at_once: bool) {
 
 /// Writes a snapshot of the shard as it is now. `lsn_recovered` is the snapshot's LSN when
 /// there is no WAL (nothing moves it on).
-async fn take_snapshot(
-    core: &Rc<Core>,
+pub async fn take_snapshot(
+    shard: &RefCell<Shard>,
     config: &Config,
     fingerprint: u64,
     lsn_recovered: u64,
 ) -> Result<(), String> {
-    let me = core.id();
+    let me = shard.borrow().id;
     let dir: PathBuf = wal::dir::shard_dir(&config.data_dir, me as u32);
     wal::dir::create(&dir).map_err(|error| error.to_string())?;
     // Rows are after-images, so a point-in-time copy of the tuple handles is enough; the
@@ -314,7 +316,7 @@ async fn take_snapshot(
     // some not yet durable: it is kept only once they all are (a write the log refuses is
     // rolled back, and a snapshot holding it would bring it back).
     let (lsn, tuples, applied) = {
-        let shard = core.shard.borrow();
+        let shard = shard.borrow();
         let (lsn, applied) = match &shard.wal {
             Some(wal) => {
                 if let Some(cause) = wal.poisoned() {

@@ -70,12 +70,13 @@ pub trait Sink {
     async fn sync_data(&mut self) -> io::Result<()>;
     /// Closes the current file.
     async fn close(&mut self) -> io::Result<()>;
-    /// After a failed append: cuts the current file back to its first `keep_bytes` bytes
-    /// (removes it when `keep_bytes` is 0, or when it was never fully created) and closes
-    /// it, so the failed flush leaves nothing behind. A sink that cannot do this refuses,
-    /// and the writer is then poisoned.
-    async fn discard_after(&mut self, keep_bytes: u64) -> io::Result<()> {
-        let _ = keep_bytes;
+    /// After a failed flush: cuts the file for rows from `lsn_first` back to its first
+    /// `keep_bytes` bytes (removes it when `keep_bytes` is 0: the flush was to begin it, and
+    /// it may not exist at all) and closes what is open, so the failed flush leaves nothing
+    /// behind. Any other file stays as it is. A sink that cannot do this refuses, and the
+    /// writer is then poisoned.
+    async fn discard_after(&mut self, lsn_first: u64, keep_bytes: u64) -> io::Result<()> {
+        let _ = (lsn_first, keep_bytes);
         Err(io::Error::other("this sink cannot discard a failed write"))
     }
 }
@@ -513,9 +514,15 @@ async fn run_flusher<S: Sink>(shared: Rc<Shared>, mut sink: S, config: WriterCon
 /// Cuts a failed flush's bytes off the file (what `file` counts is what earlier flushes
 /// wrote: none, when the failed flush began the file); the next flush starts a new file.
 async fn discard_failed_flush<S: Sink>(sink: &mut S, file: &mut FileProgress) -> io::Result<()> {
-    let keep_bytes = file.size_bytes;
-    *file = FileProgress::default();
-    sink.discard_after(keep_bytes).await
+    let FileProgress {
+        open,
+        size_bytes,
+        lsn_first,
+    } = std::mem::take(file);
+    if !open {
+        return Ok(());
+    }
+    sink.discard_after(lsn_first, size_bytes).await
 }
 
 /// Error lines for failed flushes, at most one a second: a full disk fails every flush
@@ -599,6 +606,8 @@ fn take_flush(shared: &Shared, cx: &mut Context<'_>) -> Poll<Option<Flush>> {
 struct FileProgress {
     open: bool,
     size_bytes: u64,
+    /// The first LSN of the current file: its name.
+    lsn_first: u64,
 }
 
 struct Written {
@@ -683,6 +692,7 @@ async fn write_flush<S: Sink>(
         // the discard must see it.
         file.open = true;
         file.size_bytes = 0;
+        file.lsn_first = lsn_first;
         sink.start_file(lsn_first)
             .await
             .map_err(failed(FlushStep::StartFile))?;
@@ -721,7 +731,7 @@ async fn write_flush<S: Sink>(
 pub struct GlommioSink {
     dir: PathBuf,
     file: Option<BufferedFile>,
-    /// The current file's path, from the moment its creation is tried.
+    /// The path of the open file (set as its creation is tried).
     path: Option<PathBuf>,
     position_bytes: u64,
 }
@@ -795,24 +805,26 @@ impl Sink for GlommioSink {
         Ok(())
     }
 
-    async fn discard_after(&mut self, keep_bytes: u64) -> io::Result<()> {
+    async fn discard_after(&mut self, lsn_first: u64, keep_bytes: u64) -> io::Result<()> {
+        let path = self.dir.join(wal_file_name(lsn_first));
+        let is_open = self.path.as_ref() == Some(&path);
         self.position_bytes = 0;
-        let (file, path) = (self.file.take(), self.path.take());
-        if let (Some(file), true) = (&file, keep_bytes > 0) {
+        self.path = None;
+        let file = self.file.take();
+        if let (Some(file), true) = (&file, is_open && keep_bytes > 0) {
             // Shrinking frees blocks, so it works on a full disk; synced, so that after a
             // power loss the cut bytes do not come back as a torn batch mid-log.
             file.truncate(keep_bytes).await?;
             file.fdatasync().await?;
         }
+        // Whatever is open closes (it may be the previous file, whole, if the failure came
+        // before the switch); the next flush starts a new file.
         if let Some(file) = file {
             file.close().await?;
         }
         if keep_bytes > 0 {
             return Ok(());
         }
-        let Some(path) = path else {
-            return Ok(());
-        };
         match std::fs::remove_file(&path) {
             Err(error) if error.kind() != io::ErrorKind::NotFound => return Err(error),
             _ => {}

@@ -89,8 +89,9 @@ impl MemorySink {
 
 impl Sink for MemorySink {
     async fn start_file(&mut self, lsn_first: u64) -> io::Result<()> {
-        self.current = Some(lsn_first);
+        // Fails before it lets go of the previous file, as a full disk may.
         self.outcome("start_file").await?;
+        self.current = Some(lsn_first);
         self.disk.borrow_mut().files.insert(lsn_first, Vec::new());
         Ok(())
     }
@@ -117,19 +118,17 @@ impl Sink for MemorySink {
         Ok(())
     }
 
-    async fn discard_after(&mut self, keep_bytes: u64) -> io::Result<()> {
-        let Some(current) = self.current.take() else {
-            return Ok(());
-        };
+    async fn discard_after(&mut self, lsn_first: u64, keep_bytes: u64) -> io::Result<()> {
+        self.current = None;
         let mut disk = self.disk.borrow_mut();
         match keep_bytes {
             0 => {
-                disk.files.remove(&current);
+                disk.files.remove(&lsn_first);
             }
             keep => disk
                 .files
-                .get_mut(&current)
-                .expect("an open file")
+                .get_mut(&lsn_first)
+                .expect("the file written to")
                 .truncate(keep as usize),
         }
         Ok(())
@@ -364,4 +363,28 @@ fn any_other_write_error_poisons() {
         "{outcome:?}"
     );
     assert!(matches!(later, Err(WalError::Poisoned { .. })));
+}
+
+/// Found by `tests/durability_model.rs`: a rotated file that could not be created made the
+/// writer remove the previous file, whose rows were durable.
+#[test]
+fn a_new_file_that_could_not_be_created_leaves_the_previous_one_whole() {
+    let sink = MemorySink::default();
+    let observed = sink.clone();
+    let (refused, resumed) = run(async move {
+        let (writer, _) = writer_recording_rollbacks(&sink, false);
+        for key in 1..=3 {
+            append(&writer, key).await.expect("durable");
+        }
+        writer.rotate();
+        sink.plan("start_file", Call::Fails(io::ErrorKind::StorageFull));
+        let refused = append(&writer, 4).await;
+        let resumed = append(&writer, 4).await;
+        writer.close().await.expect("closes");
+        (refused, resumed)
+    });
+    assert!(refused_after(&refused, 3), "{refused:?}");
+    assert_eq!(resumed.expect("durable"), 4);
+    assert_eq!(observed.file_lsns(), [1, 4]);
+    assert_eq!(observed.lsns_on_disk(), [1, 2, 3, 4]);
 }
