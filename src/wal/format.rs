@@ -597,7 +597,8 @@ pub fn decode_block(bytes: &[u8]) -> Result<DecodedBlock, DecodeError> {
     }
     let compressed = &bytes[BLOCK_HEADER_SIZE_BYTES..payload_end];
     let payload = decompress_bounded(compressed)?;
-    let mut tuples = Vec::with_capacity(header.tuple_count as usize);
+    // Each tuple takes its 4-byte length at least: the count alone may be a damaged one.
+    let mut tuples = Vec::with_capacity((header.tuple_count as usize).min(payload.len() / 4));
     let mut at = 0;
     while at < payload.len() {
         if payload.len() - at < 4 {
@@ -686,6 +687,27 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Found by the `wal_files` fuzz target (fuzz/regressions/wal_files/block_tuple_count_huge):
+    /// a block whose header claims 2^32 - 1 tuples made the reader reserve room for that
+    /// many before counting them (64 GiB: the allocation failed and the process aborted).
+    #[test]
+    fn a_block_claiming_more_tuples_than_it_holds_is_refused_without_reserving_them() {
+        let mut builder = BlockBuilder::default();
+        builder.push_tuple(512, &[0x91, 0x01]);
+        let mut bytes = Vec::new();
+        builder.finish(&mut bytes);
+        bytes[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        let payload_end = bytes.len() - BLOCK_TRAILER_SIZE_BYTES;
+        let checksum = crc32c::crc32c(&bytes[..payload_end]);
+        bytes[payload_end..].copy_from_slice(&checksum.to_le_bytes());
+        assert_eq!(
+            decode_block(&bytes),
+            Err(DecodeError::invalid(
+                "block claims 4294967295 tuples, payload holds 1"
+            ))
+        );
     }
 
     /// A batch whose rows run up to `u64::MAX` made `Batch::lsn_last` overflow (and the
