@@ -120,7 +120,10 @@ fn is_of_type(field: &[u8], field_type: FieldType) -> bool {
     let Some((kind, _)) = head(field, 0) else {
         return false;
     };
-    let number = matches!(kind, Kind::Uint | Kind::Int | Kind::F32 | Kind::F64 | Kind::Ext(1, _));
+    let number = matches!(
+        kind,
+        Kind::Uint | Kind::Int | Kind::F32 | Kind::F64 | Kind::Ext(1, _)
+    );
     match field_type {
         FieldType::Any => true,
         FieldType::Unsigned => kind == Kind::Uint,
@@ -131,7 +134,11 @@ fn is_of_type(field: &[u8], field_type: FieldType) -> bool {
         FieldType::Boolean => kind == Kind::Bool,
         FieldType::Varbinary => kind == Kind::Bin,
         FieldType::Scalar => {
-            number || matches!(kind, Kind::Bool | Kind::Str | Kind::Bin | Kind::Ext(2 | 4, _))
+            number
+                || matches!(
+                    kind,
+                    Kind::Bool | Kind::Str | Kind::Bin | Kind::Ext(2 | 4, _)
+                )
         }
         FieldType::Uuid => kind == Kind::Ext(2, 16),
         FieldType::Decimal => matches!(kind, Kind::Ext(1, _)),
@@ -155,9 +162,12 @@ pub fn tuple_problem(space: &Space, data: &[u8]) -> Option<String> {
         return Some("not one whole msgpack array".into());
     };
     let format = &space.format;
-    if format.exact_field_count != 0 && fields.len() as u64 != u64::from(format.exact_field_count)
-    {
-        return Some(format!("{} fields, the space wants {}", fields.len(), format.exact_field_count));
+    if format.exact_field_count != 0 && fields.len() as u64 != u64::from(format.exact_field_count) {
+        return Some(format!(
+            "{} fields, the space wants {}",
+            fields.len(),
+            format.exact_field_count
+        ));
     }
     let mut rules: Vec<(usize, Rule)> = format
         .fields
@@ -210,8 +220,10 @@ pub fn picture(space: &Space, quota_used_bytes: u64) -> Picture {
         .indexes()
         .iter()
         .map(|index| {
-            let mut tuples: Vec<Vec<u8>> =
-                index.entries().map(|(_, tuple)| tuple.data().to_vec()).collect();
+            let mut tuples: Vec<Vec<u8>> = index
+                .entries()
+                .map(|(_, tuple)| tuple.data().to_vec())
+                .collect();
             if index.def.kind == IndexKind::Hash {
                 tuples.sort();
             }
@@ -241,6 +253,10 @@ pub fn check_space(space: &Space) {
     for (position, index) in picture.indexes.iter().enumerate().skip(1) {
         let mut tuples = index.clone();
         tuples.sort();
-        assert_eq!(tuples, primary, "index at {position} of space {}", space.name);
+        assert_eq!(
+            tuples, primary,
+            "index at {position} of space {}",
+            space.name
+        );
     }
 }

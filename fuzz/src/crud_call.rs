@@ -14,7 +14,9 @@ use super::gen::{self, Bytes};
 use tarn::protocol::decode_packet_general;
 use tarn::server::crud::{self, fast_call, fast_plan, CrudConfig, Func};
 use tarn::storage::msgpack::{write_array_len, write_map_len, write_str, write_uint};
-use tarn::storage::{Engine, FieldDef, FieldType, IndexDef, KeyDef, KeyPart, SpaceDef, SpaceFormat};
+use tarn::storage::{
+    Engine, FieldDef, FieldType, IndexDef, KeyDef, KeyPart, SpaceDef, SpaceFormat,
+};
 
 fn tree(id: u32, name: &str, unique: bool, parts: Vec<KeyPart>) -> IndexDef {
     IndexDef::tree(id, name, unique, parts)
@@ -68,7 +70,9 @@ pub fn engine() -> Engine {
     }
     let pages = engine.space_mut(513).expect("just made");
     for id in 1..=6u8 {
-        pages.insert(&[0x93, id, 0x02, id % 3]).expect("a valid tuple");
+        pages
+            .insert(&[0x93, id, 0x02, id % 3])
+            .expect("a valid tuple");
     }
     engine
 }
@@ -106,7 +110,11 @@ fn argument(bytes: &mut Bytes<'_>, out: &mut Vec<u8>) {
             // A tuple of crud's shape: id, nil bucket_id, a name, an age.
             out.push(0x94);
             write_uint(out, u64::from(bytes.byte() % 8));
-            out.push(if bytes.bool() { 0xc0 } else { bytes.byte() & 0x7f });
+            out.push(if bytes.bool() {
+                0xc0
+            } else {
+                bytes.byte() & 0x7f
+            });
             gen::value(bytes, out, 2);
             gen::value(bytes, out, 2);
         }
@@ -129,7 +137,10 @@ fn argument(bytes: &mut Bytes<'_>, out: &mut Vec<u8>) {
             write_array_len(out, count as u32);
             for _ in 0..count {
                 out.push(0x93);
-                write_str(out, CONDITION_OPS[bytes.below(CONDITION_OPS.len())].as_bytes());
+                write_str(
+                    out,
+                    CONDITION_OPS[bytes.below(CONDITION_OPS.len())].as_bytes(),
+                );
                 write_str(out, FIELDS[bytes.below(FIELDS.len())].as_bytes());
                 gen::value(bytes, out, 2);
             }
@@ -171,7 +182,9 @@ pub fn call(bytes: &mut Bytes<'_>) -> (String, Vec<u8>) {
     let choice = bytes.byte();
     let name = match choice {
         0 => String::from_utf8_lossy(bytes.raw()).into_owned(),
-        _ => Func::ALL[usize::from(choice) % Func::ALL.len()].name().to_string(),
+        _ => Func::ALL[usize::from(choice) % Func::ALL.len()]
+            .name()
+            .to_string(),
     };
     let mut args = Vec::new();
     match bytes.byte() % 16 {

@@ -96,7 +96,12 @@ pub fn value(bytes: &mut Bytes<'_>, out: &mut Vec<u8>, depth: u32) {
     match bytes.byte() % 26 {
         0 | 1 => out.push(bytes.byte() & 0x7f),
         2 => write_uint(out, bytes.interesting_u64()),
-        3 => write_int(out, (bytes.interesting_u64() as i64).wrapping_abs().wrapping_neg()),
+        3 => write_int(
+            out,
+            (bytes.interesting_u64() as i64)
+                .wrapping_abs()
+                .wrapping_neg(),
+        ),
         4 => {
             // An int format that holds a non-negative number: `Int`, not `Uint`.
             out.push(0xd0 + bytes.byte() % 4);

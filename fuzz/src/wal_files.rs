@@ -21,8 +21,8 @@ use super::gen::{self, Bytes};
 use std::path::{Path, PathBuf};
 use tarn::storage::Engine;
 use tarn::wal::format::{
-    encode_file_header, encode_trailer, BlockBuilder, FileHeader, FileKind, Trailer,
-    BATCH_MAGIC, BLOCK_MAGIC, FILE_HEADER_SIZE_BYTES,
+    encode_file_header, encode_trailer, BlockBuilder, FileHeader, FileKind, Trailer, BATCH_MAGIC,
+    BLOCK_MAGIC, FILE_HEADER_SIZE_BYTES,
 };
 use tarn::wal::{ReadMode, RecoveryConfig, WalFile};
 
@@ -59,7 +59,11 @@ fn header(bytes: &mut Bytes<'_>, kind: FileKind, lsn: u64, out: &mut Vec<u8>) {
     let start = out.len();
     let shard_id = if choice % 16 == 2 { 1 } else { 0 };
     let schema_fingerprint = if choice % 16 == 3 { 7 } else { FINGERPRINT };
-    let lsn = if choice % 16 == 4 { lsn.wrapping_add(1) } else { lsn };
+    let lsn = if choice % 16 == 4 {
+        lsn.wrapping_add(1)
+    } else {
+        lsn
+    };
     match choice % 16 {
         5 => {
             let len = usize::from(bytes.byte() % 40);
@@ -333,7 +337,11 @@ fn read_wal(bytes: &mut Bytes<'_>) {
         batches_by_mode.push(read);
     }
     let (strict, force) = (&batches_by_mode[0], &batches_by_mode[1]);
-    assert_eq!(strict[..], force[..strict.len()], "force mode reads what strict mode reads");
+    assert_eq!(
+        strict[..],
+        force[..strict.len()],
+        "force mode reads what strict mode reads"
+    );
 }
 
 fn read_snapshot(bytes: &mut Bytes<'_>) {
@@ -428,7 +436,11 @@ fn recover_dir(bytes: &mut Bytes<'_>) {
     // Forced, a damaged file the first recovery skipped may be the newest one now, and
     // cut as torn: only a strict recovery has nothing left to cut.
     if !force {
-        assert_eq!(again.torn_cut, None, "the first recovery cut {:?}", recovered.torn_cut);
+        assert_eq!(
+            again.torn_cut, None,
+            "the first recovery cut {:?}",
+            recovered.torn_cut
+        );
     }
     assert_eq!(
         (again.snapshot_lsn, again.lsn_last),

@@ -196,7 +196,9 @@ pub fn decode_file_header(bytes: &[u8], kind: FileKind) -> Result<FileHeader, De
     let lsn = u64_at(bytes, 12);
     if lsn == LSN_NEVER {
         // Whatever reads on from it adds 1 to it.
-        return Err(DecodeError::invalid(format!("header LSN {lsn} is never written")));
+        return Err(DecodeError::invalid(format!(
+            "header LSN {lsn} is never written"
+        )));
     }
     Ok(FileHeader {
         kind,
