@@ -192,10 +192,10 @@ pub fn tuple_problem(space: &Space, data: &[u8]) -> Option<String> {
     }
     for (no, rule) in rules {
         let present = fields.get(no).filter(|field| field[0] != 0xc0);
+        // A nil that is there is a value of type any; a missing field is nobody's.
+        let nil_allowed = rule.nullable || (rule.field_type == FieldType::Any && no < fields.len());
         match present {
-            None if !rule.nullable && !(rule.field_type == FieldType::Any && no < fields.len()) => {
-                return Some(format!("field {no} is nil or missing: {rule:?}"))
-            }
+            None if !nil_allowed => return Some(format!("field {no} is nil or missing: {rule:?}")),
             Some(field) if !is_of_type(field, rule.field_type) => {
                 return Some(format!("field {no} is not {rule:?}"))
             }
