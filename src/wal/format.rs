@@ -27,6 +27,9 @@ pub const WAL_FORMAT_VERSION: u16 = 3;
 pub const WAL_FORMAT_VERSION_OLDEST: u16 = 2;
 /// Version 2: snapshot blocks are zstd-compressed.
 pub const SNAPSHOT_FORMAT_VERSION: u16 = 2;
+/// No row or file ever has this LSN (no LSN could follow it); headers and batches that claim
+/// it are corrupt, so that every reader may add 1 to an LSN it has read.
+pub const LSN_NEVER: u64 = u64::MAX;
 
 pub const FILE_HEADER_SIZE_BYTES: usize = 32;
 pub const BATCH_HEADER_SIZE_BYTES: usize = 20;
@@ -228,10 +231,17 @@ pub fn decode_file_header_versioned(
             kind.version()
         )));
     }
+    let lsn = u64_at(bytes, 12);
+    if lsn == LSN_NEVER {
+        // Whatever reads on from it adds 1 to it.
+        return Err(DecodeError::invalid(format!(
+            "header LSN {lsn} is never written"
+        )));
+    }
     let header = FileHeader {
         kind,
         shard_id: u32_at(bytes, 8),
-        lsn: u64_at(bytes, 12),
+        lsn,
         schema_fingerprint: u64_at(bytes, 20),
     };
     Ok((header, version))
@@ -494,6 +504,12 @@ pub fn decode_batch(bytes: &[u8]) -> Result<Batch<'_>, DecodeError> {
     if row_count == 0 || lsn_first == 0 {
         return Err(DecodeError::invalid("batch with no rows or LSN 0"));
     }
+    // The last LSN stays below `LSN_NEVER`, so the one after it is an LSN too.
+    if lsn_first.checked_add(u64::from(row_count)).is_none() {
+        return Err(DecodeError::invalid(format!(
+            "batch of {row_count} rows from LSN {lsn_first} reaches LSN {LSN_NEVER}, which is never written"
+        )));
+    }
     let payload = &bytes[BATCH_HEADER_SIZE_BYTES..payload_end];
     check_rows(payload, row_count, lsn_first)?;
     Ok(Batch {
@@ -677,7 +693,8 @@ pub fn decode_block(bytes: &[u8]) -> Result<DecodedBlock, DecodeError> {
     }
     let compressed = &bytes[BLOCK_HEADER_SIZE_BYTES..payload_end];
     let payload = decompress_bounded(compressed)?;
-    let mut tuples = Vec::with_capacity(header.tuple_count as usize);
+    // Each tuple takes its 4-byte length at least: the count alone may be a damaged one.
+    let mut tuples = Vec::with_capacity((header.tuple_count as usize).min(payload.len() / 4));
     let mut at = 0;
     while at < payload.len() {
         if payload.len() - at < 4 {
@@ -732,4 +749,88 @@ pub fn decode_trailer(bytes: &[u8], file_checksum: u32) -> Result<Trailer, Decod
         block_count: u32_at(bytes, 4),
         tuple_count: u64_at(bytes, 8),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Found by the `wal_files` fuzz target (fuzz/regressions/wal_files/snapshot_lsn_max):
+    /// a snapshot named and headed `u64::MAX`, beside a WAL file, made recovery add 1 to
+    /// its LSN and panic (in a build with overflow checks; without, wrap to LSN 0).
+    #[test]
+    fn a_header_at_the_last_lsn_is_corrupt() {
+        for kind in [FileKind::Wal, FileKind::Snapshot] {
+            for lsn in [0, 1, LSN_NEVER - 1, LSN_NEVER] {
+                let header = FileHeader {
+                    kind,
+                    shard_id: 3,
+                    lsn,
+                    schema_fingerprint: 9,
+                };
+                let mut bytes = Vec::new();
+                encode_file_header(&header, &mut bytes);
+                let decoded = decode_file_header(&bytes, kind);
+                if lsn == LSN_NEVER {
+                    assert_eq!(
+                        decoded,
+                        Err(DecodeError::invalid(
+                            "header LSN 18446744073709551615 is never written"
+                        ))
+                    );
+                } else {
+                    assert_eq!(decoded, Ok(header));
+                }
+            }
+        }
+    }
+
+    /// Found by the `wal_files` fuzz target (fuzz/regressions/wal_files/block_tuple_count_huge):
+    /// a block whose header claims 2^32 - 1 tuples made the reader reserve room for that
+    /// many before counting them (64 GiB: the allocation failed and the process aborted).
+    #[test]
+    fn a_block_claiming_more_tuples_than_it_holds_is_refused_without_reserving_them() {
+        let mut builder = BlockBuilder::default();
+        builder.push_tuple(512, &[0x91, 0x01]);
+        let mut bytes = Vec::new();
+        builder.finish(&mut bytes);
+        bytes[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        let payload_end = bytes.len() - BLOCK_TRAILER_SIZE_BYTES;
+        let checksum = crc32c::crc32c(&bytes[..payload_end]);
+        bytes[payload_end..].copy_from_slice(&checksum.to_le_bytes());
+        assert_eq!(
+            decode_block(&bytes),
+            Err(DecodeError::invalid(
+                "block claims 4294967295 tuples, payload holds 1"
+            ))
+        );
+    }
+
+    /// A batch whose rows run up to `u64::MAX` made `Batch::lsn_last` overflow (and the
+    /// reader's "next LSN" after it): such a batch is corrupt, one that stops short of it
+    /// is not.
+    #[test]
+    fn a_batch_that_reaches_the_last_lsn_is_corrupt() {
+        let batch = |lsn_first: u64, row_count: u64| {
+            let mut bytes = Vec::new();
+            let mut builder = BatchBuilder::default();
+            for lsn in (0..row_count).map(|row| lsn_first + row) {
+                builder.push_row(lsn, RowKind::Delete, 512, &[0x91, 0x01]);
+            }
+            bytes.extend_from_slice(&builder.take());
+            bytes
+        };
+        let bytes = batch(LSN_NEVER - 2, 2);
+        let decoded = decode_batch(&bytes).expect("stops short of u64::MAX");
+        assert_eq!(decoded.lsn_last(), LSN_NEVER - 1);
+        for (lsn_first, row_count) in [(LSN_NEVER - 1, 2), (LSN_NEVER, 1)] {
+            let bytes = batch(lsn_first, row_count);
+            assert_eq!(
+                decode_batch(&bytes).map(|batch| batch.lsn_first),
+                Err(DecodeError::invalid(format!(
+                    "batch of {row_count} rows from LSN {lsn_first} reaches LSN {LSN_NEVER}, which is never written"
+                )))
+            );
+        }
+    }
 }

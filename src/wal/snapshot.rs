@@ -259,6 +259,9 @@ impl SnapshotBlock {
 pub struct SnapshotReader {
     path: PathBuf,
     input: BufReader<File>,
+    /// The file's length at open: a block header that claims more is refused before its
+    /// buffer is allocated.
+    size_bytes: u64,
     pub header: FileHeader,
     offset: u64,
     checksum_running: u32,
@@ -270,9 +273,14 @@ pub struct SnapshotReader {
 impl SnapshotReader {
     pub fn open(path: &Path) -> Result<SnapshotReader> {
         let file = File::open(path).map_err(|e| WalError::io("opening snapshot", path, e))?;
+        let size_bytes = file
+            .metadata()
+            .map_err(|e| WalError::io("opening snapshot", path, e))?
+            .len();
         let mut reader = SnapshotReader {
             path: path.to_path_buf(),
             input: BufReader::with_capacity(1 << 20, file),
+            size_bytes,
             header: FileHeader {
                 kind: FileKind::Snapshot,
                 shard_id: 0,
@@ -307,6 +315,12 @@ impl SnapshotReader {
         }
         let header =
             decode_block_header(&bytes).map_err(|error| self.corrupt(start, error.to_string()))?;
+        // A damaged length (up to the 1 GiB limit) must not cost its size in memory: the
+        // read below would fail the same way after zeroing the buffer.
+        let rest_bytes = (header.payload_bytes + BLOCK_TRAILER_SIZE_BYTES) as u64;
+        if self.offset + rest_bytes > self.size_bytes {
+            return Err(self.corrupt(self.offset, "the file ends early"));
+        }
         bytes.resize(
             BLOCK_HEADER_SIZE_BYTES + header.payload_bytes + BLOCK_TRAILER_SIZE_BYTES,
             0,
@@ -381,4 +395,65 @@ pub fn read_snapshot_all(path: &Path) -> Result<(FileHeader, Vec<SpaceTuple>)> {
         tuples.extend(block.tuples().map(|tuple| (block.space_id, tuple.to_vec())));
     }
     Ok((reader.header, tuples))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wal::format::{BlockBuilder, BLOCK_MAGIC};
+
+    fn header_bytes() -> Vec<u8> {
+        let mut bytes = Vec::new();
+        let header = FileHeader {
+            kind: FileKind::Snapshot,
+            shard_id: 0,
+            lsn: 5,
+            schema_fingerprint: 1,
+        };
+        crate::wal::format::encode_file_header(&header, &mut bytes);
+        bytes
+    }
+
+    fn read_error(bytes: &[u8]) -> WalError {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("00000000000000000005.snap");
+        std::fs::write(&path, bytes).unwrap();
+        let mut reader = SnapshotReader::open(&path).unwrap();
+        match reader.next_block() {
+            Err(WalError::Corrupt { offset, reason, .. }) => WalError::Corrupt {
+                file: PathBuf::new(),
+                offset,
+                reason,
+            },
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Seen while running the `wal_files` fuzz target (its RSS passed 1 GB): a block header
+    /// claiming a payload of up to the 1 GiB limit made the reader allocate and zero a
+    /// buffer of that size before finding that the file ends early. It is refused from the
+    /// file's length now. (The error was the same before; only the buffer is gone, which
+    /// this test does not measure.)
+    #[test]
+    fn a_block_longer_than_the_file_ends_it_early() {
+        let mut bytes = header_bytes();
+        bytes.extend_from_slice(&BLOCK_MAGIC);
+        bytes.extend_from_slice(&512u32.to_le_bytes());
+        bytes.extend_from_slice(&1u32.to_le_bytes());
+        bytes.extend_from_slice(&(1u32 << 30).to_le_bytes());
+        bytes.extend_from_slice(&[0; 64]);
+        let expected = WalError::Corrupt {
+            file: PathBuf::new(),
+            offset: (FILE_HEADER_SIZE_BYTES + BLOCK_HEADER_SIZE_BYTES) as u64,
+            reason: "the file ends early".into(),
+        };
+        assert_eq!(read_error(&bytes).to_string(), expected.to_string());
+        // A real block cut short by one byte: the same error, at the same place.
+        let mut bytes = header_bytes();
+        let mut builder = BlockBuilder::default();
+        builder.push_tuple(512, &[0x91, 0x01]);
+        builder.finish(&mut bytes);
+        bytes.pop();
+        assert_eq!(read_error(&bytes).to_string(), expected.to_string());
+    }
 }
