@@ -523,7 +523,11 @@ async fn run_steps(
                     Some(Err(reason)) if reason.contains("refused by the WAL") => {
                         count(|c| &c.snapshots_not_written, 1)
                     }
-                    _ => {}
+                    Some(Err(reason)) if reason.contains("refuses writes since an I/O error") => {
+                        count(|c| &c.snapshots_refused_while_stopped, 1)
+                    }
+                    Some(Err(reason)) => prop_assert!(false, "step {}: snapshot: {}", at, reason),
+                    None => {}
                 }
                 let refused = replies.iter().filter(|reply| is_log_refusal(reply)).count();
                 count(|c| &c.refused, refused as u64);
@@ -606,6 +610,8 @@ struct Coverage {
     /// of those rows were refused.
     snapshots_written: Cell<u64>,
     snapshots_not_written: Cell<u64>,
+    /// Snapshots asked for while the log was stopped (after EIO or a failed fsync).
+    snapshots_refused_while_stopped: Cell<u64>,
 }
 
 thread_local! {
@@ -636,6 +642,10 @@ fn no_acknowledged_write_is_lost_and_no_refused_write_comes_back() {
         assert!(coverage.recovered_crashes.get() > 200, "{coverage:?}");
         assert!(coverage.snapshots_written.get() > 200, "{coverage:?}");
         assert!(coverage.snapshots_not_written.get() > 20, "{coverage:?}");
+        assert!(
+            coverage.snapshots_refused_while_stopped.get() > 20,
+            "{coverage:?}"
+        );
     });
 }
 
