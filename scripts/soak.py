@@ -994,10 +994,11 @@ def soak(args, tarn, interval, baseline_seconds):
     keys_checked = sum(len(a) for a in acked.values())
     keys_in_flight = sum(len(f) for f in in_flight.values())
     durable_ok = not wrong and extra == 0 and duplicates == 0
-    print(f"after kill -9 and restart: {counts[STAT_ACKED_WRITES]:,} acknowledged writes; "
-          f"{keys_checked:,} keys checked ({present:,} present), {keys_in_flight} with a write "
-          f"in flight at the kill ({in_flight_landed} of them show it); {len(wrong)} wrong, "
-          f"{extra} unknown keys, {duplicates} duplicates")
+    print(f"after kill -9 and restart: {counts[STAT_ACKED_WRITES]:,} acknowledged writes, the "
+          f"last of each key checked: {keys_checked:,} keys ({present:,} present, "
+          f"{keys_checked - present:,} absent), {keys_in_flight} with a write in flight at the "
+          f"kill ({in_flight_landed} of them show it); {len(wrong)} wrong, {extra} unknown "
+          f"keys, {duplicates} duplicates")
     for line in wrong[:10]:
         print(f"  {line}")
     verdicts.append(("every acknowledged write present after kill -9", durable_ok))
