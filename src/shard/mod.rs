@@ -378,11 +378,6 @@ impl Shard {
         );
     }
 
-    /// Writes applied whose rows are not yet known durable (their undo records).
-    pub fn writes_in_flight(&self) -> usize {
-        self.undo.len()
-    }
-
     fn select(
         &self,
         select: &Select<'_>,

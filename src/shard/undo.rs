@@ -89,15 +89,6 @@ impl UndoLog {
         }
         undone
     }
-
-    /// Writes kept (in flight in the log).
-    pub fn len(&self) -> usize {
-        self.records.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.records.is_empty()
-    }
 }
 
 #[cfg(test)]
