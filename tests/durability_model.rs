@@ -158,11 +158,11 @@ fn op() -> impl Strategy<Value = Op> {
     let id = 0u64..40;
     let value = any::<u8>();
     prop_oneof![
-        4 => (id.clone(), value.clone()).prop_map(|(i, v)| Op::Insert(i, v)),
-        6 => (id.clone(), value.clone()).prop_map(|(i, v)| Op::Replace(i, v)),
+        4 => (id.clone(), value).prop_map(|(i, v)| Op::Insert(i, v)),
+        6 => (id.clone(), value).prop_map(|(i, v)| Op::Replace(i, v)),
         3 => id.clone().prop_map(Op::Delete),
-        2 => (id.clone(), value.clone()).prop_map(|(i, v)| Op::Update(i, v)),
-        2 => (id.clone(), value.clone()).prop_map(|(i, v)| Op::Upsert(i, v)),
+        2 => (id.clone(), value).prop_map(|(i, v)| Op::Update(i, v)),
+        2 => (id.clone(), value).prop_map(|(i, v)| Op::Upsert(i, v)),
         3 => (id.clone(), 0u8..3, 0u8..3).prop_map(|(i, a, b)| Op::Customer(i, a, b)),
         1 => id.clone().prop_map(Op::DeleteCustomer),
         2 => (id.clone(), value).prop_map(|(i, v)| Op::CrudReplace(i, v)),
@@ -355,8 +355,11 @@ fn is_log_refusal(reply: &[u8]) -> bool {
     decode_reply(packet).expect("a reply").error_code() == Some(ErrorCode::ER_WAL_IO)
 }
 
-/// Every user space's indexes, as (index id, tuples in index order); and the quota used.
-fn contents(engine: &Engine, with_quota: bool) -> (Vec<(u32, u32, Vec<Vec<u8>>)>, Option<u64>) {
+/// Every user space's indexes, as (space id, index id, tuples in index order); and the
+/// quota used.
+type Contents = (Vec<(u32, u32, Vec<Vec<u8>>)>, Option<u64>);
+
+fn contents(engine: &Engine, with_quota: bool) -> Contents {
     let mut spaces = Vec::new();
     for id in [KV, CUSTOMERS] {
         let space = engine.space(id).expect("space");

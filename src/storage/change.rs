@@ -42,18 +42,10 @@ const RETIRED_TUPLES: usize = 16;
 /// tuple in the tree; prefetched at retirement, they are warm at the free, which takes a
 /// cache miss off the end of every replace, update and upsert. The quota has already been
 /// given these bytes back; at most `RETIRED_TUPLES` tuples wait.
+#[derive(Default)]
 pub struct RetiredTuples {
     slots: [Option<Tuple>; RETIRED_TUPLES],
     next: usize,
-}
-
-impl Default for RetiredTuples {
-    fn default() -> RetiredTuples {
-        RetiredTuples {
-            slots: Default::default(),
-            next: 0,
-        }
-    }
 }
 
 impl RetiredTuples {

@@ -948,11 +948,11 @@ fn apply_undone_write(space: &mut Space, write: &UndoneWrite) -> Result<Change> 
     }
 }
 
-/// Everything undo must restore: each index's entries, the byte counts, the quota.
-fn space_state(
-    space: &Space,
-    quota: &MemoryQuota,
-) -> (Vec<Vec<(Vec<u8>, String)>>, SpaceMemory, u64) {
+/// Each index's entries (see [`index_contents`]), the byte counts, the quota used.
+type SpaceState = (Vec<Vec<(Vec<u8>, String)>>, SpaceMemory, u64);
+
+/// Everything undo must restore.
+fn space_state(space: &Space, quota: &MemoryQuota) -> SpaceState {
     (index_contents(space), space.memory(), quota.used_bytes())
 }
 
