@@ -315,9 +315,10 @@ fn cross_core_requests_travel_in_batches_with_recycled_buffers() {
     // Neither core allocates per request (batch buffers are recycled), except the owner's
     // new tuples. What remains is glommio's reactor, a few allocations each time a core
     // parks to wait (its preemption timer sources): per batch, not per request. Measured
-    // 4.9-6.5 per batch on each core, also with both cores busy with other work; 9-13
-    // before glommio's timer processing stopped allocating on turns with no timer due.
-    let per_batch_max = 8;
+    // 4.9-6.5 per batch on each core here, 9 on a loaded CI machine; 9-13 before glommio's
+    // timer processing stopped allocating on turns with no timer due. One allocation per
+    // request would add PIPELINE_DEPTH (100) per batch, far above this bound.
+    let per_batch_max = 16;
     assert!(
         counts.driver_get_allocations <= per_batch_max * ROUNDS,
         "{counts:?}"

@@ -422,9 +422,10 @@ fn recover_dir(bytes: &mut Bytes<'_>) {
         contents(&first);
         return;
     };
-    if matches!(recovered.torn_cut, Some((_, 0))) {
-        // The newest file was removed whole: an older one, which this recovery had no need
-        // to read, is the newest now, and what the next recovery makes of it is its own.
+    if matches!(recovered.torn_cut, Some((_, 0))) || recovered.wal_file_set_aside.is_some() {
+        // The newest file was removed whole, or the first file to read was renamed away as
+        // unreadable: an older file, which this recovery had no need to read, is now one the
+        // next recovery reads, and what it makes of that file is its own.
         return;
     }
     let mut second = engine();
