@@ -349,12 +349,11 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     }
     // Fail on a bad schema here, with a message, rather than on every core.
     schema::build_engine(&config, config.memory_bytes)?;
+    // The binary logs the config, data directory, WAL mode and sizes before this.
     tracing::info!(
         shards = shard_count,
         spaces = config.spaces.len(),
-        memory_bytes = config.memory_bytes,
-        "starting tarn {}",
-        env!("CARGO_PKG_VERSION")
+        "schema checked"
     );
     let listening = Arc::new(Listening {
         connections: AtomicUsize::new(0),
