@@ -143,13 +143,24 @@ impl DataDir {
     /// Safe from several threads: the first call writes, the others wait for it and get its
     /// outcome. An unchanged record is not rewritten.
     pub fn record_schema(&self) -> Result<(), ServerError> {
+        self.record_schema_after(|| Ok(()))
+    }
+
+    /// [`DataDir::record_schema`], after `record_others` (the other records that wait for
+    /// recovery, the layout's): the first call runs both, the others get their outcome.
+    pub fn record_schema_after(
+        &self,
+        record_others: impl FnOnce() -> Result<(), String>,
+    ) -> Result<(), ServerError> {
         let outcome = self.recorded.get_or_init(|| {
+            record_others()?;
             let bytes = encode_schema_file(self.fingerprint, &self.spaces);
             let path = self.path.join(SCHEMA_FILE);
             if std::fs::read(&path).is_ok_and(|on_disk| on_disk == bytes) {
                 return Ok(());
             }
-            write_atomically(&self.path, SCHEMA_FILE, &bytes).map_err(|error| error.to_string())?;
+            write_atomically(&self.path, SCHEMA_FILE, &bytes)
+                .map_err(|error| format!("recording {SCHEMA_FILE}: {error}"))?;
             tracing::info!(
                 path = %path.display(),
                 spaces = self.spaces.len(),
@@ -158,7 +169,7 @@ impl DataDir {
             Ok(())
         });
         outcome.clone().map_err(|reason| ServerError::DataDir {
-            path: self.path.join(SCHEMA_FILE),
+            path: self.path.clone(),
             reason,
         })
     }

@@ -240,7 +240,11 @@ where
     // was written with must still hold. The lock is held until this function returns.
     let data_dir = Arc::new(data_dir::DataDir::open(&config)?);
     // Also before: rows written at another shard count are moved to their owners here.
-    layout::prepare(&config, shard_count, data_dir.fingerprint())?;
+    let layout = Arc::new(layout::prepare_for_recovery(
+        &config,
+        shard_count,
+        data_dir.fingerprint(),
+    )?);
     let shared = Arc::new(Shared::new(config, shard_count, data_dir.fingerprint()));
     let mesh = core::mesh(shard_count);
     let per_core = Arc::new(per_core);
@@ -262,7 +266,7 @@ where
             let (shared, mesh) = (shared.clone(), mesh.clone());
             let (per_core, finished) = (per_core.clone(), finished.clone());
             let (joined, any_failed) = (joined.clone(), any_failed.clone());
-            let data_dir = data_dir.clone();
+            let (data_dir, layout) = (data_dir.clone(), layout.clone());
             async move {
                 if let Some(slice) = shared.config.sched_slice {
                     ask_for_slice(slice);
@@ -283,9 +287,13 @@ where
                 }
                 let output = match core {
                     Ok(_) if any_failed.load(Ordering::Acquire) => Err(ServerError::PeerFailed),
-                    // Every shard recovered: only now is the schema recorded (by the first
-                    // core here; the others wait for it), so a failed start writes nothing.
-                    Ok(core) => match data_dir.record_schema() {
+                    // Every shard recovered: only now are the layout and the schema
+                    // recorded (by the first core here; the others wait for it), so a
+                    // failed start writes nothing.
+                    Ok(core) => match data_dir.record_schema_after(|| {
+                        let path = data_dir.path();
+                        layout.record(path).map_err(|error| error.to_string())
+                    }) {
                         Ok(()) => Ok(per_core(core).await),
                         Err(error) => Err(error),
                     },
