@@ -9,6 +9,8 @@
 #   CLIENT_SMP   client executor threads (default: one per core, as perf-simple-query's own
 #                --smp; never more than a load's connections; the same for both servers)
 #   SHARDS       tarn --shards (default 0 = one per core)
+#   WAL_MODE     none | write | fsync, for both servers (default none: the tables in README.md
+#                until 2026-12 were measured so; tarn's own default is write, like Tarantool's)
 #   TARN_FLAGS   more tarn flags, e.g. "--idle-poll-us 0" (default none)
 #   TARANTOOL_PORT  port of the reference Tarantool (default 3311)
 #   TARANTOOL_NET_MSG_MAX  Tarantool's net_msg_max (default here 4096; Tarantool's own is
@@ -19,9 +21,10 @@
 #
 # Loads: get and replace, each as 1 connection x 1 in flight and 16 connections x 128 in
 # flight. The tps in the table is the median of the per-second samples; p99 is the
-# client-observed latency. Both servers run with no WAL (tarn's default `wal_mode = none`,
-# the reference instance's default TARANTOOL_WAL_MODE=none). Client and servers share this
-# machine's cores: read the numbers as a comparison, not as either server's ceiling.
+# client-observed latency. Both servers run with the same WAL_MODE, given to each explicitly
+# (tarn --wal-mode, TARANTOOL_WAL_MODE), and the table's header says which. Client and servers
+# share this machine's cores: read the numbers as a comparison, not as either server's
+# ceiling.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -30,6 +33,11 @@ duration=${DURATION:-10}
 partitions=${PARTITIONS:-1000000}
 client_smp=${CLIENT_SMP:-$(nproc)}
 shards=${SHARDS:-0}
+wal_mode=${WAL_MODE:-none}
+case $wal_mode in
+    none | write | fsync) ;;
+    *) echo "WAL_MODE must be none, write or fsync, not '$wal_mode'" >&2; exit 2 ;;
+esac
 read -r -a tarn_flags <<<"${TARN_FLAGS:-}"
 tarantool_port=${TARANTOOL_PORT:-3311}
 export TARANTOOL_NET_MSG_MAX=${TARANTOOL_NET_MSG_MAX:-4096}
@@ -64,13 +72,14 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "starting Tarantool on 127.0.0.1:$tarantool_port..." >&2
-tarantool_dir=$("$here/tarantool/start.sh" "$tarantool_port" "$work/tarantool")
+echo "starting Tarantool on 127.0.0.1:$tarantool_port (wal_mode $wal_mode)..." >&2
+tarantool_dir=$(TARANTOOL_WAL_MODE=$wal_mode "$here/tarantool/start.sh" "$tarantool_port" "$work/tarantool")
 tarantool_addr=127.0.0.1:$tarantool_port
 
-echo "starting tarn (--shards $shards ${TARN_FLAGS:-})..." >&2
+echo "starting tarn (--shards $shards --wal-mode $wal_mode ${TARN_FLAGS:-})..." >&2
 NO_COLOR=1 RUST_LOG=info "$tarn_bin" --config "$root/conf/tarn.toml" --listen 127.0.0.1:0 \
-    --shards "$shards" --data-dir "$work/tarn-data" ${tarn_flags[@]+"${tarn_flags[@]}"} >"$work/tarn.out" 2>"$work/tarn.log" &
+    --shards "$shards" --wal-mode "$wal_mode" --data-dir "$work/tarn-data" \
+    ${tarn_flags[@]+"${tarn_flags[@]}"} >"$work/tarn.out" 2>"$work/tarn.log" &
 tarn_pid=$!
 tarn_addr=""
 for _ in $(seq 1 300); do
@@ -115,7 +124,7 @@ for load in "${loads[@]}"; do
 done
 
 echo
-echo "tarn ($tarn_addr, --shards $shards${TARN_FLAGS:+ $TARN_FLAGS}) vs Tarantool $(tarantool --version | head -n 1 | cut -d' ' -f2) ($tarantool_addr, net_msg_max $TARANTOOL_NET_MSG_MAX);" \
+echo "wal_mode $wal_mode on both servers; tarn ($tarn_addr, --shards $shards${TARN_FLAGS:+ $TARN_FLAGS}) vs Tarantool $(tarantool --version | head -n 1 | cut -d' ' -f2) ($tarantool_addr, net_msg_max $TARANTOOL_NET_MSG_MAX);" \
     "$partitions keys, ${duration}s per load, client --smp $client_smp (at most one per connection), $(nproc) cores shared"
 python3 - "$work" <<'PY'
 import json, sys, os

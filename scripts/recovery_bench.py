@@ -42,7 +42,7 @@ STOP_TIMEOUT_SECONDS = 120
 SHARD_RECOVERED = re.compile(
     r"shard recovered shard=(\d+) tuples=(\d+) rows_replayed=(\d+) lsn=(\d+) elapsed_ms=(\d+)")
 LISTENING = re.compile(r"listening on ([0-9.]+:\d+)")
-SHARD_COUNT = re.compile(r"starting tarn \S+ shards=(\d+)")
+SHARD_COUNT = re.compile(r"starting tarn \S+ .*\bshards=(\d+)")
 MIB = 1024 * 1024
 
 

@@ -2,8 +2,9 @@
 //! core, serves until SIGINT or SIGTERM.
 
 use clap::Parser;
+use std::io::IsTerminal;
 use std::process::ExitCode;
-use tarn::config::{self, CliArgs};
+use tarn::config::{self, settings::describe_bytes, CliArgs, Config};
 
 fn main() -> ExitCode {
     tarn::server::heap::restart_with_huge_pages();
@@ -21,7 +22,9 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(colour_wanted())
         .init();
+    log_start(&config);
     tracing::info!(
         huge_pages = tarn::server::heap::huge_pages_requested(),
         "heap set up (huge pages: glibc.malloc.hugetlb in GLIBC_TUNABLES)"
@@ -33,4 +36,30 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Colour codes only for a person at a terminal: not in a file, a pipe or a journal, and not
+/// when `NO_COLOR` is set to anything (https://no-color.org).
+fn colour_wanted() -> bool {
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|value| !value.is_empty());
+    !no_color && std::io::stderr().is_terminal()
+}
+
+/// What an operator checks first: which file was read, where the data goes, how durable the
+/// writes are, and how big the server is.
+fn log_start(config: &Config) {
+    let source = match &config.source {
+        config::ConfigSource::File(path) => path.display().to_string(),
+        config::ConfigSource::BuiltIn => "built-in".into(),
+        config::ConfigSource::Text => "text".into(),
+    };
+    tracing::info!(
+        config = %source,
+        data_dir = %config.data_dir.display(),
+        wal_mode = %config.durability.wal_mode.name(),
+        shards = tarn::server::shard_count_for(config),
+        memory = %describe_bytes(config.memory_bytes),
+        "starting tarn {}",
+        env!("CARGO_PKG_VERSION")
+    );
 }

@@ -17,7 +17,7 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tarn::config::{Config, SHIPPED_CONFIG_TOML};
+use tarn::config::{Config, WalMode, SHIPPED_CONFIG_TOML};
 use tarn::protocol::client::{self, decode_reply, split_server_frame};
 use tarn::protocol::frame::split_frame;
 use tarn::protocol::request::Select;
@@ -40,11 +40,13 @@ const KEYS: u64 = 1000;
 const MEASURED_OPS: u64 = 5000;
 
 /// The shipped spaces, with data kept in a fresh directory that lives as long as the test
-/// process (no WAL: `wal_mode` is "none", so only the schema record is written there).
+/// process. No WAL (`wal_mode = none`, not the shipped `write`): these tests count the
+/// request path itself, so only the schema record and the lock file are written there.
 fn config() -> Config {
     let mut config = Config::from_toml_str(SHIPPED_CONFIG_TOML).expect("shipped config");
     let dir = tempfile::tempdir().expect("data dir");
     config.data_dir = dir.keep();
+    config.durability.wal_mode = WalMode::None;
     // Idle polling makes glommio's reactor go round its loop many times between two
     // batches, allocating its timer sources each time; these tests count the request path.
     config.idle_poll = Duration::ZERO;

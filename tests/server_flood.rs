@@ -89,6 +89,7 @@ fn two_cores_flooding_each_other_through_full_channels_finish() {
     let mut config = Config::from_toml_str(SHIPPED_CONFIG_TOML).unwrap();
     let data_dir = tempfile::tempdir().unwrap();
     config.data_dir = data_dir.path().to_path_buf();
+    config.durability.wal_mode = tarn::config::WalMode::None;
     // No data directory is prepared: a fresh one has nothing to recover, and no WAL runs.
     let shared = Arc::new(Shared::new(config, 2, 0));
     let mesh = mesh_with_capacity(2, 1);

@@ -38,7 +38,8 @@ pub struct CliArgs {
     #[arg(long, value_name = "N")]
     pub shards: Option<u64>,
 
-    /// Directory for WAL and snapshot files, relative to the working directory.
+    /// Directory for WAL and snapshot files; a relative path is resolved against the working
+    /// directory at start-up. One server at a time: it holds a lock file there.
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
 
@@ -46,7 +47,7 @@ pub struct CliArgs {
     #[arg(long, value_name = "LEVEL", value_enum)]
     pub log_level: Option<LogLevel>,
 
-    /// Durability of writes.
+    /// Durability of writes (the file's default: write).
     #[arg(long, value_name = "MODE", value_enum)]
     pub wal_mode: Option<WalMode>,
 

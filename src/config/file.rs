@@ -70,7 +70,8 @@ fn default_log_level() -> String {
     "info".to_owned()
 }
 fn default_wal_mode() -> String {
-    "none".to_owned()
+    // Tarantool's default too: an acknowledged write survives a crash of the process.
+    "write".to_owned()
 }
 fn default_wal_max_file_size() -> RawSize {
     RawSize::Text("64MiB".to_owned())

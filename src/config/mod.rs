@@ -18,7 +18,9 @@
 //! * [`error`]: the error type, [`ConfigError`].
 //!
 //! Flow: read the text (or the built-in copy) → serde into the raw structs → flags replace
-//! values → every value is checked and resolved → [`Config`]. Errors name the key path, with
+//! values → every value is checked and resolved → [`Config`]. Paths (the config file's,
+//! `data_dir`) leave this layer absolute, resolved against the working directory at load,
+//! so what the server opens and logs never depends on where it is looked up from. Errors name the key path, with
 //! 0-based array positions: `space[1] "customers": index "composite": part "zz" is not a field
 //! of the space format`.
 
@@ -55,14 +57,38 @@ pub const DEFAULT_CONFIG_PATH: &str = "conf/tarn.toml";
 /// any working directory.
 pub const SHIPPED_CONFIG_TOML: &str = include_str!("../../conf/tarn.toml");
 
+/// Where the config text came from, for the start-up log and error messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigSource {
+    /// A file, by its absolute path.
+    File(PathBuf),
+    /// The copy of `conf/tarn.toml` built into the binary: the default path did not exist.
+    BuiltIn,
+    /// Text handed to [`Config::from_toml_str`].
+    Text,
+}
+
+impl std::fmt::Display for ConfigSource {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigSource::File(path) => write!(formatter, "{}", path.display()),
+            ConfigSource::BuiltIn => write!(formatter, "built-in {DEFAULT_CONFIG_PATH}"),
+            ConfigSource::Text => formatter.write_str("text"),
+        }
+    }
+}
+
 /// The whole server configuration, checked and resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
+    /// Where the text was read from.
+    pub source: ConfigSource,
     /// Where IPROTO clients connect.
     pub listen: SocketAddr,
     /// Shards (one pinned thread each); 0 = one per core. At most [`settings::SHARD_COUNT_MAX`].
     pub shard_count: u32,
-    /// WAL and snapshot files; relative paths are relative to the working directory.
+    /// WAL and snapshot files, the schema record and the lock file; always absolute (a
+    /// relative path in the file or a flag is resolved against the working directory).
     pub data_dir: PathBuf,
     /// Memory for data of the whole server; the server gives each shard an equal share.
     pub memory_bytes: u64,
@@ -86,8 +112,9 @@ pub struct Config {
 impl Config {
     /// Parses and checks a config text; no flags, `force_recovery` off. For tests and tools.
     pub fn from_toml_str(text: &str) -> Result<Config, ConfigError> {
-        let raw = parse_raw(text, "text")?;
-        resolve(&raw, false)
+        let source = ConfigSource::Text;
+        let raw = parse_raw(text, &source)?;
+        resolve(&raw, source, false)
     }
 
     /// The space with this name, if any.
@@ -99,15 +126,15 @@ impl Config {
 /// Reads the config file named by `args` (or the built-in copy, see [`SHIPPED_CONFIG_TOML`]),
 /// applies the flags and checks the result.
 pub fn load(args: &CliArgs) -> Result<Config, ConfigError> {
-    let (text, origin) = read_config_text(args.config.as_deref())?;
-    let mut raw = parse_raw(&text, &origin)?;
+    let (text, source) = read_config_text(args.config.as_deref())?;
+    let mut raw = parse_raw(&text, &source)?;
     args.override_file(&mut raw);
-    resolve(&raw, args.force_recovery)
+    resolve(&raw, source, args.force_recovery)
 }
 
-/// The text of the config file and a description of where it came from. A missing default
-/// file falls back to the built-in copy; a missing explicit file is an error.
-fn read_config_text(explicit_path: Option<&Path>) -> Result<(String, String), ConfigError> {
+/// The text of the config file and where it came from. A missing default file falls back to
+/// the built-in copy; a missing explicit file is an error.
+fn read_config_text(explicit_path: Option<&Path>) -> Result<(String, ConfigSource), ConfigError> {
     read_config_text_or(explicit_path, Path::new(DEFAULT_CONFIG_PATH))
 }
 
@@ -115,35 +142,37 @@ fn read_config_text(explicit_path: Option<&Path>) -> Result<(String, String), Co
 fn read_config_text_or(
     explicit_path: Option<&Path>,
     default_path: &Path,
-) -> Result<(String, String), ConfigError> {
-    let path = explicit_path.unwrap_or(default_path);
-    match std::fs::read_to_string(path) {
-        Ok(text) => Ok((text, path.display().to_string())),
+) -> Result<(String, ConfigSource), ConfigError> {
+    let given = explicit_path.unwrap_or(default_path);
+    let path = std::path::absolute(given).map_err(|source| ConfigError::Read {
+        path: given.to_owned(),
+        source,
+    })?;
+    match std::fs::read_to_string(&path) {
+        Ok(text) => Ok((text, ConfigSource::File(path))),
         Err(error) if error.kind() == std::io::ErrorKind::NotFound && explicit_path.is_none() => {
-            Ok((
-                SHIPPED_CONFIG_TOML.to_owned(),
-                format!("built-in {DEFAULT_CONFIG_PATH}"),
-            ))
+            Ok((SHIPPED_CONFIG_TOML.to_owned(), ConfigSource::BuiltIn))
         }
-        Err(source) => Err(ConfigError::Read {
-            path: path.to_owned(),
-            source,
-        }),
+        Err(source) => Err(ConfigError::Read { path, source }),
     }
 }
 
-fn parse_raw(text: &str, origin: &str) -> Result<RawConfig, ConfigError> {
-    toml::from_str(text).map_err(|source| ConfigError::Syntax {
-        origin: origin.to_owned(),
-        source: Box::new(source),
+fn parse_raw(text: &str, source: &ConfigSource) -> Result<RawConfig, ConfigError> {
+    toml::from_str(text).map_err(|error| ConfigError::Syntax {
+        origin: source.to_string(),
+        source: Box::new(error),
     })
 }
 
 /// Checks every value and resolves names into numbers; the first error wins.
-fn resolve(raw: &RawConfig, force_recovery: bool) -> Result<Config, ConfigError> {
+fn resolve(
+    raw: &RawConfig,
+    source: ConfigSource,
+    force_recovery: bool,
+) -> Result<Config, ConfigError> {
     let listen = settings::parse_listen(&raw.listen)?;
     let shard_count = settings::check_shard_count(raw.shards)?;
-    settings::check_data_dir(&raw.data_dir)?;
+    let data_dir = settings::resolve_data_dir(&raw.data_dir)?;
     let memory_bytes =
         settings::size_in_range(&raw.memory, "memory", settings::MEMORY_BYTES_MIN, u64::MAX)?;
     let max_connections = settings::check_max_connections(raw.max_connections)?;
@@ -167,9 +196,10 @@ fn resolve(raw: &RawConfig, force_recovery: bool) -> Result<Config, ConfigError>
     let access = access::resolve_access(&raw.guest, &raw.users)?;
     let spaces = space::resolve_spaces(&raw.spaces)?;
     Ok(Config {
+        source,
         listen,
         shard_count,
-        data_dir: raw.data_dir.clone(),
+        data_dir,
         memory_bytes,
         max_connections,
         max_packet_size_bytes,

@@ -5,7 +5,7 @@
 //! sockets or allocators; the server applies the numbers.
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use super::error::ConfigError;
 use super::file::RawSize;
@@ -82,14 +82,38 @@ pub(crate) fn check_shard_count(shards: u64) -> Result<u32, ConfigError> {
         })
 }
 
-pub(crate) fn check_data_dir(data_dir: &Path) -> Result<(), ConfigError> {
+/// The data directory as an absolute path: a relative one is taken from the working
+/// directory at start-up, once, here.
+///
+/// Nothing after the config layer may see a relative path. glommio's `Directory::open`
+/// passes -1 instead of `AT_FDCWD` to `openat`, so a relative directory path fails with
+/// EBADF "Bad file descriptor" (a glommio bug, DataDog/glommio#637, in
+/// `vendor/glommio/src/io/directory.rs`; its file opens resolve relative paths themselves).
+/// The WAL writer opens its shard directory that way to fsync a new file's name, and the
+/// snapshot writer to fsync the rename, so with a relative `data_dir` every write in `write`
+/// or `fsync` mode and every `box.snapshot` failed.
+pub(crate) fn resolve_data_dir(data_dir: &Path) -> Result<PathBuf, ConfigError> {
     if data_dir.as_os_str().is_empty() {
         return Err(ConfigError::invalid(
             "data_dir",
             "must not be empty (write \".\" for the working directory)",
         ));
     }
-    Ok(())
+    absolute(data_dir, "data_dir")
+}
+
+/// `path` made absolute against the working directory (lexically: `.` components go,
+/// symbolic links and `..` stay as written, and the path need not exist yet).
+pub(crate) fn absolute(path: &Path, key: &str) -> Result<PathBuf, ConfigError> {
+    std::path::absolute(path).map_err(|error| {
+        ConfigError::invalid(
+            key,
+            format!(
+                "cannot make {} absolute against the working directory: {error}",
+                path.display()
+            ),
+        )
+    })
 }
 
 pub(crate) fn check_max_connections(max_connections: u64) -> Result<u32, ConfigError> {

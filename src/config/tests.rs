@@ -31,7 +31,8 @@ fn shipped_file_resolves_to_exact_values() {
     let listen: SocketAddr = "127.0.0.1:3301".parse().unwrap();
     assert_eq!(config.listen, listen);
     assert_eq!(config.shard_count, 0);
-    assert_eq!(config.data_dir, PathBuf::from("data"));
+    assert_eq!(config.source, ConfigSource::Text);
+    assert_eq!(config.data_dir, working_dir().join("data"));
     assert_eq!(config.memory_bytes, 1 << 30);
     assert_eq!(config.max_connections, 10_000);
     assert_eq!(config.max_packet_size_bytes, 16 << 20);
@@ -45,7 +46,7 @@ fn shipped_file_resolves_to_exact_values() {
     assert_eq!(
         config.durability,
         Durability {
-            wal_mode: WalMode::None,
+            wal_mode: WalMode::Write,
             wal_max_file_size_bytes: 64 << 20,
             checkpoint_interval_seconds: 3600,
             checkpoint_count: 2,
@@ -133,7 +134,8 @@ fn empty_file_takes_defaults_and_grants_guest_nothing() {
     let config = Config::from_toml_str("").unwrap();
     assert_eq!(config.listen, "127.0.0.1:3301".parse().unwrap());
     assert_eq!(config.memory_bytes, 1 << 30);
-    assert_eq!(config.durability.wal_mode, WalMode::None);
+    assert_eq!(config.durability.wal_mode, WalMode::Write);
+    assert_eq!(config.data_dir, working_dir().join("data"));
     assert_eq!(config.idle_poll, std::time::Duration::from_micros(200));
     assert_eq!(
         config.sched_slice,
@@ -594,6 +596,46 @@ fn the_example_error_from_the_issue_reads_as_promised() {
     );
 }
 
+fn working_dir() -> PathBuf {
+    std::env::current_dir().unwrap()
+}
+
+#[test]
+fn relative_paths_are_resolved_against_the_working_directory() {
+    let config = Config::from_toml_str("data_dir = \"./here/../there\"").unwrap();
+    // Lexically: `.` goes, `..` stays (it may cross a symbolic link).
+    assert_eq!(config.data_dir, working_dir().join("here/../there"));
+    let config = Config::from_toml_str("data_dir = \"/srv/tarn\"").unwrap();
+    assert_eq!(config.data_dir, PathBuf::from("/srv/tarn"));
+
+    // A relative --config is named by its absolute path, as is the default one.
+    let relative = PathBuf::from("target/config-relative-test.toml");
+    std::fs::write(&relative, "data_dir = \"d\"\n").unwrap();
+    let args = CliArgs {
+        config: Some(relative.clone()),
+        ..CliArgs::default()
+    };
+    let loaded = load(&args);
+    std::fs::remove_file(&relative).unwrap();
+    let loaded = loaded.unwrap();
+    assert_eq!(
+        loaded.source,
+        ConfigSource::File(working_dir().join(&relative))
+    );
+    assert_eq!(loaded.data_dir, working_dir().join("d"));
+
+    let missing = CliArgs {
+        config: Some(PathBuf::from("target/no-such-config.toml")),
+        ..CliArgs::default()
+    };
+    match load(&missing) {
+        Err(ConfigError::Read { path, .. }) => {
+            assert_eq!(path, working_dir().join("target/no-such-config.toml"))
+        }
+        other => panic!("expected Read error, got {other:?}"),
+    }
+}
+
 fn write_config(text: &str) -> (tempfile::TempDir, PathBuf) {
     let directory = tempfile::tempdir().unwrap();
     let path = directory.path().join("tarn.toml");
@@ -613,7 +655,8 @@ fn flags_override_the_file() {
         load(&CliArgs::try_parse_from(["tarn", "--config", path_text]).unwrap()).unwrap();
     assert_eq!(file_only.listen, "127.0.0.1:1".parse().unwrap());
     assert_eq!(file_only.shard_count, 2);
-    assert_eq!(file_only.data_dir, PathBuf::from("file"));
+    assert_eq!(file_only.source, ConfigSource::File(path.clone()));
+    assert_eq!(file_only.data_dir, working_dir().join("file"));
     assert_eq!(file_only.log_level, LogLevel::Warn);
     assert_eq!(file_only.durability.wal_mode, WalMode::Write);
     assert_eq!(file_only.memory_bytes, 64 << 20);
@@ -647,7 +690,7 @@ fn flags_override_the_file() {
     let overridden = load(&args).unwrap();
     assert_eq!(overridden.listen, "0.0.0.0:3302".parse().unwrap());
     assert_eq!(overridden.shard_count, 4);
-    assert_eq!(overridden.data_dir, PathBuf::from("flag"));
+    assert_eq!(overridden.data_dir, working_dir().join("flag"));
     assert_eq!(overridden.log_level, LogLevel::Debug);
     assert_eq!(overridden.durability.wal_mode, WalMode::Fsync);
     assert_eq!(overridden.memory_bytes, 2 << 30);
@@ -696,19 +739,32 @@ fn default_path_falls_back_to_the_shipped_file() {
     // Whether or not conf/tarn.toml exists in the test's working directory (the crate root),
     // the default load yields the shipped configuration.
     let config = load(&CliArgs::default()).unwrap();
-    assert_eq!(config, Config::from_toml_str(SHIPPED_CONFIG_TOML).unwrap());
-    let (text, origin) = read_config_text(None).unwrap();
+    let default_file = ConfigSource::File(working_dir().join(DEFAULT_CONFIG_PATH));
+    assert!(
+        config.source == default_file || config.source == ConfigSource::BuiltIn,
+        "{:?}",
+        config.source
+    );
+    let shipped = Config::from_toml_str(SHIPPED_CONFIG_TOML).unwrap();
+    assert_eq!(
+        config,
+        Config {
+            source: config.source.clone(),
+            ..shipped
+        }
+    );
+    let (text, _) = read_config_text(None).unwrap();
     assert_eq!(text, SHIPPED_CONFIG_TOML);
-    assert!(origin == DEFAULT_CONFIG_PATH || origin == "built-in conf/tarn.toml");
 }
 
 #[test]
 fn a_missing_default_file_uses_the_built_in_copy() {
     let directory = tempfile::tempdir().unwrap();
     let missing_default = directory.path().join("conf/tarn.toml");
-    let (text, origin) = read_config_text_or(None, &missing_default).unwrap();
+    let (text, source) = read_config_text_or(None, &missing_default).unwrap();
     assert_eq!(text, SHIPPED_CONFIG_TOML);
-    assert_eq!(origin, "built-in conf/tarn.toml");
+    assert_eq!(source, ConfigSource::BuiltIn);
+    assert_eq!(source.to_string(), "built-in conf/tarn.toml");
     let explicit = read_config_text_or(Some(&missing_default), &missing_default);
     assert!(matches!(explicit, Err(ConfigError::Read { .. })));
 }

@@ -1,6 +1,6 @@
-//! Durability at the server level: the schema the data on disk was written with, each
-//! shard's recovery and WAL writer at start-up, and snapshots (on `box.snapshot()` and
-//! every `checkpoint_interval`).
+//! Durability at the server level: each shard's recovery and WAL writer at start-up, and
+//! snapshots (on `box.snapshot()` and every `checkpoint_interval`). The data directory as a
+//! whole (its lock, fingerprint and schema record) is [`super::data_dir`]'s.
 //!
 //! File formats are the `wal` layer's; this module decides when to call it and with what.
 
@@ -9,135 +9,18 @@ use crate::server::core::Core;
 use crate::server::schema;
 use crate::server::{ServerError, Shared};
 use crate::shard::Shard;
-use crate::storage::text::msgpack_to_text;
 use crate::storage::{Engine, Tuple};
 use crate::wal::{self, GlommioSink, RecoveryConfig, SnapshotMeta, WalWriter, WriterConfig};
 use std::cell::RefCell;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-const SCHEMA_FILE: &str = "schema.bin";
 /// How often each core looks for a snapshot request or a due checkpoint. Each look wakes
 /// the core, which then polls for `idle_poll` before it sleeps again: at 10 ms this was half
 /// of what an idle server spent; `box.snapshot()` waits up to this long more.
 const CHECKPOINT_POLL: Duration = Duration::from_millis(50);
-
-/// Checks the config against the schema recorded in `data_dir` and records the config's.
-/// Adding spaces is compatible; a recorded space that is gone or changed is refused, with
-/// what differs. Returns the data directory's fingerprint, which every WAL file and
-/// snapshot header carries so files of another data directory are never mixed in.
-pub fn prepare_data_dir(config: &Config) -> Result<u64, ServerError> {
-    let data_dir = &config.data_dir;
-    std::fs::create_dir_all(data_dir).map_err(|error| ServerError::DataDir {
-        path: data_dir.clone(),
-        reason: error.to_string(),
-    })?;
-    let path = data_dir.join(SCHEMA_FILE);
-    let rows = schema::user_space_rows(config);
-    let fingerprint = match std::fs::read(&path) {
-        Ok(bytes) => {
-            let (fingerprint, recorded) =
-                decode_schema_file(&bytes).ok_or_else(|| ServerError::DataDir {
-                    path: path.clone(),
-                    reason: "the schema record is damaged".into(),
-                })?;
-            check_compatible(&recorded, &rows).map_err(|reason| ServerError::DataDir {
-                path: path.clone(),
-                reason,
-            })?;
-            fingerprint
-        }
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => rand::random::<u64>() | 1,
-        Err(error) => {
-            return Err(ServerError::DataDir {
-                path,
-                reason: error.to_string(),
-            })
-        }
-    };
-    write_schema_file(&path, fingerprint, &rows).map_err(|error| ServerError::DataDir {
-        path,
-        reason: error.to_string(),
-    })?;
-    Ok(fingerprint)
-}
-
-/// `[fingerprint u64 LE]` then per space `[id u32 LE][row bytes length u32 LE][rows]`,
-/// written to a temporary name and renamed, so a crash leaves the old record or the new.
-fn write_schema_file(
-    path: &Path,
-    fingerprint: u64,
-    rows: &[(u32, String, Vec<u8>)],
-) -> std::io::Result<()> {
-    let mut bytes = fingerprint.to_le_bytes().to_vec();
-    for (id, _, row) in rows {
-        bytes.extend_from_slice(&id.to_le_bytes());
-        bytes.extend_from_slice(&(row.len() as u32).to_le_bytes());
-        bytes.extend_from_slice(row);
-    }
-    let temporary = path.with_extension("bin.inprogress");
-    let mut file = std::fs::File::create(&temporary)?;
-    file.write_all(&bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&temporary, path)
-}
-
-/// Per recorded space: its id and its `_space` + `_index` rows.
-type RecordedSpaces = Vec<(u32, Vec<u8>)>;
-
-fn decode_schema_file(bytes: &[u8]) -> Option<(u64, RecordedSpaces)> {
-    let fingerprint = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
-    let mut rest = &bytes[8..];
-    let mut spaces = Vec::new();
-    while !rest.is_empty() {
-        let id = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?);
-        let len = u32::from_le_bytes(rest.get(4..8)?.try_into().ok()?) as usize;
-        spaces.push((id, rest.get(8..8 + len)?.to_vec()));
-        rest = &rest[8 + len..];
-    }
-    Some((fingerprint, spaces))
-}
-
-fn check_compatible(
-    recorded: &[(u32, Vec<u8>)],
-    config: &[(u32, String, Vec<u8>)],
-) -> Result<(), String> {
-    for (id, on_disk) in recorded {
-        match config.iter().find(|(config_id, _, _)| config_id == id) {
-            None => {
-                return Err(format!(
-                    "space {id} holds data on disk but is not in the config (on disk: {})",
-                    describe_rows(on_disk)
-                ))
-            }
-            Some((_, name, rows)) if rows != on_disk => {
-                return Err(format!(
-                "space {id} '{name}' differs from the data on disk: on disk {}, in the config {}",
-                describe_rows(on_disk),
-                describe_rows(rows)
-            ))
-            }
-            Some(_) => {}
-        }
-    }
-    Ok(())
-}
-
-/// The `_space` and `_index` rows in Tarantool's text form.
-fn describe_rows(rows: &[u8]) -> String {
-    let mut rest = rows;
-    let mut parts = Vec::new();
-    while !rest.is_empty() {
-        let Ok(row) = crate::storage::msgpack::take_value(&mut rest) else {
-            break;
-        };
-        parts.push(msgpack_to_text(row));
-    }
-    parts.join(" ")
-}
 
 /// What [`recover_shard`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -186,10 +186,44 @@ impl Layout {
     }
 }
 
-/// Run before any shard recovers: finishes or discards what an interrupted move left, records
-/// the layout, and moves every row when `config` and `shard_count` ask for another layout
-/// than the one the data was written in. Returns the layout the shards now have.
+/// What [`prepare_for_recovery`] found, and the write it leaves for after recovery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prepared {
+    /// The layout the shards now have.
+    pub layout: Layout,
+    /// The record is missing or differs from `layout` although no row had to move (a first
+    /// start, a space added, a directory of an older tarn): [`Prepared::record`] writes it.
+    record_stale: bool,
+}
+
+impl Prepared {
+    /// Writes the layout record if it is stale. The server calls it once every shard has
+    /// recovered, so that a start that fails (a damaged WAL, say) leaves the record as it
+    /// was; until then the old record (or none) describes the rows just as well.
+    pub fn record(&self, data_dir: &Path) -> Result<()> {
+        if !self.record_stale {
+            return Ok(());
+        }
+        write_record(data_dir, &self.layout)
+    }
+}
+
+/// [`prepare_for_recovery`], then [`Prepared::record`]: the layout the shards now have.
 pub fn prepare(config: &Config, shard_count: usize, fingerprint: u64) -> Result<Layout> {
+    let prepared = prepare_for_recovery(config, shard_count, fingerprint)?;
+    prepared.record(&config.data_dir)?;
+    Ok(prepared.layout)
+}
+
+/// Run before any shard recovers: finishes or discards what an interrupted move left, and
+/// moves every row (committing the new record) when `config` and `shard_count` ask for
+/// another layout than the one the data was written in. A record that is only stale is left
+/// for [`Prepared::record`].
+pub fn prepare_for_recovery(
+    config: &Config,
+    shard_count: usize,
+    fingerprint: u64,
+) -> Result<Prepared> {
     let data_dir = &config.data_dir;
     let recorded = read_record(data_dir)?;
     let generation = recorded.as_ref().map_or(0, |layout| layout.generation);
@@ -205,11 +239,11 @@ pub fn prepare(config: &Config, shard_count: usize, fingerprint: u64) -> Result<
         .map(|dir| dir.id)
         .max()
     else {
-        if recorded.as_ref() != Some(&wanted) {
-            write_record(data_dir, &wanted)?;
-        }
         tracing::info!(shards = shard_count, "data directory holds no rows yet");
-        return Ok(wanted);
+        return Ok(Prepared {
+            record_stale: recorded.as_ref() != Some(&wanted),
+            layout: wanted,
+        });
     };
     // Rows beyond the recorded count were written by something else than this layout (an
     // older tarn started on the directory?): only a move puts them where they belong.
@@ -244,18 +278,21 @@ pub fn prepare(config: &Config, shard_count: usize, fingerprint: u64) -> Result<
         }
     };
     if old.places_like(&wanted) && !beyond_record {
-        if recorded.as_ref() != Some(&wanted) {
-            write_record(data_dir, &wanted)?;
-        }
         tracing::info!(shards = shard_count, "data directory layout matches");
-        return Ok(wanted);
+        return Ok(Prepared {
+            record_stale: recorded.as_ref() != Some(&wanted),
+            layout: wanted,
+        });
     }
     let new = Layout {
         generation: generation + 1,
         ..wanted
     };
     relayout(config, fingerprint, &old, &new)?;
-    Ok(new)
+    Ok(Prepared {
+        layout: new,
+        record_stale: false,
+    })
 }
 
 /// `recorded` with the placements of spaces it does not know taken from `wanted` (spaces

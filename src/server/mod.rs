@@ -17,6 +17,7 @@
 //! * [`core`]: one core's shard and its batched messages to the other cores ([`batch`]),
 //!   whose replies land in sessions' [`inbox`]es.
 //! * [`crud`]: the tarantool/crud API, answered natively.
+//! * [`data_dir`]: the data directory's lock, fingerprint and schema record.
 //! * [`durability`]: recovery, the WAL writer, snapshots.
 //! * [`layout`]: the data directory's shard count and placement, and moving every row when
 //!   a start changes them.
@@ -50,6 +51,7 @@ pub mod checksum;
 pub mod connection;
 pub mod core;
 pub mod crud;
+pub mod data_dir;
 pub mod decoded;
 pub mod dispatch;
 pub mod durability;
@@ -153,6 +155,16 @@ pub enum ServerError {
     },
     #[error("data directory layout: {0}")]
     Layout(#[from] layout::LayoutError),
+    #[error(
+        "data_dir {} is in use by {owner}: stop that server first, or give this one another \
+         data_dir",
+        path.display()
+    )]
+    DataDirInUse {
+        path: std::path::PathBuf,
+        /// "pid N", as the owner wrote it into the lock file.
+        owner: String,
+    },
     #[error("another shard failed to start")]
     PeerFailed,
     #[error("recovery of shard {shard_id} failed: {reason}{hint}")]
@@ -224,11 +236,16 @@ where
     assert!(shard_count >= 1);
     // A pool that cannot be placed fails here, before the layout below moves any row.
     let placement = placement_for(shard_count)?;
-    // Before any core recovers: the schema the data was written with must still hold.
-    let fingerprint = durability::prepare_data_dir(&config)?;
+    // Before any core recovers: this process must own the directory, and the schema the data
+    // was written with must still hold. The lock is held until this function returns.
+    let data_dir = Arc::new(data_dir::DataDir::open(&config)?);
     // Also before: rows written at another shard count are moved to their owners here.
-    layout::prepare(&config, shard_count, fingerprint)?;
-    let shared = Arc::new(Shared::new(config, shard_count, fingerprint));
+    let layout = Arc::new(layout::prepare_for_recovery(
+        &config,
+        shard_count,
+        data_dir.fingerprint(),
+    )?);
+    let shared = Arc::new(Shared::new(config, shard_count, data_dir.fingerprint()));
     let mesh = core::mesh(shard_count);
     let per_core = Arc::new(per_core);
     let finished = Arc::new(AtomicUsize::new(0));
@@ -249,6 +266,7 @@ where
             let (shared, mesh) = (shared.clone(), mesh.clone());
             let (per_core, finished) = (per_core.clone(), finished.clone());
             let (joined, any_failed) = (joined.clone(), any_failed.clone());
+            let (data_dir, layout) = (data_dir.clone(), layout.clone());
             async move {
                 if let Some(slice) = shared.config.sched_slice {
                     ask_for_slice(slice);
@@ -269,7 +287,16 @@ where
                 }
                 let output = match core {
                     Ok(_) if any_failed.load(Ordering::Acquire) => Err(ServerError::PeerFailed),
-                    Ok(core) => Ok(per_core(core).await),
+                    // Every shard recovered: only now are the layout and the schema
+                    // recorded (by the first core here; the others wait for it), so a
+                    // failed start writes nothing.
+                    Ok(core) => match data_dir.record_schema_after(|| {
+                        let path = data_dir.path();
+                        layout.record(path).map_err(|error| error.to_string())
+                    }) {
+                        Ok(()) => Ok(per_core(core).await),
+                        Err(error) => Err(error),
+                    },
                     Err(error) => Err(error),
                 };
                 finished.fetch_add(1, Ordering::AcqRel);
@@ -330,12 +357,11 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     }
     // Fail on a bad schema here, with a message, rather than on every core.
     schema::build_engine(&config, config.memory_bytes)?;
+    // The binary logs the config, data directory, WAL mode and sizes before this.
     tracing::info!(
         shards = shard_count,
         spaces = config.spaces.len(),
-        memory_bytes = config.memory_bytes,
-        "starting tarn {}",
-        env!("CARGO_PKG_VERSION")
+        "schema checked"
     );
     let listening = Arc::new(Listening {
         connections: AtomicUsize::new(0),

@@ -68,7 +68,8 @@ impl Server {
     ) -> Result<Server, String> {
         let config_path = dir.join("tarn.toml");
         std::fs::write(&config_path, config_toml).expect("write config");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tarn"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tarn"));
+        command
             .arg("--config")
             .arg(&config_path)
             .arg("--listen")
@@ -80,7 +81,15 @@ impl Server {
             .args(args)
             .envs(env.iter().copied())
             .env("NO_COLOR", "1")
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", "info");
+        Server::spawn(command)
+    }
+
+    /// Runs `command` (a `tarn` command line, its working directory and environment set by
+    /// the caller) with its log read as [`Server::try_start_with`] does: the server once it
+    /// listens, or everything it logged if it exits first.
+    pub fn spawn(mut command: Command) -> Result<Server, String> {
+        let mut child = command
             .stderr(Stdio::piped())
             .stdout(Stdio::null())
             .spawn()
@@ -150,6 +159,11 @@ impl Server {
 
     pub fn pid(&self) -> u32 {
         self.child.id()
+    }
+
+    /// Everything tarn logged so far.
+    pub fn log_so_far(&self) -> String {
+        self.log.lock().unwrap().clone()
     }
 
     /// [`Server::stop`], and everything tarn logged.

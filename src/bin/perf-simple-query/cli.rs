@@ -62,7 +62,9 @@ pub struct Args {
     #[arg(long, default_value_t = 10_000)]
     pub partitions: u64,
 
-    /// Durability of the in-process server's writes (in-process mode only).
+    /// Durability of the in-process server's writes (in-process mode only) [default: none,
+    /// whatever the shipped config says: the default run measures the request path without
+    /// the log]. The report header says which mode ran.
     #[arg(long, value_enum)]
     pub wal: Option<tarn::config::WalMode>,
 
@@ -171,6 +173,21 @@ pub struct Config {
     pub mode: Mode,
     /// Notes printed before the run: options that have no effect in the chosen mode.
     pub notes: Vec<String>,
+}
+
+/// The in-process server's WAL mode without `--wal`: set here, not taken from the shipped
+/// config, so that a change of the server's default does not change what is measured.
+pub const IN_PROCESS_WAL_DEFAULT: tarn::config::WalMode = tarn::config::WalMode::None;
+
+impl Config {
+    /// The WAL mode the in-process server runs with; `None` with `--connect`, where the
+    /// server's own mode applies and the client cannot know it.
+    pub fn in_process_wal(&self) -> Option<tarn::config::WalMode> {
+        match self.mode {
+            Mode::InProcess => Some(self.args.wal.unwrap_or(IN_PROCESS_WAL_DEFAULT)),
+            Mode::Connect { .. } => None,
+        }
+    }
 }
 
 impl Args {

@@ -57,7 +57,7 @@ use tarn::storage::key::SearchKeyBuf;
 use tarn::storage::msgpack::{write_array_len, write_uint};
 use tarn::storage::prefetch::prefetch_slice;
 
-use crate::cli::{Budget, Config, Operation};
+use crate::cli::{Budget, Config, Operation, IN_PROCESS_WAL_DEFAULT};
 use crate::connect::describe;
 use crate::driver::{Driver, DriverError, MeshReport, Outcome, Progress, Scope};
 use crate::histogram::Histogram;
@@ -102,7 +102,7 @@ impl InProcess {
                 seed: config.seed,
                 single_key: args.query_single_key,
                 shard_aware: args.shard_aware.unwrap_or(true),
-                wal: args.wal.unwrap_or(WalMode::None),
+                wal: args.wal.unwrap_or(IN_PROCESS_WAL_DEFAULT),
                 idle_poll_us: args.idle_poll_us,
             },
         }

@@ -178,8 +178,12 @@ fn print_header(config: &Config) {
             config.args.conns, config.args.pipeline
         ),
     };
+    let wal = match config.in_process_wal() {
+        Some(mode) => format!("wal_mode {}", mode.name()),
+        None => "wal_mode: the server's own".to_string(),
+    };
     println!(
-        "perf-simple-query: {} on {target}, smp {}, {} partitions, seed {}",
+        "perf-simple-query: {} on {target}, smp {}, {} partitions, seed {}, {wal}",
         config.operation.name(),
         config.smp,
         config.args.partitions,

@@ -251,7 +251,7 @@ fn parameters(config: &Config) -> Json {
         .with("random_seed", config.seed)
         .with("partitions", args.partitions)
         .with("populate", !args.no_populate)
-        .with("wal", args.wal.map(|w| w.name()))
+        .with("wal", config.in_process_wal().map(|w| w.name()))
         .with("shard_aware", args.shard_aware)
         .with("stop_on_error", args.stop_on_error)
         .with("value_size_bytes", VALUE_SIZE_BYTES)

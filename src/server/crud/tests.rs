@@ -1360,7 +1360,7 @@ fn upsert_many_returns_metadata_only_and_objects_carry_their_errors() {
 /// truncate — is in the WAL: a shard recovered from it holds exactly what the live one does.
 #[test]
 fn crud_changes_are_logged_and_recover_exactly() {
-    use crate::server::{durability, schema};
+    use crate::server::{data_dir::DataDir, durability, schema};
     use crate::shard::Shard;
     use crate::storage::IteratorType;
     let dir = tempfile::tempdir().expect("tempdir");
@@ -1368,7 +1368,8 @@ fn crud_changes_are_logged_and_recover_exactly() {
         crate::config::Config::from_toml_str(crate::config::SHIPPED_CONFIG_TOML).expect("config");
     server_config.data_dir = dir.path().join("data");
     server_config.durability.wal_mode = crate::config::WalMode::Write;
-    let fingerprint = durability::prepare_data_dir(&server_config).expect("data dir");
+    let data_dir = DataDir::open(&server_config).expect("data dir");
+    let fingerprint = data_dir.fingerprint();
     let dump = |engine: &Engine| -> Vec<String> {
         let space = engine.space_by_name("kv").expect("kv");
         space

@@ -184,6 +184,27 @@ fn an_empty_directory_takes_the_configured_count() {
 }
 
 #[test]
+fn a_stale_record_is_left_for_after_recovery() {
+    let dir = tempfile::tempdir().expect("dir");
+    let config = config(dir.path());
+    let prepared = prepare_for_recovery(&config, 2, FINGERPRINT).expect("prepare");
+    assert_eq!(prepared.layout.shard_count, 2);
+    assert_eq!(
+        entries(dir.path()),
+        Vec::<String>::new(),
+        "nothing written yet"
+    );
+    prepared.record(dir.path()).expect("record");
+    assert_eq!(
+        read_record(dir.path()).expect("read"),
+        Some(prepared.layout)
+    );
+    // Recorded and unchanged: nothing left to write.
+    let again = prepare_for_recovery(&config, 2, FINGERPRINT).expect("again");
+    assert!(!again.record_stale);
+}
+
+#[test]
 fn a_directory_without_a_record_is_read_at_its_highest_shard_directory() {
     let dir = tempfile::tempdir().expect("dir");
     let config = config(dir.path());
