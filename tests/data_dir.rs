@@ -2,7 +2,7 @@
 //! `data_dir`, the start-up log, one owner per directory, a lost `schema.bin`, and a failed
 //! start that changes nothing.
 
-mod common;
+use crate::common;
 
 use common::{Client, Server};
 use std::collections::BTreeMap;

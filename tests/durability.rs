@@ -1,7 +1,7 @@
 //! Durability of the real binary: `kill -9` in the middle of acknowledged writes, restart,
 //! and every acknowledged write is there, whole; nothing else is half there.
 
-mod common;
+use crate::common;
 
 use common::Client;
 use std::collections::BTreeSet;

@@ -7,7 +7,7 @@
 //! so and does nothing; the fault-injecting sink of `tests/durability_model.rs` covers the
 //! same ground in process.
 
-mod common;
+use crate::common;
 
 use common::{Client, Server};
 use std::collections::BTreeSet;

@@ -2,7 +2,7 @@
 //! warning, a damaged middle refuses start-up (naming file and offset) unless
 //! `--force-recovery`, a missing WAL file and a changed schema refuse start-up.
 
-mod common;
+use crate::common;
 
 use common::Client;
 use common::Server;

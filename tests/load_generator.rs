@@ -1,7 +1,7 @@
 //! `perf-simple-query --connect`, the load generator, as a user runs it: against the real
 //! `tarn`, and against a server that greets and then never answers.
 
-mod common;
+use crate::common;
 
 use common::Server;
 use std::io::{Read, Write};

@@ -1,7 +1,7 @@
 //! The real Python `tarantool` connector against the real `tarn` binary: users' code works.
 //! Runs `tests/python` with pytest; CI installs the connector (see `.ci/run`).
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

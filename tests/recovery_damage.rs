@@ -3,7 +3,7 @@
 //! naming both, without it); a bad last batch after a clean shutdown is refused as corruption
 //! (the shutdown marked the file), not cut as a torn write.
 
-mod common;
+use crate::common;
 
 use common::{Client, Server};
 use std::path::{Path, PathBuf};

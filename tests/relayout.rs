@@ -4,7 +4,7 @@
 //! indexes see every row and an insert of an existing key is refused. A crash anywhere in a
 //! move leaves a directory that the next start recovers completely.
 
-mod common;
+use crate::common;
 
 use common::{Client, Server};
 use std::collections::BTreeMap;

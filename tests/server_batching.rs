@@ -2,7 +2,7 @@
 //! 2-shard server pipeline writes and reads over keys of both shards at once, and every
 //! reply is checked byte for byte (sync, and the exact tuples).
 
-mod common;
+use crate::common;
 
 use common::{encode_kv_select, kv_key, kv_tuple, Client, KV};
 use tarn::protocol::client::{self, decode_reply};

@@ -1,7 +1,7 @@
 //! Connections are spread evenly over the cores, whichever core the kernel hands each accept
 //! to: a core serving more connections than its share would be the server's bottleneck.
 
-mod common;
+use crate::common;
 
 use common::{Client, Server};
 use tarn::protocol::client::{self, decode_reply};

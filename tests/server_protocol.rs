@@ -1,7 +1,7 @@
 //! The real `tarn` binary over raw IPROTO: pipelining, bad input that hurts no one else,
 //! fan-out across shards, and a clean stop on SIGTERM.
 
-mod common;
+use crate::common;
 
 use common::{kv_tuple, Client};
 use tarn::protocol::client::{self, decode_reply};

@@ -3,7 +3,7 @@
 //! decoded once, a few packets before its turn, on the accepting core and again on the
 //! owner for a batch from another core, and every reply must still be its own packet's.
 
-mod common;
+use crate::common;
 
 use common::{encode_kv_select, KV};
 use std::time::Duration;

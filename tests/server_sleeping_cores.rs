@@ -6,7 +6,7 @@
 //! this test got to its 2,009th request in 60 s. It bounds the whole run at 60 s, a hundred
 //! times what it takes (under a second): a liveness bound, not a measure of speed.
 
-mod common;
+use crate::common;
 
 use common::{encode_kv_select, kv_tuple, Client, Server, KV};
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! its shard, and only the shards' threads ask the scheduler for `sched_slice_us` (see
 //! `server::scheduling`).
 
-mod common;
+use crate::common;
 
 use common::Server;
 

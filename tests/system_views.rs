@@ -3,7 +3,7 @@
 //! `_vspace` and `_vindex` are open to everyone but show a user only what it may use: the
 //! views themselves, and the user spaces once it may read or write them.
 
-mod common;
+use crate::common;
 
 use common::{Client, Server};
 use tarn::protocol::client::{self, decode_reply};

@@ -1,102 +1,644 @@
-//! One client connection over TCP: the greeting, the size-prefix framing and the read and
-//! write buffers. What each packet means is the [`Session`]'s business.
+//! One client connection over TCP: the greeting, the size-prefix framing, the read and
+//! write buffers, and the connection's end (at the client's close, or the server's shutdown).
+//! What each packet means is the [`Session`]'s business; accepting and placing connections
+//! is the listener's (`server::serve_clients`).
 //!
 //! Every complete packet in the read buffer is submitted before any reply is awaited, so the
 //! requests one read brings for other cores travel in one batch per core. Replies are
 //! gathered in arrival order and written before more is read, so a client that does not read
 //! gets backpressure instead of unbounded buffering.
+//!
+//! Memory: a connection's buffers (a 64 KiB read buffer, the reply buffer and the packet
+//! list) are lent to it by its core's [`CoreConnections`] only while it has bytes to work on.
+//! A connection waiting for its client gives them back, keeping at most the few bytes of a
+//! partial packet, so an idle connection costs its task, session and socket (~3 KiB; see
+//! README, Limits). A packet larger than the read buffer grows it as its bytes arrive (never
+//! to the size its prefix announces, so a prefix alone costs nothing), and the buffer shrinks
+//! back once that packet is done. The core keeps a few spare sets for the next connection
+//! that has work, and counts what all of them hold ([`NetStats`], in `box.info` and the
+//! shutdown log).
+//!
+//! Shutdown ([`CoreConnections::stop_reading`]): a connection finishes the requests it has
+//! read (one read's packets), writes their replies, reads nothing more, and closes once the
+//! client's side has acknowledged every reply byte, so none is lost to a reset.
 
 use crate::protocol::frame::{parse_frame_len, FrameLen};
 use crate::protocol::reply;
 use crate::protocol::ProtocolError;
 use crate::server::dispatch::Session;
 use crate::server::schema::SCHEMA_VERSION;
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use futures_lite::{AsyncRead, AsyncWriteExt};
 use glommio::net::TcpStream;
+use std::cell::{Cell, RefCell};
 use std::ops::Range;
+use std::os::fd::{AsRawFd, RawFd};
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
-/// Reads this much at a time; a larger packet grows the buffer up to `max_packet_size`.
+/// The read buffer lent for each read: one read brings a pipeline's packets (many per
+/// read under load). A larger packet grows the buffer up to `max_packet_size`.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// Replies gathered past this size are written before more requests are handled.
 const WRITE_FLUSH_BYTES: usize = 256 * 1024;
+/// A fresh reply buffer's capacity, and the largest one given back to the spares as it is
+/// (a bigger one, grown by a large reply, is replaced by a fresh one).
+const REPLY_INITIAL_BYTES: usize = 64 * 1024;
+const REPLY_KEPT_BYTES_MAX: usize = 2 * WRITE_FLUSH_BYTES;
+/// A packet list that grew past this many entries (a read of tiny packets) is replaced.
+const PACKETS_KEPT_MAX: usize = 4096;
+/// What each of a session's own buffers (the places, replies and commits of a pipeline's
+/// requests) may keep while its connection is idle: a 128-deep pipeline fits, so a steady
+/// one does not free and regrow them at each pause.
+const SESSION_KEPT_BYTES_MAX: usize = 16 * 1024;
+/// Spare buffer sets each core keeps for connections that get work (the rest are freed):
+/// enough for the connections busy at once under load (a set freed and made again costs an
+/// allocation and zeroing 64 KiB), 8 MiB at most.
+const SPARE_SETS_MAX: usize = 64;
+/// After a protocol error reply, how long the connection waits for the client to take it
+/// before it closes anyway.
+const ERROR_LINGER: Duration = Duration::from_secs(1);
+/// How often a closing connection looks whether the client took every reply byte.
+const DELIVERY_POLL: Duration = Duration::from_millis(1);
+/// Memory freed by closing connections after which the heap's free memory is returned to
+/// the system, and how long after the close that crossed it.
+const TRIM_AFTER_FREED_BYTES: usize = 4 << 20;
+const TRIM_DELAY: Duration = Duration::from_millis(100);
+
+/// What the client connections of every core hold, for `box.info` and the logs. Each core
+/// writes only its own entry (no cache line is shared between writers).
+pub struct NetStats {
+    by_core: Box<[CoreNetStats]>,
+}
+
+#[derive(Default)]
+#[repr(align(128))]
+struct CoreNetStats {
+    connections: AtomicUsize,
+    /// Buffers lent to connections, spare, partial packets kept while idle, and sessions'
+    /// own buffers (as counted when each went idle).
+    buffer_bytes: AtomicUsize,
+    /// The fixed part of the open connections: their tasks (session included).
+    task_bytes: AtomicUsize,
+}
+
+impl NetStats {
+    pub fn new(core_count: usize) -> NetStats {
+        NetStats {
+            by_core: (0..core_count).map(|_| CoreNetStats::default()).collect(),
+        }
+    }
+
+    /// Client connections open on every core.
+    pub fn connections(&self) -> usize {
+        let counts = self.by_core.iter();
+        counts
+            .map(|core| core.connections.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// Bytes held for client connections on every core: their tasks and sessions, and the
+    /// buffers lent to them or kept spare. Kernel socket buffers are not counted.
+    pub fn memory_bytes(&self) -> usize {
+        let cores = self.by_core.iter();
+        cores
+            .map(|core| {
+                core.buffer_bytes.load(Ordering::Relaxed) + core.task_bytes.load(Ordering::Relaxed)
+            })
+            .sum()
+    }
+}
+
+/// What one read needs and an idle connection does not: the read buffer (its length is
+/// what may be read into, always initialised), the replies, the packets found.
+struct Buffers {
+    read: Vec<u8>,
+    out: Vec<u8>,
+    packets: Vec<Range<usize>>,
+}
+
+impl Buffers {
+    fn new() -> Buffers {
+        Buffers {
+            read: vec![0; READ_CHUNK_BYTES],
+            out: Vec::with_capacity(REPLY_INITIAL_BYTES),
+            packets: Vec::new(),
+        }
+    }
+
+    fn bytes(&self) -> usize {
+        self.read.capacity()
+            + self.out.capacity()
+            + self.packets.capacity() * std::mem::size_of::<Range<usize>>()
+    }
+}
+
+/// A connection's slot in its core's registry: how to wake it when the server stops, and
+/// its socket, to cut it when it does not finish in time.
+struct Registered {
+    waker: Option<Waker>,
+    socket: RawFd,
+    task_bytes: usize,
+}
+
+/// One core's client connections: the registry that lets shutdown reach them, the spare
+/// buffers they borrow, and the counts published to [`NetStats`].
+pub struct CoreConnections {
+    core_id: usize,
+    shared: std::sync::Arc<crate::server::Shared>,
+    registered: RefCell<slab::Slab<Registered>>,
+    spares: RefCell<Vec<Buffers>>,
+    /// Bytes of every buffer set this core's connections hold or keep spare, and of their
+    /// kept partial packets.
+    buffer_bytes: Cell<usize>,
+    task_bytes: Cell<usize>,
+    stopping: Cell<bool>,
+    cut: Cell<bool>,
+    /// Bytes freed by connections since free memory was last returned to the system.
+    freed_since_trim: Cell<usize>,
+    trim_scheduled: Cell<bool>,
+}
+
+impl CoreConnections {
+    pub fn new(core_id: usize, shared: std::sync::Arc<crate::server::Shared>) -> Rc<Self> {
+        Rc::new(CoreConnections {
+            core_id,
+            shared,
+            registered: RefCell::default(),
+            spares: RefCell::default(),
+            buffer_bytes: Cell::new(0),
+            task_bytes: Cell::new(0),
+            stopping: Cell::new(false),
+            cut: Cell::new(false),
+            freed_since_trim: Cell::new(0),
+            trim_scheduled: Cell::new(false),
+        })
+    }
+
+    /// Serves a client connection on this core, in a task of its own; `on_close` runs when
+    /// it has closed.
+    pub fn spawn(
+        self: &Rc<Self>,
+        session: Session,
+        stream: TcpStream,
+        on_close: impl FnOnce() + 'static,
+    ) {
+        let slot = self.registered.borrow_mut().insert(Registered {
+            waker: None,
+            socket: stream.as_raw_fd(),
+            task_bytes: 0,
+        });
+        self.publish_open();
+        let connection = Connection {
+            session,
+            connections: self.clone(),
+            slot,
+            lent: None,
+            partial: Vec::new(),
+            filled: 0,
+            session_counted_bytes: 0,
+        };
+        let serving = connection.serve(stream, on_close);
+        // An idle connection costs mostly this future (the session and what is kept across
+        // awaits), allocated once as its task: spawned as it is (a wrapping future would
+        // hold a second copy of it).
+        let task_bytes = std::mem::size_of_val(&serving);
+        if let Some(registered) = self.registered.borrow_mut().get_mut(slot) {
+            registered.task_bytes = task_bytes;
+        }
+        self.count_tasks(task_bytes, 0);
+        glommio::spawn_local(serving).detach();
+    }
+
+    /// Connections open on this core.
+    fn open_count(&self) -> usize {
+        self.registered.borrow().len()
+    }
+
+    /// Whether the server is shutting down: connections read no more requests.
+    pub fn stopping(&self) -> bool {
+        self.stopping.get()
+    }
+
+    /// Shutdown: every connection finishes the requests it has read, answers them and
+    /// closes; one waiting for its client closes now.
+    pub fn stop_reading(&self) {
+        self.stopping.set(true);
+        let wakers: Vec<Waker> = {
+            let mut registered = self.registered.borrow_mut();
+            registered
+                .iter_mut()
+                .filter_map(|(_, r)| r.waker.take())
+                .collect()
+        };
+        for waker in wakers {
+            waker.wake();
+        }
+    }
+
+    /// Shutdown's grace period is over: every connection still open has its socket shut
+    /// down, which ends its writes and reads with an error. Returns how many were cut.
+    pub fn cut(&self) -> usize {
+        self.cut.set(true);
+        let wakers: Vec<Waker> = {
+            let mut registered = self.registered.borrow_mut();
+            for (_, connection) in registered.iter() {
+                // SAFETY: shutdown(2) only acts on the descriptor, which is open: a
+                // connection leaves the registry as its task ends, before its socket closes.
+                unsafe { libc::shutdown(connection.socket, libc::SHUT_RDWR) };
+            }
+            registered
+                .iter_mut()
+                .filter_map(|(_, r)| r.waker.take())
+                .collect()
+        };
+        for waker in wakers {
+            waker.wake();
+        }
+        self.open_count()
+    }
+
+    fn own_stats(&self) -> &CoreNetStats {
+        &self.shared.net.by_core[self.core_id]
+    }
+
+    fn publish_open(&self) {
+        let open = self.registered.borrow().len();
+        self.own_stats().connections.store(open, Ordering::Relaxed);
+    }
+
+    fn count_tasks(&self, added: usize, removed: usize) {
+        let bytes = self.task_bytes.get() + added - removed;
+        self.task_bytes.set(bytes);
+        self.own_stats().task_bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    fn count_buffers(&self, added: usize, removed: usize) {
+        let bytes = self.buffer_bytes.get() + added - removed;
+        self.buffer_bytes.set(bytes);
+        self.own_stats()
+            .buffer_bytes
+            .store(bytes, Ordering::Relaxed);
+    }
+
+    fn lend(&self) -> Buffers {
+        if let Some(buffers) = self.spares.borrow_mut().pop() {
+            return buffers;
+        }
+        let buffers = Buffers::new();
+        self.count_buffers(buffers.bytes(), 0);
+        buffers
+    }
+
+    /// Takes back a set lent with `counted_bytes`: kept spare if there is room (grown parts
+    /// replaced by fresh ones), else freed.
+    fn give_back(self: &Rc<Self>, mut buffers: Buffers, counted_bytes: usize) {
+        let mut spares = self.spares.borrow_mut();
+        if spares.len() >= SPARE_SETS_MAX {
+            drop(spares);
+            drop(buffers);
+            self.count_buffers(0, counted_bytes);
+            self.freed(counted_bytes);
+            return;
+        }
+        if buffers.read.len() != READ_CHUNK_BYTES {
+            buffers.read = vec![0; READ_CHUNK_BYTES];
+        }
+        if buffers.out.capacity() > REPLY_KEPT_BYTES_MAX {
+            buffers.out = Vec::with_capacity(REPLY_INITIAL_BYTES);
+        }
+        buffers.out.clear();
+        if buffers.packets.capacity() > PACKETS_KEPT_MAX {
+            buffers.packets = Vec::new();
+        }
+        buffers.packets.clear();
+        let bytes = buffers.bytes();
+        spares.push(buffers);
+        drop(spares);
+        self.count_buffers(bytes, counted_bytes);
+    }
+
+    fn set_waker(&self, slot: usize, waker: &Waker) {
+        let mut registered = self.registered.borrow_mut();
+        if let Some(entry) = registered.get_mut(slot) {
+            match &entry.waker {
+                Some(known) if known.will_wake(waker) => {}
+                _ => entry.waker = Some(waker.clone()),
+            }
+        }
+    }
+
+    /// Takes a closed connection out of the registry; it freed `freed_bytes` besides its task.
+    fn close(self: &Rc<Self>, slot: usize, freed_bytes: usize) {
+        let closed = self.registered.borrow_mut().remove(slot);
+        self.count_tasks(0, closed.task_bytes);
+        self.publish_open();
+        self.freed(closed.task_bytes + freed_bytes);
+    }
+
+    /// Counts memory freed by closed connections; after a few MiB (many closes, or large
+    /// buffers) the process's free heap memory goes back to the system, a moment later.
+    /// glibc's malloc keeps freed memory otherwise: `free` returns only the top of a heap,
+    /// and not its last 64 MiB (the top pad `heap::grow_in_large_steps` sets).
+    fn freed(self: &Rc<Self>, bytes: usize) {
+        let freed = self.freed_since_trim.get() + bytes;
+        self.freed_since_trim.set(freed);
+        if freed < TRIM_AFTER_FREED_BYTES || self.trim_scheduled.replace(true) {
+            return;
+        }
+        let connections = self.clone();
+        glommio::spawn_local(async move {
+            // Closes come in bursts: let this one end first.
+            glommio::timer::sleep(TRIM_DELAY).await;
+            let freed_bytes = connections.freed_since_trim.replace(0);
+            connections.trim_scheduled.set(false);
+            let started = Instant::now();
+            crate::server::heap::return_free_memory();
+            tracing::debug!(
+                shard = connections.core_id,
+                freed_bytes,
+                elapsed_us = started.elapsed().as_micros() as u64,
+                "free heap memory returned to the system after connections closed"
+            );
+        })
+        .detach();
+    }
+}
+
+/// A set of buffers lent to a connection, with the bytes it was counted at.
+struct Lent {
+    buffers: Buffers,
+    counted_bytes: usize,
+}
+
+/// What waiting for the client brought.
+enum Arrived {
+    Bytes(usize),
+    /// The client closed its side, or the socket failed.
+    End,
+    /// The server is shutting down: read nothing more.
+    Stopping,
+}
 
 pub struct Connection {
     session: Session,
+    connections: Rc<CoreConnections>,
+    slot: usize,
+    /// The buffers, while the connection has bytes to work on.
+    lent: Option<Lent>,
+    /// The bytes of a partial packet, kept while the buffers are given back.
+    partial: Vec<u8>,
+    /// Bytes at the start of the read buffer (or in `partial`) not yet handled.
+    filled: usize,
+    /// The session's own buffers, as last counted (when the connection went idle).
+    session_counted_bytes: usize,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        if let Some(lent) = self.lent.take() {
+            self.connections.give_back(lent.buffers, lent.counted_bytes);
+        }
+        let counted = self.partial.capacity() + self.session_counted_bytes;
+        self.connections.count_buffers(0, counted);
+        self.connections.close(self.slot, counted);
+    }
 }
 
 impl Connection {
-    pub fn new(session: Session) -> Connection {
-        Connection { session }
+    /// Serves the connection until the client closes it, it fails, or the server stops.
+    async fn serve(mut self, mut stream: TcpStream, on_close: impl FnOnce()) {
+        if let Err(error) = self.serve_on(&mut stream).await {
+            tracing::debug!(%error, "connection closed with an error");
+        }
+        // Out of the registry before the socket closes (see `CoreConnections::cut`).
+        drop(self);
+        drop(stream);
+        on_close();
     }
 
-    pub async fn serve(mut self, mut stream: TcpStream) -> std::io::Result<()> {
+    async fn serve_on(&mut self, stream: &mut TcpStream) -> std::io::Result<()> {
         stream.write_all(&self.session.greeting()).await?;
         let max_packet_bytes = self.session.core().shared.config.max_packet_size_bytes as usize;
-        let mut read_buf = vec![0u8; READ_CHUNK_BYTES];
-        let mut filled = 0usize;
-        let mut out = Vec::with_capacity(READ_CHUNK_BYTES);
-        let mut packets: Vec<Range<usize>> = Vec::new();
         loop {
-            let (consumed, after_packets) =
-                find_packets(&mut read_buf, filled, max_packet_bytes, &mut packets);
-            // Each packet's lookup is fetched a few packets before it runs, so the cache
-            // misses of a pipelined run overlap (see `LookupPipeline`).
-            let mut run = self.session.start_run();
-            for (at, range) in packets.iter().enumerate() {
-                self.session.prefetch_before(&mut run, at, |ahead| {
-                    packets.get(ahead).map(|range| &read_buf[range.clone()])
-                });
-                let packet = &read_buf[range.clone()];
-                if let Some(deferred) = self.session.submit_in(&mut run, at, packet, &mut out) {
-                    self.session.run_deferred(packet, deferred, &mut out).await;
-                }
-                if out.len() >= WRITE_FLUSH_BYTES {
-                    self.session.finish(&mut out).await;
-                    stream.write_all(&out).await?;
-                    out.clear();
+            match self.read(stream).await {
+                Ok(Arrived::Bytes(read)) => self.filled += read,
+                Ok(Arrived::End) | Err(_) => return Ok(()),
+                Ok(Arrived::Stopping) => {
+                    self.close_after_delivery(stream, None).await;
+                    return Ok(());
                 }
             }
-            self.session.finish(&mut out).await;
-            match after_packets {
-                AfterPackets::NeedMoreBytes => {}
+            let Connection {
+                session,
+                lent,
+                filled,
+                ..
+            } = &mut *self;
+            let buffers = &mut lent.as_mut().expect("a read fills lent buffers").buffers;
+            let Buffers {
+                read: read_buf,
+                out,
+                packets,
+            } = buffers;
+            let (consumed, after_packets) =
+                find_packets(read_buf, *filled, max_packet_bytes, packets);
+            let mut next = 0;
+            while next < packets.len() {
+                // Submits packets from `next` on without an await, until one must wait (a
+                // deferred request) or the replies are due to be written. The run (a few KiB
+                // of fetch-ahead state) lives only here, never across an await: so it is
+                // not part of the connection's future, which every idle connection keeps.
+                let stopped_at = {
+                    let rest = &packets[next..];
+                    // Each packet's lookup is fetched a few packets before it runs, so the
+                    // cache misses of a pipelined run overlap (see `LookupPipeline`).
+                    let mut run = session.start_run();
+                    let mut stopped_at = None;
+                    for (at, range) in rest.iter().enumerate() {
+                        session.prefetch_before(&mut run, at, |ahead| {
+                            rest.get(ahead).map(|range| &read_buf[range.clone()])
+                        });
+                        let packet = &read_buf[range.clone()];
+                        let deferred = session.submit_in(&mut run, at, packet, out);
+                        if deferred.is_some() || out.len() >= WRITE_FLUSH_BYTES {
+                            stopped_at = Some((next + at, deferred));
+                            break;
+                        }
+                    }
+                    stopped_at
+                };
+                let Some((at, deferred)) = stopped_at else {
+                    break;
+                };
+                if let Some(deferred) = deferred {
+                    let packet = &read_buf[packets[at].clone()];
+                    session.run_deferred(packet, deferred, out).await;
+                }
+                if out.len() >= WRITE_FLUSH_BYTES {
+                    session.finish(out).await;
+                    stream.write_all(out).await?;
+                    out.clear();
+                }
+                next = at + 1;
+            }
+            session.finish(out).await;
+            let packet_end = match after_packets {
+                AfterPackets::NeedMoreBytes { packet_end } => packet_end,
                 AfterPackets::TooLarge { packet_bytes } => {
                     tracing::warn!(
                         packet_len = packet_bytes,
                         max_packet_bytes,
                         "packet over max_packet_size; closing connection"
                     );
-                    stream.write_all(&out).await?;
+                    stream.write_all(out).await?;
+                    out.clear();
+                    self.close_after_delivery(stream, Some(ERROR_LINGER)).await;
                     return Ok(());
                 }
                 AfterPackets::BadFrame(error) => {
-                    reply::encode_protocol_error(&mut out, 0, SCHEMA_VERSION, &error);
-                    stream.write_all(&out).await?;
+                    reply::encode_protocol_error(out, 0, SCHEMA_VERSION, &error);
+                    stream.write_all(out).await?;
+                    out.clear();
                     tracing::info!(%error, "bad frame; closing connection");
+                    self.close_after_delivery(stream, Some(ERROR_LINGER)).await;
                     return Ok(());
                 }
-            }
+            };
             if !out.is_empty() {
-                stream.write_all(&out).await?;
+                stream.write_all(out).await?;
                 out.clear();
             }
-            read_buf.copy_within(consumed..filled, 0);
-            filled -= consumed;
-            if filled == read_buf.len() {
-                read_buf.resize(read_buf.len() * 2, 0);
+            read_buf.copy_within(consumed..*filled, 0);
+            *filled -= consumed;
+            resize_read_buffer(read_buf, *filled, packet_end.map(|end| end - consumed));
+            self.recount();
+        }
+    }
+
+    /// Waits for bytes from the client without holding buffers: the lent set goes back to
+    /// the core while the socket has nothing (the bytes of a partial packet kept aside).
+    fn read<'a>(
+        &'a mut self,
+        stream: &'a mut TcpStream,
+    ) -> impl std::future::Future<Output = std::io::Result<Arrived>> + 'a {
+        std::future::poll_fn(move |cx| self.poll_read(cx, stream))
+    }
+
+    fn poll_read(
+        &mut self,
+        cx: &mut Context<'_>,
+        stream: &mut TcpStream,
+    ) -> Poll<std::io::Result<Arrived>> {
+        if self.connections.stopping() {
+            return Poll::Ready(Ok(Arrived::Stopping));
+        }
+        let filled = self.filled;
+        let lent = self.lent.get_or_insert_with(|| {
+            let mut buffers = self.connections.lend();
+            let counted_bytes = buffers.bytes();
+            if !self.partial.is_empty() {
+                buffers.read[..filled].copy_from_slice(&self.partial);
+                self.connections.count_buffers(0, self.partial.capacity());
+                self.partial = Vec::new();
             }
-            let read = stream.read(&mut read_buf[filled..]).await?;
-            if read == 0 {
-                return Ok(());
+            Lent {
+                buffers,
+                counted_bytes,
             }
-            filled += read;
+        });
+        match Pin::new(&mut *stream).poll_read(cx, &mut lent.buffers.read[filled..]) {
+            Poll::Ready(Ok(0)) => Poll::Ready(Ok(Arrived::End)),
+            Poll::Ready(Ok(read)) => Poll::Ready(Ok(Arrived::Bytes(read))),
+            Poll::Ready(Err(error)) => {
+                tracing::debug!(%error, "connection read failed");
+                Poll::Ready(Ok(Arrived::End))
+            }
+            Poll::Pending => {
+                // Idle until the client sends more: keep the buffers only for a partial
+                // packet too large to set aside cheaply (its bytes have arrived).
+                if filled <= READ_CHUNK_BYTES / 2 {
+                    if let Some(lent) = self.lent.take() {
+                        self.session.shrink_buffers(SESSION_KEPT_BYTES_MAX);
+                        let session_bytes = self.session.buffer_bytes();
+                        self.connections
+                            .count_buffers(session_bytes, self.session_counted_bytes);
+                        self.session_counted_bytes = session_bytes;
+                        self.partial = lent.buffers.read[..filled].to_vec();
+                        self.connections.count_buffers(self.partial.capacity(), 0);
+                        self.connections.give_back(lent.buffers, lent.counted_bytes);
+                    }
+                }
+                self.connections.set_waker(self.slot, cx.waker());
+                Poll::Pending
+            }
+        }
+    }
+
+    /// Brings the lent set's count up to date after a buffer changed size.
+    fn recount(&mut self) {
+        if let Some(lent) = &mut self.lent {
+            let bytes = lent.buffers.bytes();
+            if bytes != lent.counted_bytes {
+                self.connections.count_buffers(bytes, lent.counted_bytes);
+                lent.counted_bytes = bytes;
+            }
+        }
+    }
+
+    /// Ends the connection once the client has every reply byte: sends the end of the
+    /// stream, then waits until the kernel has no unacknowledged byte left (closing with
+    /// unread requests resets the connection, and a reset drops replies not yet
+    /// delivered). Gives up after `linger`, or when the shutdown cuts connections.
+    async fn close_after_delivery(&self, stream: &TcpStream, linger: Option<Duration>) {
+        let _ = stream.shutdown(std::net::Shutdown::Write).await;
+        let started = Instant::now();
+        while unacknowledged_bytes(stream.as_raw_fd()) > 0 {
+            if self.connections.cut.get() || linger.is_some_and(|linger| started.elapsed() > linger)
+            {
+                return;
+            }
+            glommio::timer::sleep(DELIVERY_POLL).await;
         }
     }
 }
 
+/// Bytes written to the socket that the peer has not acknowledged yet (0 if unknown).
+fn unacknowledged_bytes(socket: RawFd) -> usize {
+    let mut bytes: libc::c_int = 0;
+    // SAFETY: TIOCOUTQ (SIOCOUTQ for sockets) writes one int through the pointer.
+    let result = unsafe { libc::ioctl(socket, libc::TIOCOUTQ, &mut bytes) };
+    if result < 0 {
+        return 0;
+    }
+    bytes.max(0) as usize
+}
+
+/// After the complete packets are handled and the rest moved to the start: grows the read
+/// buffer when it is full and the next packet (ending at `packet_end`, when its prefix was
+/// read) needs more room, by at most the bytes that arrived (so memory follows what the
+/// client sent, not what it announced); shrinks it back to a chunk once a large packet is
+/// done.
+fn resize_read_buffer(read_buf: &mut Vec<u8>, filled: usize, packet_end: Option<usize>) {
+    if filled == read_buf.len() {
+        let wanted = packet_end.unwrap_or(read_buf.len() + 1);
+        let grown = (read_buf.len() * 2).min(wanted).max(read_buf.len() + 1);
+        read_buf.resize(grown, 0);
+    } else if read_buf.len() > READ_CHUNK_BYTES && filled <= READ_CHUNK_BYTES / 2 {
+        let mut chunk = vec![0; READ_CHUNK_BYTES];
+        chunk[..filled].copy_from_slice(&read_buf[..filled]);
+        *read_buf = chunk;
+    }
+}
+
 /// What follows the complete packets at the start of the read buffer.
+#[derive(Debug, PartialEq)]
 enum AfterPackets {
-    /// Part of a packet, or nothing: read more.
-    NeedMoreBytes,
+    /// Part of a packet, or nothing: read more. `packet_end` is where the next packet ends
+    /// (from the start of the buffer), once its size prefix is in.
+    NeedMoreBytes { packet_end: Option<usize> },
     /// A size prefix over `max_packet_size`: the connection closes.
     TooLarge { packet_bytes: usize },
     /// A size prefix that does not parse: the connection closes with this error.
@@ -105,9 +647,9 @@ enum AfterPackets {
 
 /// Puts the byte range of every complete packet in `read_buf[..filled]` into `packets`, in
 /// order, and returns how many bytes they take with their size prefixes and what comes
-/// after them. Grows the buffer when the next packet will not fit in it.
+/// after them. Allocates nothing for a packet announced but not arrived.
 fn find_packets(
-    read_buf: &mut Vec<u8>,
+    read_buf: &[u8],
     filled: usize,
     max_packet_bytes: usize,
     packets: &mut Vec<Range<usize>>,
@@ -116,7 +658,7 @@ fn find_packets(
     let mut consumed = 0usize;
     loop {
         let after = match parse_frame_len(&read_buf[consumed..filled]) {
-            FrameLen::Incomplete => AfterPackets::NeedMoreBytes,
+            FrameLen::Incomplete => AfterPackets::NeedMoreBytes { packet_end: None },
             FrameLen::Complete {
                 prefix_len,
                 packet_len,
@@ -127,10 +669,9 @@ fn find_packets(
                     consumed = start + packet_len;
                     continue;
                 }
-                if read_buf.len() < prefix_len + packet_len {
-                    read_buf.resize(prefix_len + packet_len, 0);
+                AfterPackets::NeedMoreBytes {
+                    packet_end: Some(consumed + prefix_len + packet_len),
                 }
-                AfterPackets::NeedMoreBytes
             }
             FrameLen::Complete { packet_len, .. } => AfterPackets::TooLarge {
                 packet_bytes: packet_len,
@@ -142,5 +683,65 @@ fn find_packets(
             ),
         };
         return (consumed, after);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_announced_packet_allocates_nothing_before_its_bytes_arrive() {
+        let mut read_buf = vec![0u8; READ_CHUNK_BYTES];
+        // A 16 MiB packet announced in five bytes.
+        read_buf[..5].copy_from_slice(&[0xce, 0x01, 0x00, 0x00, 0x00]);
+        let mut packets = Vec::new();
+        let (consumed, after) = find_packets(&read_buf, 5, 16 << 20, &mut packets);
+        assert_eq!((consumed, packets.len()), (0, 0));
+        assert_eq!(
+            after,
+            AfterPackets::NeedMoreBytes {
+                packet_end: Some(5 + (16 << 20))
+            }
+        );
+        resize_read_buffer(&mut read_buf, 5, Some(5 + (16 << 20)));
+        assert_eq!(read_buf.len(), READ_CHUNK_BYTES);
+    }
+
+    #[test]
+    fn the_read_buffer_grows_with_the_bytes_that_arrived_and_shrinks_after() {
+        let packet_end = 5 + 1_000_000;
+        let mut read_buf = vec![0u8; READ_CHUNK_BYTES];
+        let mut filled = READ_CHUNK_BYTES;
+        let mut lengths = Vec::new();
+        while filled < packet_end {
+            resize_read_buffer(&mut read_buf, filled, Some(packet_end));
+            assert!(
+                read_buf.len() <= 2 * filled,
+                "{} for {filled}",
+                read_buf.len()
+            );
+            lengths.push(read_buf.len());
+            filled = read_buf.len();
+        }
+        assert_eq!(
+            lengths,
+            [131_072, 262_144, 524_288, packet_end],
+            "doubling, capped at the packet's end"
+        );
+        // The packet is handled; 10 bytes of the next one remain.
+        resize_read_buffer(&mut read_buf, 10, None);
+        assert_eq!(read_buf.len(), READ_CHUNK_BYTES);
+    }
+
+    #[test]
+    fn a_full_buffer_of_small_packets_keeps_its_size() {
+        let mut read_buf = vec![0u8; READ_CHUNK_BYTES];
+        resize_read_buffer(&mut read_buf, 100, None);
+        assert_eq!(read_buf.len(), READ_CHUNK_BYTES);
+        // A partial prefix filling the buffer cannot happen (prefixes are 9 bytes at most),
+        // but a full buffer always grows.
+        resize_read_buffer(&mut read_buf, READ_CHUNK_BYTES, None);
+        assert!(read_buf.len() > READ_CHUNK_BYTES);
     }
 }

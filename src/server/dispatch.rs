@@ -298,6 +298,29 @@ impl Session {
         self.pending.len()
     }
 
+    /// Bytes the session's own buffers hold (they grow with the deepest pipeline seen).
+    pub fn buffer_bytes(&self) -> usize {
+        self.pending.capacity() * std::mem::size_of::<Pending>()
+            + self.unacknowledged.capacity() * std::mem::size_of::<Unacknowledged>()
+            + self.inbox.capacity_bytes()
+    }
+
+    /// Shrinks each buffer that grew past `kept_bytes` back to that, between runs (after
+    /// [`Session::finish`]): the connection calls it when its client goes quiet, so an idle
+    /// session does not keep what its deepest pipeline needed. (Below `kept_bytes` nothing
+    /// changes, so a steady pipeline does not free and regrow its buffers on every pause.)
+    pub fn shrink_buffers(&mut self, kept_bytes: usize) {
+        if self.pending.is_empty() {
+            self.pending
+                .shrink_to(kept_bytes / std::mem::size_of::<Pending>());
+        }
+        if self.unacknowledged.is_empty() {
+            self.unacknowledged
+                .shrink_to(kept_bytes / std::mem::size_of::<Unacknowledged>());
+        }
+        self.inbox.shrink(kept_bytes);
+    }
+
     fn authenticate(
         &mut self,
         auth: &crate::protocol::request::Auth<'_>,
@@ -653,10 +676,11 @@ impl Session {
         crud::encode_reply(out, sync, SCHEMA_VERSION, &reply);
     }
 
-    /// `box.info` as connection pools read it: `ro` false, `status` "running".
+    /// `box.info` as connection pools read it: `ro` false, `status` "running"; and tarn's
+    /// own `net`: client connections open and the memory they hold (see `NetStats`).
     fn box_info(&self, sync: u64, out: &mut Vec<u8>) {
         let mark = reply::begin_data_reply(out, sync, SCHEMA_VERSION, 1);
-        out.push(0x87);
+        out.push(0x88);
         write_str(out, b"id");
         write_uint(out, 1);
         write_str(out, b"uuid");
@@ -671,6 +695,13 @@ impl Session {
         write_uint(out, std::process::id() as u64);
         write_str(out, b"lsn");
         write_uint(out, 0);
+        let net = &self.core.shared.net;
+        write_str(out, b"net");
+        out.push(0x82);
+        write_str(out, b"connections");
+        write_uint(out, net.connections() as u64);
+        write_str(out, b"memory");
+        write_uint(out, net.memory_bytes() as u64);
         reply::finish_packet(out, mark);
     }
 

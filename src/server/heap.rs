@@ -73,3 +73,16 @@ pub fn restart_with_huge_pages() {
 pub fn huge_pages_requested() -> bool {
     std::env::var(TUNABLES_VAR).is_ok_and(|tunables| tunables.contains("glibc.malloc.hugetlb=1"))
 }
+
+/// Returns the heap's free memory to the system. glibc's `free` gives back only the top of
+/// a heap, and keeps the top pad ([`grow_in_large_steps`]) even there; memory freed in the
+/// middle (thousands of closed connections, say) stays resident until `malloc_trim`, which
+/// releases the free pages of every arena. It walks the free chunks of each arena, holding
+/// the arena's lock meanwhile, so it is for after a burst of frees, not for every free.
+pub fn return_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: malloc_trim only releases free pages of the allocator's own heaps.
+        unsafe { libc::malloc_trim(0) };
+    }
+}

@@ -95,6 +95,25 @@ impl Inbox {
         state.bytes.clear();
         state.spans.clear();
     }
+
+    /// Bytes the buffers hold (their capacity).
+    pub fn capacity_bytes(&self) -> usize {
+        let state = self.state.borrow();
+        state.bytes.capacity() + state.spans.capacity() * std::mem::size_of::<Span>()
+    }
+
+    /// Shrinks each buffer that grew past `kept_bytes` (a deep pipeline's replies) back to
+    /// that, when no reply is expected.
+    pub fn shrink(&self, kept_bytes: usize) {
+        let mut state = self.state.borrow_mut();
+        if state.outstanding != 0 || !state.spans.is_empty() {
+            return;
+        }
+        state.bytes.shrink_to(kept_bytes);
+        state
+            .spans
+            .shrink_to(kept_bytes / std::mem::size_of::<Span>());
+    }
 }
 
 pub struct Replies<'a> {

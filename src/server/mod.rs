@@ -1,12 +1,20 @@
-//! The server: one glommio executor per core, each with its shard, its listener on the
-//! shared port, and the channel mesh to the others.
+//! The server: one glommio executor per core, each with its shard, accepting on the one
+//! listening socket, and the channel mesh to the others.
 //!
-//! Connections are balanced over the cores: the kernel spreads accepts over the listeners
-//! (SO_REUSEPORT) by a hash of the client's address, which splits 16 connections over two
-//! cores 8 to 8 one time in five, and 11 to 5 or worse one time in five too; a core serving
-//! more connections than its share is the server's bottleneck under load. So the accepting
-//! core serves a connection only if no other core serves fewer; else it hands the socket to
-//! the core serving the fewest (Seastar's "connection distribution").
+//! One socket, bound once without SO_REUSEPORT, so no other process can join the port: a
+//! second server on it fails at start with "address in use". It is bound before recovery
+//! (to fail early) and listens once every shard has recovered; each core accepts on its own
+//! duplicate of it. Connections are balanced over the cores: whichever core the kernel wakes
+//! for an accept serves the connection only if no other core serves fewer; else it hands the
+//! socket to the core serving the fewest (Seastar's "connection distribution"). (Left to the
+//! kernel, SO_REUSEPORT's hash of the client's address split 16 connections over two cores
+//! 8 to 8 only one time in five, and a core serving more than its share is the bottleneck.)
+//!
+//! Shutdown (SIGINT, SIGTERM): every core stops accepting and tells its connections to stop
+//! reading ([`connection::CoreConnections::stop_reading`]); each finishes the requests it has
+//! read, their WAL writes and hops to other cores included, answers them and closes. Shards
+//! keep serving each other until every connection on every core has closed, then close
+//! their WALs. A connection that has not finished [`SHUTDOWN_GRACE`] after the signal is cut.
 //!
 //! Owns executors, listeners, connections, routing, fan-out and merge, sessions and the
 //! system spaces. It knows nothing of file formats.
@@ -69,12 +77,21 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 /// The Tarantool version tarn answers as: the 2.11 line, whose clients send IPROTO_ID.
 pub const ADVERTISED_VERSION: &str = "2.11.1";
+
+/// How long after SIGINT/SIGTERM connections may take to finish the requests they have
+/// read; those still open then are cut.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// After the cut, how long the shutdown waits for the cut connections' tasks to end before
+/// it closes the WALs anyway.
+const SHUTDOWN_CUT_WAIT: Duration = Duration::from_secs(2);
+/// Pending connections the kernel queues for accept.
+const LISTEN_BACKLOG: i32 = 1024;
 
 /// What every core reads and nobody writes after start-up.
 pub struct Shared {
@@ -88,6 +105,8 @@ pub struct Shared {
     pub snapshot_requested: AtomicU64,
     pub snapshot_done: Vec<AtomicU64>,
     pub snapshot_failure: Mutex<Option<String>>,
+    /// What client connections hold, per core.
+    pub net: connection::NetStats,
 }
 
 impl Shared {
@@ -100,19 +119,34 @@ impl Shared {
             snapshot_requested: AtomicU64::new(0),
             snapshot_done: (0..shard_count).map(|_| AtomicU64::new(0)).collect(),
             snapshot_failure: Mutex::new(None),
+            net: connection::NetStats::new(shard_count),
         }
     }
 }
 
-/// What the listening cores share: the connection count, the stop flag, and the address
-/// core 0 bound (port 0 resolved) for the other cores to bind as well.
+/// What the accepting cores share: the socket, the connection counts, the stop flag.
 struct Listening {
+    /// Bound at start-up; taken (and closed) once every core has its duplicate.
+    socket: Mutex<Option<socket2::Socket>>,
+    address: SocketAddr,
+    /// [`LISTEN_PENDING`], [`LISTEN_STARTED`] or [`LISTEN_FAILED`]: core 0 starts listening
+    /// once every shard has recovered; the other cores wait for it.
+    listen_state: AtomicU8,
+    duplicates_taken: AtomicUsize,
     connections: AtomicUsize,
     /// Per core, the connections it serves or is being handed.
     served_by_core: Vec<AtomicUsize>,
     shutdown: Arc<AtomicBool>,
-    bound: (Mutex<Option<SocketAddr>>, Condvar),
+    /// When the first core saw the stop flag, and how many have stopped accepting since.
+    shutdown_started: OnceLock<Instant>,
+    stopped_accepting: AtomicUsize,
+    /// Connections cut at the end of the grace period.
+    cut: AtomicUsize,
 }
+
+const LISTEN_PENDING: u8 = 0;
+const LISTEN_STARTED: u8 = 1;
+const LISTEN_FAILED: u8 = 2;
 
 impl Listening {
     /// The core that should serve a connection `accepting` just accepted: the one serving the
@@ -131,7 +165,8 @@ impl Listening {
 
     fn connection_closed(&self, core: usize) {
         self.served_by_core[core].fetch_sub(1, Ordering::Relaxed);
-        self.connections.fetch_sub(1, Ordering::Relaxed);
+        // Release: the shutdown reads the count (Acquire) before it closes the WALs.
+        self.connections.fetch_sub(1, Ordering::Release);
     }
 }
 
@@ -139,6 +174,11 @@ impl Listening {
 pub enum ServerError {
     #[error("cannot start executors: {0}")]
     Executors(String),
+    #[error(
+        "cannot listen on {address}: address in use (another process listens on it; stop it \
+         or change `listen`)"
+    )]
+    AddressInUse { address: SocketAddr },
     #[error("cannot listen on {address}: {source}")]
     Listen {
         address: SocketAddr,
@@ -363,30 +403,178 @@ pub fn run(config: Config) -> Result<(), ServerError> {
         spaces = config.spaces.len(),
         "schema checked"
     );
+    raise_open_files_limit(config.max_connections as u64, shard_count);
+    // Before recovery, which may take long: a port in use fails the start at once.
+    let socket = bind_listener(config.listen)?;
+    let address = socket
+        .local_addr()
+        .ok()
+        .and_then(|address| address.as_socket())
+        .unwrap_or(config.listen);
     let listening = Arc::new(Listening {
+        socket: Mutex::new(Some(socket)),
+        address,
+        listen_state: AtomicU8::new(LISTEN_PENDING),
+        duplicates_taken: AtomicUsize::new(0),
         connections: AtomicUsize::new(0),
         served_by_core: (0..shard_count).map(|_| AtomicUsize::new(0)).collect(),
         shutdown,
-        bound: (Mutex::new(None), Condvar::new()),
+        shutdown_started: OnceLock::new(),
+        stopped_accepting: AtomicUsize::new(0),
+        cut: AtomicUsize::new(0),
     });
-    let results = start_cores(config, shard_count, move |core| {
-        serve_clients(core, listening.clone())
+    let results = start_cores(config, shard_count, {
+        let listening = listening.clone();
+        move |core| serve_clients(core, listening.clone())
     })?;
     match results.into_iter().find_map(Result::err) {
         Some(error) => Err(error),
         None => {
-            tracing::info!("tarn stopped");
+            let elapsed_ms = listening
+                .shutdown_started
+                .get()
+                .map_or(0, |started| started.elapsed().as_millis() as u64);
+            tracing::info!(
+                elapsed_ms,
+                cut = listening.cut.load(Ordering::Relaxed),
+                "shutdown finished: connections closed, WALs closed; tarn stopped"
+            );
             Ok(())
         }
     }
 }
 
+/// Raises the soft limit on open descriptors to the hard limit (each connection is one), and
+/// says when `max_connections` cannot be reached even so.
+fn raise_open_files_limit(max_connections: u64, shard_count: usize) {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit read and write the struct given, nothing else.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        let error = std::io::Error::last_os_error();
+        tracing::warn!(%error, "cannot read the open files limit");
+        return;
+    }
+    let soft_before = limit.rlim_cur;
+    if limit.rlim_cur < limit.rlim_max {
+        limit.rlim_cur = limit.rlim_max;
+        // SAFETY: as above.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) } != 0 {
+            let error = std::io::Error::last_os_error();
+            tracing::warn!(%error, soft = soft_before, "cannot raise the open files limit");
+            limit.rlim_cur = soft_before;
+        }
+    }
+    tracing::info!(
+        soft = limit.rlim_cur,
+        soft_at_start = soft_before,
+        hard = limit.rlim_max,
+        "open files limit (RLIMIT_NOFILE)"
+    );
+    // The shards' rings, event descriptors, WAL and snapshot files need some too.
+    let reserved = 64 + 16 * shard_count as u64;
+    if max_connections + reserved > limit.rlim_cur {
+        tracing::warn!(
+            max_connections,
+            open_files_limit = limit.rlim_cur,
+            "max_connections exceeds what the open files limit allows (about {}); accepts \
+             beyond it fail: raise the hard limit (ulimit -Hn, LimitNOFILE=) or lower \
+             max_connections",
+            limit.rlim_cur.saturating_sub(reserved)
+        );
+    }
+}
+
+/// Binds the listening socket without SO_REUSEPORT, so no other socket can bind the same
+/// address while it is open (SO_REUSEADDR, as std sets it, only lets a restart bind while
+/// connections of the previous run linger in TIME_WAIT). Non-blocking because glommio
+/// flips the flag around each accept, and every core's duplicate shares it.
+fn bind_listener(address: SocketAddr) -> Result<socket2::Socket, ServerError> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let failed = |source: std::io::Error| match source.kind() {
+        std::io::ErrorKind::AddrInUse => ServerError::AddressInUse { address },
+        _ => ServerError::Listen { address, source },
+    };
+    let socket = Socket::new(
+        Domain::for_address(address),
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )
+    .map_err(failed)?;
+    socket.set_reuse_address(true).map_err(failed)?;
+    socket.set_nonblocking(true).map_err(failed)?;
+    socket.bind(&address.into()).map_err(failed)?;
+    Ok(socket)
+}
+
+/// This core's listener: a duplicate of the shared socket. Core 0 starts listening first
+/// (every shard has recovered by now); the others wait for it.
+async fn listener_for_core(
+    listening: &Listening,
+    id: usize,
+    shard_count: usize,
+) -> Result<TcpListener, ServerError> {
+    let address = listening.address;
+    let duplicate = {
+        let socket = listening
+            .socket
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let Some(socket) = socket.as_ref() else {
+            return Err(ServerError::PeerFailed);
+        };
+        if id == 0 {
+            let listened = socket.listen(LISTEN_BACKLOG).map_err(|source| {
+                listening
+                    .listen_state
+                    .store(LISTEN_FAILED, Ordering::Release);
+                match source.kind() {
+                    std::io::ErrorKind::AddrInUse => ServerError::AddressInUse { address },
+                    _ => ServerError::Listen { address, source },
+                }
+            });
+            listened?;
+            listening
+                .listen_state
+                .store(LISTEN_STARTED, Ordering::Release);
+            tracing::info!("listening on {address}");
+        }
+        socket
+            .try_clone()
+            .map_err(|source| ServerError::Listen { address, source })?
+    };
+    loop {
+        match listening.listen_state.load(Ordering::Acquire) {
+            LISTEN_STARTED => break,
+            LISTEN_FAILED => return Err(ServerError::PeerFailed),
+            _ => glommio::timer::sleep(Duration::from_millis(1)).await,
+        }
+    }
+    // The last core to take its duplicate closes the original, so the socket closes (and
+    // refuses connections) as soon as every core has stopped accepting.
+    if listening.duplicates_taken.fetch_add(1, Ordering::AcqRel) + 1 == shard_count {
+        drop(
+            listening
+                .socket
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .take(),
+        );
+    }
+    // SAFETY: a listening TCP socket's descriptor, owned by nothing else from here on.
+    Ok(unsafe { TcpListener::from_raw_fd(duplicate.into_raw_fd()) })
+}
+
 /// One core's accept loop, until the stop flag is raised: serves the connections it accepts
-/// and those handed over to it, and hands over those another core should serve.
+/// and those handed over to it, and hands over those another core should serve. Then the
+/// shutdown: see the module doc.
 async fn serve_clients(core: Rc<core::Core>, listening: Arc<Listening>) -> Result<(), ServerError> {
     let id = core.id();
     let shared = core.shared.clone();
-    let listener = bind(&listening, &shared.config, id)?;
+    let listener = listener_for_core(&listening, id, core.shard_count).await?;
+    let connections = connection::CoreConnections::new(id, shared.clone());
     let mut shutdown_watch = Some(glommio::spawn_local({
         let listening = listening.clone();
         async move {
@@ -400,12 +588,13 @@ async fn serve_clients(core: Rc<core::Core>, listening: Arc<Listening>) -> Resul
     // the connections the kernel gave them.
     let handed_over_loop = glommio::spawn_local({
         let (core, listening, served) = (core.clone(), listening.clone(), served.clone());
+        let connections = connections.clone();
         async move {
             loop {
                 let socket = core.next_handed_over().await;
                 // SAFETY: the socket is a connected TCP stream, owned by nobody else now.
                 let stream = unsafe { glommio::net::TcpStream::from_raw_fd(socket.into_raw_fd()) };
-                serve_connection(&core, &listening, stream);
+                serve_connection(&core, &connections, &listening, stream);
                 served.set(served.get() + 1);
             }
         }
@@ -441,7 +630,7 @@ async fn serve_clients(core: Rc<core::Core>, listening: Arc<Listening>) -> Resul
         let _ = stream.set_nodelay(true);
         let target = listening.place_connection(id);
         if target == id {
-            serve_connection(&core, &listening, stream);
+            serve_connection(&core, &connections, &listening, stream);
             served.set(served.get() + 1);
             continue;
         }
@@ -461,10 +650,41 @@ async fn serve_clients(core: Rc<core::Core>, listening: Arc<Listening>) -> Resul
             }
         }
     }
-    handed_over_loop.cancel().await;
+    drop(listener);
+    let started = *listening.shutdown_started.get_or_init(Instant::now);
+    listening.stopped_accepting.fetch_add(1, Ordering::AcqRel);
     if id == 0 {
-        tracing::info!("shutting down on signal");
+        tracing::info!(
+            connections = listening.connections.load(Ordering::Relaxed),
+            connection_memory_bytes = shared.net.memory_bytes(),
+            grace_s = SHUTDOWN_GRACE.as_secs(),
+            "shutting down on signal: accepting no more; open connections finish the \
+             requests they have read"
+        );
     }
+    connections.stop_reading();
+    // Done once no core accepts any more and every connection has closed: a connection
+    // another core accepts or hands over still sends its requests here. (One handed over
+    // now is still served: it closes at once, and only then counts as closed.)
+    let all_closed = || {
+        listening.stopped_accepting.load(Ordering::Acquire) == core.shard_count
+            && listening.connections.load(Ordering::Acquire) == 0
+    };
+    wait_until(&all_closed, started + SHUTDOWN_GRACE).await;
+    if !all_closed() {
+        let cut = connections.cut();
+        listening.cut.fetch_add(cut, Ordering::Relaxed);
+        if cut > 0 {
+            tracing::warn!(
+                shard = id,
+                cut,
+                grace_s = SHUTDOWN_GRACE.as_secs(),
+                "connections still busy after the grace period were cut"
+            );
+        }
+        wait_until(&all_closed, Instant::now() + SHUTDOWN_CUT_WAIT).await;
+    }
+    handed_over_loop.cancel().await;
     if core.shard_count > 1 {
         let mesh = core.stats();
         tracing::info!(
@@ -477,6 +697,7 @@ async fn serve_clients(core: Rc<core::Core>, listening: Arc<Listening>) -> Resul
             "traffic to other shards"
         );
     }
+    // Every connection on every core is done: no request is left for this shard's WAL.
     let wal = core.shard.borrow().wal.clone();
     if let Some(wal) = wal {
         if let Err(error) = wal.close().await {
@@ -486,52 +707,23 @@ async fn serve_clients(core: Rc<core::Core>, listening: Arc<Listening>) -> Resul
     Ok(())
 }
 
+/// Waits until `done()` or `deadline`, looking every millisecond.
+async fn wait_until(done: &impl Fn() -> bool, deadline: Instant) {
+    while !done() && Instant::now() < deadline {
+        glommio::timer::sleep(Duration::from_millis(1)).await;
+    }
+}
+
 /// Serves one client connection on this core, in a task of its own.
 fn serve_connection(
     core: &Rc<core::Core>,
+    connections: &Rc<connection::CoreConnections>,
     listening: &Arc<Listening>,
     stream: glommio::net::TcpStream,
 ) {
-    let connection = connection::Connection::new(dispatch::Session::new(core.clone()));
     let (listening, id) = (listening.clone(), core.id());
-    glommio::spawn_local(async move {
-        if let Err(error) = connection.serve(stream).await {
-            tracing::debug!(%error, "connection closed with an error");
-        }
-        listening.connection_closed(id);
-    })
-    .detach();
-}
-
-/// Core 0 binds the configured address; the others wait for the port it got and bind the
-/// same one, so `listen = "127.0.0.1:0"` works with any number of cores.
-fn bind(listening: &Listening, config: &Config, id: usize) -> Result<TcpListener, ServerError> {
-    let (lock, ready) = &listening.bound;
-    let address = if id == 0 {
-        config.listen
-    } else {
-        let mut bound = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        while bound.is_none() {
-            bound = ready
-                .wait(bound)
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
-        }
-        bound.expect("checked above")
-    };
-    let listener = TcpListener::bind(address).map_err(|error| ServerError::Listen {
-        address,
-        source: std::io::Error::other(error.to_string()),
-    })?;
-    if id == 0 {
-        let local = listener.local_addr().map_err(|error| ServerError::Listen {
-            address,
-            source: std::io::Error::other(error.to_string()),
-        })?;
-        *lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(local);
-        ready.notify_all();
-        tracing::info!("listening on {local}");
-    }
-    Ok(listener)
+    let session = dispatch::Session::new(core.clone());
+    connections.spawn(session, stream, move || listening.connection_closed(id));
 }
 
 #[cfg(test)]
@@ -540,13 +732,19 @@ mod tests {
 
     fn listening(served_by_core: &[usize]) -> Listening {
         Listening {
+            socket: Mutex::new(None),
+            address: "127.0.0.1:0".parse().unwrap(),
+            listen_state: AtomicU8::new(LISTEN_PENDING),
+            duplicates_taken: AtomicUsize::new(0),
             connections: AtomicUsize::new(served_by_core.iter().sum()),
             served_by_core: served_by_core
                 .iter()
                 .map(|&n| AtomicUsize::new(n))
                 .collect(),
             shutdown: Arc::default(),
-            bound: (Mutex::new(None), Condvar::new()),
+            shutdown_started: OnceLock::new(),
+            stopped_accepting: AtomicUsize::new(0),
+            cut: AtomicUsize::new(0),
         }
     }
 

@@ -167,9 +167,14 @@ impl Server {
     }
 
     /// [`Server::stop`], and everything tarn logged.
-    pub fn stop_with_log(mut self) -> (Option<i32>, String) {
+    pub fn stop_with_log(self) -> (Option<i32>, String) {
+        self.stop_with_log_within(Duration::from_secs(10))
+    }
+
+    /// [`Server::stop_with_log`], waiting up to `timeout` for the exit.
+    pub fn stop_with_log_within(mut self, timeout: Duration) -> (Option<i32>, String) {
         let (log, reader) = (self.log.clone(), self.log_reader.take());
-        let status = self.stop();
+        let status = self.stop_within(timeout);
         // Once tarn has exited its stderr ends, and so does the thread reading it.
         if let (Some(_), Some(reader)) = (status, reader) {
             let _ = reader.join();
@@ -179,9 +184,14 @@ impl Server {
     }
 
     /// Sends SIGTERM and waits for a clean exit; returns the exit status code.
-    pub fn stop(mut self) -> Option<i32> {
+    pub fn stop(self) -> Option<i32> {
+        self.stop_within(Duration::from_secs(10))
+    }
+
+    /// [`Server::stop`], waiting up to `timeout` for the exit.
+    pub fn stop_within(mut self, timeout: Duration) -> Option<i32> {
         unsafe_kill(self.child.id(), "TERM");
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return status.code();
@@ -266,6 +276,11 @@ impl Client {
             buf: Vec::new(),
         };
         (client, salt)
+    }
+
+    /// The socket, e.g. to clone it for a sending thread.
+    pub fn stream(&self) -> &TcpStream {
+        &self.stream
     }
 
     pub fn send(&mut self, bytes: &[u8]) {
