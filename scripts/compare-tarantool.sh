@@ -9,8 +9,8 @@
 #   CLIENT_SMP   client executor threads (default: one per core, as perf-simple-query's own
 #                --smp; never more than a load's connections; the same for both servers)
 #   SHARDS       tarn --shards (default 0 = one per core)
-#   WAL_MODE     none | write | fsync, for both servers (default none: the tables in README.md
-#                until 2026-12 were measured so; tarn's own default is write, like Tarantool's)
+#   WAL_MODE     none | write | fsync, for both servers (default write, both servers' own
+#                default; README.md's tables say which mode each was measured in)
 #   TARN_FLAGS   more tarn flags, e.g. "--idle-poll-us 0" (default none)
 #   TARANTOOL_PORT  port of the reference Tarantool (default 3311)
 #   TARANTOOL_NET_MSG_MAX  Tarantool's net_msg_max (default here 4096; Tarantool's own is
@@ -33,7 +33,7 @@ duration=${DURATION:-10}
 partitions=${PARTITIONS:-1000000}
 client_smp=${CLIENT_SMP:-$(nproc)}
 shards=${SHARDS:-0}
-wal_mode=${WAL_MODE:-none}
+wal_mode=${WAL_MODE:-write}
 case $wal_mode in
     none | write | fsync) ;;
     *) echo "WAL_MODE must be none, write or fsync, not '$wal_mode'" >&2; exit 2 ;;
