@@ -11,8 +11,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use tarn::protocol::client::{self, decode_reply};
-use tarn::protocol::request::Select;
-use tarn::storage::msgpack::{self, Value};
 
 const SHIPPED: &str = include_str!("../conf/tarn.toml");
 
@@ -37,61 +35,8 @@ fn write(server: &Server, ids: std::ops::RangeInclusive<u64>) {
     }
 }
 
-/// Every `kv` tuple, as (id, value) in key order.
-fn rows(server: &Server) -> Vec<(u64, String)> {
-    let mut client = Client::connect(server);
-    let mut request = Vec::new();
-    let select = Select {
-        space_id: 512,
-        index_id: 0,
-        limit: u32::MAX,
-        offset: 0,
-        iterator: 2,
-        key: &[0x90],
-        fetch_position: false,
-        after_position: None,
-        after_tuple: None,
-    };
-    client::encode_select(&mut request, 1, &select);
-    client.send(&request);
-    let packet = client.read_packet().expect("reply");
-    let reply = decode_reply(&packet).unwrap();
-    let mut data = reply.data().expect("data");
-    let Ok(Value::Array(count)) = msgpack::read_value(&mut data) else {
-        panic!("rows are an array");
-    };
-    (0..count)
-        .map(|_| {
-            let tuple = msgpack::take_value(&mut data).unwrap();
-            let mut fields = &tuple[1..];
-            let Ok(Value::Uint(id)) = msgpack::read_value(&mut fields) else {
-                panic!("id");
-            };
-            let _bucket_id = msgpack::read_value(&mut fields).unwrap();
-            let Ok(Value::Str(text)) = msgpack::read_value(&mut fields) else {
-                panic!("value");
-            };
-            (id, String::from_utf8(text.to_vec()).unwrap())
-        })
-        .collect()
-}
-
 fn expected(ids: std::ops::RangeInclusive<u64>) -> Vec<(u64, String)> {
     ids.map(|id| (id, value(id))).collect()
-}
-
-/// `box.snapshot()`: its error message, if it failed.
-fn snapshot(server: &Server) -> Result<(), String> {
-    let mut client = Client::connect(server);
-    let mut call = Vec::new();
-    client::encode_call(&mut call, 7, "box.snapshot", &[0x90]);
-    client.send(&call);
-    let packet = client.read_packet().expect("snapshot reply");
-    let reply = decode_reply(&packet).unwrap();
-    match reply.is_error() {
-        false => Ok(()),
-        true => Err(format!("{:?}", reply.error_message())),
-    }
 }
 
 /// Every file and directory under `dir`, with the bytes of each file.
@@ -198,7 +143,7 @@ fn the_shipped_config_keeps_acknowledged_rows_through_a_crash() {
     let log = server.log_so_far();
     server.kill9();
     let server = Server::start_in(dir.path(), 2, "", &[]);
-    assert_eq!(rows(&server), expected(1..=100));
+    assert_eq!(common::kv_values(server.addr), expected(1..=100));
     assert!(log.contains("wal_mode=write"), "{log}");
 }
 
@@ -219,7 +164,7 @@ fn a_relative_data_dir_works(wal_mode: &str) {
     let log = server.log_so_far();
     let data_dir = work_path.join("data");
     write(&server, 1..=100);
-    snapshot(&server).expect("box.snapshot");
+    common::snapshot(server.addr).expect("box.snapshot");
     write(&server, 101..=150);
     server.kill9();
     let snapshots = (0..2)
@@ -232,9 +177,9 @@ fn a_relative_data_dir_works(wal_mode: &str) {
     );
 
     let server = start();
-    assert_eq!(rows(&server), expected(1..=150));
+    assert_eq!(common::kv_values(server.addr), expected(1..=150));
     write(&server, 151..=160);
-    snapshot(&server).expect("box.snapshot after recovery");
+    common::snapshot(server.addr).expect("box.snapshot after recovery");
     assert_eq!(server.stop(), Some(0));
 
     let config = work_path.join("tarn.toml");
@@ -289,7 +234,7 @@ fn a_second_server_on_the_same_data_dir_is_refused_and_touches_nothing() {
 
     // The first one goes on as if nothing happened.
     write(&first, 11..=20);
-    assert_eq!(rows(&first), expected(1..=20));
+    assert_eq!(common::kv_values(first.addr), expected(1..=20));
     assert_eq!(first.stop(), Some(0));
 }
 
@@ -307,7 +252,7 @@ fn a_lock_file_left_by_a_killed_server_does_not_block_a_start() {
         "the lock file stays behind with the dead server's pid"
     );
     let server = Server::start_in(dir.path(), 1, "", &[]);
-    assert_eq!(rows(&server), expected(1..=10));
+    assert_eq!(common::kv_values(server.addr), expected(1..=10));
     assert_eq!(
         std::fs::read_to_string(&lock_file).unwrap(),
         format!("{}\n", server.pid())
@@ -320,14 +265,14 @@ fn a_lost_schema_record_is_rebuilt_from_the_data_files() {
     let schema_file = dir.path().join("data/schema.bin");
     let server = Server::start_in(dir.path(), 2, "", &["--wal-mode", "write"]);
     write(&server, 1..=200);
-    snapshot(&server).expect("box.snapshot");
+    common::snapshot(server.addr).expect("box.snapshot");
     write(&server, 201..=300);
     assert_eq!(server.stop(), Some(0));
     let recorded = std::fs::read(&schema_file).unwrap();
     std::fs::remove_file(&schema_file).unwrap();
 
     let server = Server::start_in(dir.path(), 2, "", &[]);
-    assert_eq!(rows(&server), expected(1..=300));
+    assert_eq!(common::kv_values(server.addr), expected(1..=300));
     let log = server.log_so_far();
     assert!(
         log.contains("WARN") && log.contains("schema.bin is missing: rebuilding it"),
@@ -343,7 +288,7 @@ fn a_lost_schema_record_is_rebuilt_from_the_data_files() {
     assert_eq!(server.stop(), Some(0));
 
     let server = Server::start_in(dir.path(), 2, "", &[]);
-    assert_eq!(rows(&server), expected(1..=310));
+    assert_eq!(common::kv_values(server.addr), expected(1..=310));
     assert!(!server.log_so_far().contains("rebuilding"));
 }
 
@@ -407,6 +352,6 @@ fn a_failed_start_leaves_the_directory_byte_for_byte_unchanged() {
     // Repaired, the directory starts with every row, the added space accepted.
     std::fs::write(&wal_file, original).unwrap();
     let server = start_with_config(dir.path(), &with_extra_space(), 1).expect("starts");
-    assert_eq!(rows(&server), expected(1..=50));
+    assert_eq!(common::kv_values(server.addr), expected(1..=50));
     assert_eq!(server.stop(), Some(0));
 }

@@ -8,8 +8,6 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tarn::protocol::client::{self, decode_reply};
-use tarn::protocol::request::Select;
-use tarn::storage::msgpack::{self, Value};
 
 const WRITERS: u64 = 4;
 const ROWS_PER_WRITER: u64 = 50_000;
@@ -51,43 +49,6 @@ fn write_rows(
         assert!(!reply.is_error(), "{:?}", reply.error_message());
         acknowledged.lock().unwrap().insert(reply.sync());
     }
-}
-
-fn all_rows(server: std::net::SocketAddr) -> Vec<(u64, Vec<u8>)> {
-    let mut client = Client::connect_to(server);
-    let mut request = Vec::new();
-    client::encode_select(
-        &mut request,
-        1,
-        &Select {
-            space_id: 512,
-            index_id: 0,
-            limit: u32::MAX,
-            offset: 0,
-            iterator: 2,
-            key: &[0x90],
-            fetch_position: false,
-            after_position: None,
-            after_tuple: None,
-        },
-    );
-    client.send(&request);
-    let packet = client.read_packet().expect("reply");
-    let reply = decode_reply(&packet).expect("decodes");
-    let mut data = reply.data().expect("data");
-    let Ok(Value::Array(count)) = msgpack::read_value(&mut data) else {
-        panic!("rows are an array");
-    };
-    (0..count)
-        .map(|_| {
-            let tuple = msgpack::take_value(&mut data).expect("tuple").to_vec();
-            let mut fields = &tuple[1..];
-            let Ok(Value::Uint(id)) = msgpack::read_value(&mut fields) else {
-                panic!("id");
-            };
-            (id, tuple)
-        })
-        .collect()
 }
 
 fn crash_mid_stream(snapshot_mid_stream: bool) {
@@ -139,7 +100,7 @@ fn crash_mid_stream(snapshot_mid_stream: bool) {
     );
 
     let restarted = common::Server::start_in(dir.path(), 2, "", &args);
-    let rows = all_rows(restarted.addr);
+    let rows = common::kv_rows(restarted.addr);
     eprintln!(
         "acknowledged {} of {} writes before kill -9; {} rows after restart",
         acknowledged.len(),

@@ -14,9 +14,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use tarn::protocol::client::{self, decode_reply};
-use tarn::protocol::request::Select;
 use tarn::protocol::ErrorCode;
-use tarn::storage::msgpack::{self, Value};
 
 /// A tmpfs mounted on a fresh directory, unmounted on drop.
 struct Tmpfs {
@@ -98,60 +96,8 @@ fn replace_all(client: &mut Client, ids: &[u64]) -> (Vec<u64>, Vec<u64>) {
     (acknowledged, refused)
 }
 
-/// Every kv tuple as (id, value).
-fn stored(server: &Server) -> Vec<(u64, String)> {
-    let mut client = Client::connect(server);
-    let select = Select {
-        space_id: 512,
-        index_id: 0,
-        limit: u32::MAX,
-        offset: 0,
-        iterator: 2,
-        key: &[0x90],
-        fetch_position: false,
-        after_position: None,
-        after_tuple: None,
-    };
-    let mut request = Vec::new();
-    client::encode_select(&mut request, 1, &select);
-    client.send(&request);
-    let packet = client.read_packet().expect("a reply");
-    let reply = decode_reply(&packet).expect("decodes");
-    let mut data = reply.data().expect("data");
-    let Ok(Value::Array(count)) = msgpack::read_value(&mut data) else {
-        panic!("an array of tuples");
-    };
-    (0..count)
-        .map(|_| {
-            let mut tuple = msgpack::take_value(&mut data).expect("a tuple");
-            let _ = msgpack::read_value(&mut tuple);
-            let Ok(Value::Uint(id)) = msgpack::read_value(&mut tuple) else {
-                panic!("an id");
-            };
-            let _ = msgpack::take_value(&mut tuple);
-            let Ok(Value::Str(text)) = msgpack::read_value(&mut tuple) else {
-                panic!("a value");
-            };
-            (id, String::from_utf8_lossy(text).into_owned())
-        })
-        .collect()
-}
-
-fn snapshot(server: &Server) -> Result<(), String> {
-    let mut client = Client::connect(server);
-    let mut request = Vec::new();
-    client::encode_call(&mut request, 1, "box.snapshot", &[0x90]);
-    client.send(&request);
-    let packet = client.read_packet().expect("a reply");
-    let reply = decode_reply(&packet).expect("decodes");
-    match reply.error_message() {
-        Some(message) => Err(message.to_string()),
-        None => Ok(()),
-    }
-}
-
 fn expect_exactly(server: &Server, acknowledged: &BTreeSet<u64>) {
-    let stored = stored(server);
+    let stored = common::kv_values(server.addr);
     let ids: BTreeSet<u64> = stored.iter().map(|(id, _)| *id).collect();
     assert_eq!(stored.len(), ids.len(), "no duplicates");
     assert_eq!(&ids, acknowledged, "exactly the acknowledged writes");
@@ -198,7 +144,7 @@ fn a_full_disk_refuses_writes_that_never_come_back_and_writing_resumes_when_spac
     let (done, failed) = replace_all(&mut writer, &later);
     assert_eq!((done.len(), failed.len()), (later.len(), 0));
     acknowledged.extend(done);
-    snapshot(&server).expect("box.snapshot once there is room");
+    common::snapshot(server.addr).expect("box.snapshot once there is room");
     expect_exactly(&server, &acknowledged);
 
     // A restart (from the snapshot and the WAL after it) brings back exactly the same.

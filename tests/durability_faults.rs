@@ -8,8 +8,6 @@ use common::Client;
 use common::Server;
 use std::path::{Path, PathBuf};
 use tarn::protocol::client::{self, decode_reply};
-use tarn::protocol::request::Select;
-use tarn::storage::msgpack::{self, Value};
 
 const SHIPPED: &str = include_str!("../conf/tarn.toml");
 
@@ -27,40 +25,6 @@ fn write_one_by_one(server: &Server, ids: std::ops::RangeInclusive<u64>) {
         let reply = client.read_packet().expect("reply");
         assert!(!decode_reply(&reply).unwrap().is_error());
     }
-}
-
-fn ids(server: &Server) -> Vec<u64> {
-    let mut client = Client::connect(server);
-    let mut request = Vec::new();
-    let select = Select {
-        space_id: 512,
-        index_id: 0,
-        limit: u32::MAX,
-        offset: 0,
-        iterator: 2,
-        key: &[0x90],
-        fetch_position: false,
-        after_position: None,
-        after_tuple: None,
-    };
-    client::encode_select(&mut request, 1, &select);
-    client.send(&request);
-    let packet = client.read_packet().expect("reply");
-    let reply = decode_reply(&packet).unwrap();
-    let mut data = reply.data().expect("data");
-    let Ok(Value::Array(count)) = msgpack::read_value(&mut data) else {
-        panic!("array");
-    };
-    (0..count)
-        .map(|_| {
-            let tuple = msgpack::take_value(&mut data).unwrap();
-            let mut fields = &tuple[1..];
-            match msgpack::read_value(&mut fields) {
-                Ok(Value::Uint(id)) => id,
-                other => panic!("{other:?}"),
-            }
-        })
-        .collect()
 }
 
 fn wal_files(dir: &Path) -> Vec<PathBuf> {
@@ -100,7 +64,7 @@ fn a_torn_last_write_is_cut_with_a_warning() {
         .unwrap();
     file.set_len(len - 3).unwrap();
     let server = Server::start_in(dir.path(), 1, "", &write_mode());
-    assert_eq!(ids(&server), (1..=49).collect::<Vec<_>>());
+    assert_eq!(common::kv_ids(server.addr), (1..=49).collect::<Vec<_>>());
 }
 
 #[test]
@@ -126,7 +90,7 @@ fn a_damaged_middle_refuses_start_up_unless_forced() {
     let mut args = write_mode().to_vec();
     args.push("--force-recovery");
     let server = Server::try_start_with(dir.path(), &config, 1, &args).expect("forced start");
-    let recovered = ids(&server);
+    let recovered = common::kv_ids(server.addr);
     assert_eq!(
         recovered.len(),
         49,

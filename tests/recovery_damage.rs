@@ -8,8 +8,6 @@ use crate::common;
 use common::{Client, Server};
 use std::path::{Path, PathBuf};
 use tarn::protocol::client::{self, decode_reply};
-use tarn::protocol::request::Select;
-use tarn::storage::msgpack::{self, Value};
 use tarn::wal::format::trailing_close_mark;
 use tarn::wal::{ReadMode, WalFile};
 
@@ -35,41 +33,6 @@ fn snapshot(client: &mut Client) {
     let reply = client.read_packet().expect("snapshot reply");
     let reply = decode_reply(&reply).unwrap();
     assert!(!reply.is_error(), "{:?}", reply.error_message());
-}
-
-/// The ids in `kv`, in primary key order.
-fn ids(server: &Server) -> Vec<u64> {
-    let mut client = Client::connect(server);
-    let mut request = Vec::new();
-    let select = Select {
-        space_id: 512,
-        index_id: 0,
-        limit: u32::MAX,
-        offset: 0,
-        iterator: 2,
-        key: &[0x90],
-        fetch_position: false,
-        after_position: None,
-        after_tuple: None,
-    };
-    client::encode_select(&mut request, 1, &select);
-    client.send(&request);
-    let packet = client.read_packet().expect("reply");
-    let reply = decode_reply(&packet).unwrap();
-    let mut data = reply.data().expect("data");
-    let Ok(Value::Array(count)) = msgpack::read_value(&mut data) else {
-        panic!("array");
-    };
-    (0..count)
-        .map(|_| {
-            let tuple = msgpack::take_value(&mut data).unwrap();
-            let mut fields = &tuple[1..];
-            match msgpack::read_value(&mut fields) {
-                Ok(Value::Uint(id)) => id,
-                other => panic!("{other:?}"),
-            }
-        })
-        .collect()
 }
 
 /// Shard 0's files whose names end with `suffix`, sorted (so by LSN).
@@ -133,7 +96,7 @@ fn a_truncated_newest_snapshot_is_replaced_by_the_older_checkpoint_with_force_re
     );
 
     let server = Server::try_start_with(dir.path(), SHIPPED, 1, &FORCED).expect("forced start");
-    assert_eq!(ids(&server), (1..=90).collect::<Vec<_>>());
+    assert_eq!(common::kv_ids(server.addr), (1..=90).collect::<Vec<_>>());
     let (status, log) = server.stop_with_log();
     assert_eq!(status, Some(0));
     let warning = log
@@ -161,7 +124,7 @@ fn a_truncated_newest_snapshot_is_replaced_by_the_older_checkpoint_with_force_re
 
     // Set aside, the damaged snapshot no longer stops a start without the flag.
     let server = Server::try_start_with(dir.path(), SHIPPED, 1, &WRITE_MODE).expect("start");
-    assert_eq!(ids(&server), (1..=90).collect::<Vec<_>>());
+    assert_eq!(common::kv_ids(server.addr), (1..=90).collect::<Vec<_>>());
 }
 
 #[test]
@@ -206,7 +169,7 @@ fn a_bad_last_batch_after_a_clean_shutdown_is_corruption_not_a_torn_write() {
     );
 
     let server = Server::try_start_with(dir.path(), SHIPPED, 1, &FORCED).expect("forced start");
-    assert_eq!(ids(&server), (1..=49).collect::<Vec<_>>());
+    assert_eq!(common::kv_ids(server.addr), (1..=49).collect::<Vec<_>>());
     // What the forced start skipped is replaced by a snapshot at once.
     let written = server.wait_for_log("snapshot written", std::time::Duration::from_secs(10));
     let (status, log) = server.stop_with_log();
@@ -225,5 +188,5 @@ fn a_bad_last_batch_after_a_clean_shutdown_is_corruption_not_a_torn_write() {
     // So a start without the flag no longer meets the damaged batch.
     let server =
         Server::try_start_with(dir.path(), SHIPPED, 1, &WRITE_MODE).expect("a plain start");
-    assert_eq!(ids(&server), (1..=49).collect::<Vec<_>>());
+    assert_eq!(common::kv_ids(server.addr), (1..=49).collect::<Vec<_>>());
 }

@@ -11,8 +11,6 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tarn::protocol::client::{self, decode_reply};
-use tarn::protocol::request::Select;
-use tarn::storage::msgpack::{self, Value};
 
 const WRITERS: u64 = 4;
 const ROWS_PER_WRITER: u64 = 200_000;
@@ -89,41 +87,12 @@ fn write_rows(
 }
 
 fn all_ids(addr: std::net::SocketAddr) -> BTreeSet<u64> {
-    let mut client = Client::connect_to(addr);
-    let mut request = Vec::new();
-    client::encode_select(
-        &mut request,
-        1,
-        &Select {
-            space_id: 512,
-            index_id: 0,
-            limit: u32::MAX,
-            offset: 0,
-            iterator: 2,
-            key: &[0x90],
-            fetch_position: false,
-            after_position: None,
-            after_tuple: None,
-        },
-    );
-    client.send(&request);
-    let packet = client.read_packet().expect("reply");
-    let reply = decode_reply(&packet).expect("decodes");
-    let mut data = reply.data().expect("data");
-    let Ok(Value::Array(count)) = msgpack::read_value(&mut data) else {
-        panic!("rows are an array");
-    };
-    (0..count)
-        .map(|_| {
-            let tuple = msgpack::take_value(&mut data).expect("tuple").to_vec();
-            let mut fields = &tuple[1..];
-            let Ok(Value::Uint(id)) = msgpack::read_value(&mut fields) else {
-                panic!("id");
-            };
-            assert_eq!(tuple, kv_tuple(id), "row {id} is whole");
-            id
-        })
-        .collect()
+    let rows = common::kv_rows(addr).into_iter();
+    rows.map(|(id, tuple)| {
+        assert_eq!(tuple, kv_tuple(id), "row {id} is whole");
+        id
+    })
+    .collect()
 }
 
 fn send_signal(pid: u32, signal: &str) {

@@ -350,3 +350,79 @@ pub fn kv_tuple(id: u64, value: &str) -> Vec<u8> {
     write_str(&mut out, value.as_bytes());
     out
 }
+
+/// Every tuple of `kv` (SELECT ALL on the primary index), in key order, with its id.
+pub fn kv_rows(addr: SocketAddr) -> Vec<(u64, Vec<u8>)> {
+    use tarn::storage::msgpack::{self, Value};
+    let mut client = Client::connect_to(addr);
+    let mut request = Vec::new();
+    tarn::protocol::client::encode_select(
+        &mut request,
+        1,
+        &tarn::protocol::request::Select {
+            space_id: KV,
+            index_id: 0,
+            limit: u32::MAX,
+            offset: 0,
+            iterator: 2,
+            key: &[0x90],
+            fetch_position: false,
+            after_position: None,
+            after_tuple: None,
+        },
+    );
+    client.send(&request);
+    let packet = client.read_packet().expect("a select reply");
+    let reply = tarn::protocol::client::decode_reply(&packet).expect("the reply decodes");
+    assert!(!reply.is_error(), "{:?}", reply.error_message());
+    let mut data = reply.data().expect("data");
+    let Ok(Value::Array(count)) = msgpack::read_value(&mut data) else {
+        panic!("the rows are an array");
+    };
+    (0..count)
+        .map(|_| {
+            let tuple = msgpack::take_value(&mut data).expect("a tuple").to_vec();
+            let mut fields = &tuple[1..];
+            let Ok(Value::Uint(id)) = msgpack::read_value(&mut fields) else {
+                panic!("an id first: {tuple:?}");
+            };
+            (id, tuple)
+        })
+        .collect()
+}
+
+/// The ids of [`kv_rows`].
+pub fn kv_ids(addr: SocketAddr) -> Vec<u64> {
+    kv_rows(addr).into_iter().map(|(id, _)| id).collect()
+}
+
+/// [`kv_rows`] as (id, value): the tuples [`kv_tuple`] makes.
+pub fn kv_values(addr: SocketAddr) -> Vec<(u64, String)> {
+    use tarn::storage::msgpack::{self, Value};
+    kv_rows(addr)
+        .into_iter()
+        .map(|(id, tuple)| {
+            let mut fields = &tuple[1..];
+            let _id = msgpack::take_value(&mut fields).expect("an id");
+            let _bucket_id = msgpack::take_value(&mut fields).expect("a bucket id");
+            let Ok(Value::Str(text)) = msgpack::read_value(&mut fields) else {
+                panic!("a string value: {tuple:?}");
+            };
+            (id, String::from_utf8_lossy(text).into_owned())
+        })
+        .collect()
+}
+
+/// `box.snapshot()`: its error message, if it failed.
+pub fn snapshot(addr: SocketAddr) -> Result<(), String> {
+    let mut client = Client::connect_to(addr);
+    let mut request = Vec::new();
+    tarn::protocol::client::encode_call(&mut request, 1, "box.snapshot", &[0x90]);
+    client.send(&request);
+    let packet = client.read_packet().expect("a snapshot reply");
+    let reply = tarn::protocol::client::decode_reply(&packet).expect("the reply decodes");
+    match reply.error_message() {
+        Some(message) => Err(message.to_string()),
+        None => Ok(()),
+    }
+}
