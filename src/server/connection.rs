@@ -226,6 +226,12 @@ impl CoreConnections {
     /// closes; one waiting for its client closes now.
     pub fn stop_reading(&self) {
         self.stopping.set(true);
+        self.wake_all();
+    }
+
+    /// Wakes every connection waiting for its client, so that it looks at the shutdown.
+    fn wake_all(&self) {
+        // Taken first: a woken task may run at once and register again.
         let wakers: Vec<Waker> = {
             let mut registered = self.registered.borrow_mut();
             registered
@@ -242,21 +248,12 @@ impl CoreConnections {
     /// down, which ends its writes and reads with an error. Returns how many were cut.
     pub fn cut(&self) -> usize {
         self.cut.set(true);
-        let wakers: Vec<Waker> = {
-            let mut registered = self.registered.borrow_mut();
-            for (_, connection) in registered.iter() {
-                // SAFETY: shutdown(2) only acts on the descriptor, which is open: a
-                // connection leaves the registry as its task ends, before its socket closes.
-                unsafe { libc::shutdown(connection.socket, libc::SHUT_RDWR) };
-            }
-            registered
-                .iter_mut()
-                .filter_map(|(_, r)| r.waker.take())
-                .collect()
-        };
-        for waker in wakers {
-            waker.wake();
+        for (_, connection) in self.registered.borrow().iter() {
+            // SAFETY: shutdown(2) only acts on the descriptor, which is open: a connection
+            // leaves the registry as its task ends, before its socket closes.
+            unsafe { libc::shutdown(connection.socket, libc::SHUT_RDWR) };
         }
+        self.wake_all();
         self.open_count()
     }
 
