@@ -228,9 +228,7 @@ pub mod by_func {
         use Func::*;
         let (iter, method_line, object_caller) = match func {
             InsertMany | InsertObjectMany => (site(s::BATCH_INSERT_ITER, 40), 207, (371, 320)),
-            ReplaceMany | ReplaceObjectMany => {
-                (site(s::BATCH_INSERT_ITER, 40), 207, (371, 320))
-            }
+            ReplaceMany | ReplaceObjectMany => (site(s::BATCH_INSERT_ITER, 40), 207, (371, 320)),
             _ => (site(s::BATCH_UPSERT_ITER, 48), 220, (388, 340)),
         };
         let mut frames = vec![

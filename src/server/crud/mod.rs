@@ -361,7 +361,9 @@ fn returned(error: CrudError) -> Refusal {
 /// A point op's bucket_id error, as the function reports it.
 fn bucket_refusal(func: Func, error: flatten::BucketError) -> Refusal {
     match error {
-        flatten::BucketError::Invalid(message) => returned(by_func::bucket_id_failed(func, &message)),
+        flatten::BucketError::Invalid(message) => {
+            returned(by_func::bucket_id_failed(func, &message))
+        }
         flatten::BucketError::NoRoute(bucket_id) => returned(by_func::no_route(func, &bucket_id)),
     }
 }
@@ -497,7 +499,9 @@ fn plan_data<'a>(
             let plan = select::plan_border(space, parsed.get(1), func == Max)
                 .map_err(|text| returned(by_func::border_failed(func, text)))?;
             let index = space.index(plan.index_id).ok();
-            if let Some(index) = index.filter(|index| index.def.kind != crate::storage::IndexKind::Tree) {
+            if let Some(index) =
+                index.filter(|index| index.def.kind != crate::storage::IndexKind::Tree)
+            {
                 // The storage's `index:min()` of a HASH index.
                 let border = if func == Max { "max" } else { "min" };
                 let message = format!(
@@ -548,16 +552,18 @@ fn plan_scan<'a>(
         false => (None, None, None),
     };
     let space = space_named(engine, parsed.get(0));
-    let planned = select::plan_select(func, space, parsed.get(1), fields, first, after)
-        .map_err(|error| match error {
-            select::PlanError::Error(error) => returned(error),
-            select::PlanError::Storage(message) if is_select => {
-                returned(by_func::select_raised(&message))
+    let planned =
+        select::plan_select(func, space, parsed.get(1), fields, first, after).map_err(|error| {
+            match error {
+                select::PlanError::Error(error) => returned(error),
+                select::PlanError::Storage(message) if is_select => {
+                    returned(by_func::select_raised(&message))
+                }
+                select::PlanError::Storage(message) => returned(by_func::count_storage_failed(
+                    &config.instance_uuid,
+                    &message,
+                )),
             }
-            select::PlanError::Storage(message) => returned(by_func::count_storage_failed(
-                &config.instance_uuid,
-                &message,
-            )),
         })?;
     Ok(match func {
         Func::Select => Plan::Select(planned),
@@ -609,7 +615,8 @@ fn plan_many<'a>(
             );
             let mut errors = Vec::new();
             for item in items {
-                errors.push(by_func::flatten_failed(func, &text).with_operation_data(split(item).0));
+                errors
+                    .push(by_func::flatten_failed(func, &text).with_operation_data(split(item).0));
                 if opts.stop_on_error {
                     break;
                 }
@@ -643,8 +650,9 @@ fn plan_many<'a>(
             match flatten::flatten(space, data, opts.skip_nullability_check_on_flatten) {
                 Ok(tuple) => owned_with_bucket(space, tuple, None, config.bucket_count),
                 Err(message) => {
-                    let error = by_func::flatten_failed(func, &flatten::flatten_error_text(&message))
-                        .with_operation_data(data);
+                    let error =
+                        by_func::flatten_failed(func, &flatten::flatten_error_text(&message))
+                            .with_operation_data(data);
                     if opts.stop_on_error {
                         return Err(many_errors(None, &[error]).into());
                     }
@@ -660,7 +668,9 @@ fn plan_many<'a>(
             // The batch is split by bucket before anything runs: one bad bucket_id fails
             // the whole call.
             Err(flatten::BucketError::Invalid(message)) => {
-                return Err(many_errors(None, &[by_func::split_tuples_failed(func, &message)]).into());
+                return Err(
+                    many_errors(None, &[by_func::split_tuples_failed(func, &message)]).into(),
+                );
             }
             Err(flatten::BucketError::NoRoute(bucket_id)) => {
                 return Err(many_errors(

@@ -135,7 +135,12 @@ fn truncate_logged(shard: &mut Shard, space_id: u32) -> Result<(), WalError> {
 }
 
 /// Step 3 of a fanned-out call, from every shard's part (any order: the merge sorts).
-pub fn finish_parts(engine: &Engine, config: &CrudConfig, plan: &Plan, parts: Vec<Part>) -> Vec<u8> {
+pub fn finish_parts(
+    engine: &Engine,
+    config: &CrudConfig,
+    plan: &Plan,
+    parts: Vec<Part>,
+) -> Vec<u8> {
     let rows = |parts: Vec<Part>| -> Vec<Result<ShardRows, String>> {
         parts
             .into_iter()

@@ -14,10 +14,10 @@
 //! lexicographically over the parts given, as crud's generated filters do.
 
 use super::error::{by_func, CrudError};
-use super::Func;
 use super::mp;
 use super::result::Columns;
 use super::write::OpBytes;
+use super::Func;
 use crate::storage::index::{Index, IndexIter, IndexKey};
 use crate::storage::key::{prefix_successor, KeyBuf, SearchKeyBuf};
 use crate::storage::range::{flags, KeyRange};
@@ -391,10 +391,7 @@ pub fn plan_select(
     let entry_parts = entry_key_parts(space, index);
     let columns = columns.enriched(entry_parts.iter().map(|part| part.field_no));
     let after = match after {
-        Some(after) => Some(
-            after_key(&entry_parts, &columns, after)
-                .map_err(PlanError::Storage)?,
-        ),
+        Some(after) => Some(after_key(&entry_parts, &columns, after).map_err(PlanError::Storage)?),
         None => None,
     };
     Ok(Planned {

@@ -62,7 +62,12 @@ pub fn traceback(frames: &[Frame]) -> String {
         out.push_str("\n\t");
         match *frame {
             Frame::Named(at, name) => {
-                let _ = write!(out, "{}:{}: in function '{name}'", short_src(at.file), at.line);
+                let _ = write!(
+                    out,
+                    "{}:{}: in function '{name}'",
+                    short_src(at.file),
+                    at.line
+                );
             }
             Frame::Anonymous(at, defined) => {
                 let src = short_src(at.file);

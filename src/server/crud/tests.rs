@@ -138,7 +138,9 @@ fn without_sites(values: &[u8]) -> Vec<u8> {
         let cut = &text[..text.find("\nstack traceback:").unwrap_or(text.len())];
         crate::storage::msgpack::write_str(&mut out, cut.as_bytes());
     } else if let Some(pairs) = mp::map_items(values) {
-        let is_error = pairs.iter().any(|(key, _)| mp::as_str(key) == Some("class_name"));
+        let is_error = pairs
+            .iter()
+            .any(|(key, _)| mp::as_str(key) == Some("class_name"));
         let kept: Vec<_> = match is_error {
             true => ["class_name", "err", "str", "operation_data"]
                 .iter()
@@ -187,11 +189,8 @@ fn ok(rows: &str) -> String {
 
 fn err(class: &str, text: &str) -> String {
     let text = text.replace('"', "\\\"");
-    format!(
-        r#"[null, {{"class_name": "{class}", "err": "{text}", "str": "{class}: {text}"}}]"#
-    )
+    format!(r#"[null, {{"class_name": "{class}", "err": "{text}", "str": "{class}: {text}"}}]"#)
 }
-
 
 /// Fills `customers` with the rows of spec §18.5's examples.
 fn customers(engine: &mut Engine) {
@@ -882,8 +881,9 @@ fn select_scans_the_chosen_index_in_iterator_direction() {
     let plan = |conditions: &str| {
         let engine = engine_with_rows();
         let space = engine.space_by_name("customers").unwrap();
-        let planned = select::plan_select(Func::Select, Ok(space), &json(conditions), None, None, None)
-            .unwrap_or_else(|_| panic!("plan {conditions}"));
+        let planned =
+            select::plan_select(Func::Select, Ok(space), &json(conditions), None, None, None)
+                .unwrap_or_else(|_| panic!("plan {conditions}"));
         (
             planned.plan.index_id,
             planned.plan.iterator,
