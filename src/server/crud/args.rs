@@ -1,11 +1,13 @@
 //! The crud functions, their positional arguments and their options, validated as crud
-//! validates them with the `checks` module: a wrong type or an unknown option is *raised*
-//! (IPROTO error 32, LuajitError), never returned as a crud error object.
+//! 1.7.5 validates them with the `checks` module ([`parse`]); the caller places a refusal
+//! as crud does: raised (IPROTO error 32, LuajitError) after the position of the `checks`
+//! call ([`Func::checks_site`]), or, for crud.select, returned inside a SelectError.
 //!
-//! Message texts follow `checks`: `bad argument #2 to nil (table expected, got number)`,
+//! Message texts follow `checks` 3.4: `bad argument #2 to nil (table expected, got number)`,
 //! `bad argument opts.timeout to nil (?number expected, got string)`,
 //! `unexpected argument opts.badopt to nil` (the function name is `nil` because crud's
-//! functions are called through a wrapper; spec §18.1 verified the last one).
+//! functions are reached through a tail call; min/max's checked function is `func`).
+//! `docs/crud-reference.md` cites each.
 
 use super::mp;
 use crate::protocol::ErrorCode;
