@@ -6,6 +6,8 @@
 
 mod common;
 
+#[path = "crud_errors.rs"]
+mod crud_errors;
 #[path = "data_dir.rs"]
 mod data_dir;
 #[path = "durability.rs"]

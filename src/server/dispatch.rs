@@ -670,7 +670,12 @@ impl Session {
             Some(refused) => refused,
             None => {
                 let shard = self.core.shard.borrow();
-                CrudReply::Values(on_shard::finish_parts(&shard.engine, plan, parts))
+                CrudReply::Values(on_shard::finish_parts(
+                    &shard.engine,
+                    &self.core.crud,
+                    plan,
+                    parts,
+                ))
             }
         };
         crud::encode_reply(out, sync, SCHEMA_VERSION, &reply);
