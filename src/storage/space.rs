@@ -9,6 +9,7 @@
 use crate::storage::btree::LookupCursor;
 use crate::storage::change::Change;
 use crate::storage::error::{Result, StorageError};
+use crate::storage::field_type::FieldType;
 use crate::storage::index::{Index, IndexDef, IndexIter, IndexKey, IndexKind};
 use crate::storage::key::{prefix_successor, KeyBuf, SearchKeyBuf};
 use crate::storage::memory::MemoryQuota;
@@ -52,6 +53,9 @@ pub struct Space {
     quota_bytes: usize,
     /// Reused buffer for the new tuple of an update, so updates do not allocate twice.
     update_scratch: Vec<u8>,
+    /// `double_fields[n]`: field `n` is typed `double` (by the format or an index part), so
+    /// a float result of `+`/`-` is stored there as a float64 (see [`UpdateOps::apply`]).
+    double_fields: Box<[bool]>,
     /// See [`Space::instance`].
     instance: u64,
 }
@@ -110,6 +114,7 @@ impl Space {
                 .flat_map(|index| index.key_def.parts.iter().map(|part| part.field_no)),
         );
         let primary_key_def = primary.key_def.clone();
+        let double_fields = double_fields(&def.format, &def.indexes);
         let indexes = def
             .indexes
             .into_iter()
@@ -125,6 +130,7 @@ impl Space {
             tuple_bytes: 0,
             quota_bytes: 0,
             update_scratch: Vec::new(),
+            double_fields,
             instance: NEXT_INSTANCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
     }
@@ -389,7 +395,7 @@ impl Space {
         let ops = UpdateOps::decode(ops, index_base, &|name| format.field_no_by_name(name))?;
         let mut scratch = std::mem::take(&mut self.update_scratch);
         scratch.clear();
-        let applied = ops.apply(old.data(), &mut scratch);
+        let applied = ops.apply(old.data(), &mut scratch, &self.double_fields);
         let built = applied.and_then(|()| self.format.build_tuple(&self.field_map, &scratch));
         self.update_scratch = scratch;
         let new = built?;
@@ -437,9 +443,14 @@ impl Space {
         let mut scratch = std::mem::take(&mut self.update_scratch);
         scratch.clear();
         let space_name = &self.name;
-        let applied = ops.apply_skipping_failures(old.data(), &mut scratch, &mut |error| {
-            tracing::warn!(space = %space_name, %error, "UPSERT operation skipped");
-        });
+        let applied = ops.apply_skipping_failures(
+            old.data(),
+            &mut scratch,
+            &self.double_fields,
+            &mut |error| {
+                tracing::warn!(space = %space_name, %error, "UPSERT operation skipped");
+            },
+        );
         let built = applied.and_then(|()| self.format.build_tuple(&self.field_map, &scratch));
         self.update_scratch = scratch;
         let new = built?;
@@ -544,6 +555,13 @@ impl Space {
             .collect::<Result<Vec<Tuple>>>()?;
         let primary_key_def = self.indexes[0].def.key_def.clone();
         let old_field_map = std::mem::replace(&mut self.field_map, field_map);
+        let old_double_fields = std::mem::replace(
+            &mut self.double_fields,
+            double_fields(
+                &self.format,
+                self.indexes.iter().map(|index| &index.def).chain([&def]),
+            ),
+        );
         self.indexes.push(Index::new(def, &primary_key_def));
         let mut result = Ok(0);
         for position in 0..self.indexes.len() {
@@ -562,6 +580,7 @@ impl Space {
         };
         self.indexes.pop();
         self.field_map = old_field_map;
+        self.double_fields = old_double_fields;
         let tuples: Vec<Tuple> = tuples
             .iter()
             .filter_map(|t| self.format.build_tuple(&self.field_map, t.data()).ok())
@@ -936,6 +955,31 @@ impl PrimaryKey {
             PrimaryKey::Encoded(key) => index.remove(key),
         }
     }
+}
+
+/// Which fields Tarantool's format types `double`: those the space format declares so, and
+/// those an index part compares as doubles (a part's type narrows its field's).
+fn double_fields<'d>(
+    format: &SpaceFormat,
+    indexes: impl IntoIterator<Item = &'d IndexDef>,
+) -> Box<[bool]> {
+    let mut doubles: Vec<bool> = format
+        .fields
+        .iter()
+        .map(|field| field.field_type == FieldType::Double)
+        .collect();
+    for index in indexes {
+        for part in &index.key_def.parts {
+            if part.field_type == FieldType::Double {
+                let field_no = part.field_no as usize;
+                if doubles.len() <= field_no {
+                    doubles.resize(field_no + 1, false);
+                }
+                doubles[field_no] = true;
+            }
+        }
+    }
+    doubles.into_boxed_slice()
 }
 
 /// The unsigned integer in field `field_no` of the msgpack array `data` when every field

@@ -166,12 +166,14 @@ fn decode_args<'a>(
     match opcode {
         b'=' => Ok(OpKind::Set(take_value(buf).map_err(packet_body)?)),
         b'!' => Ok(OpKind::Insert(take_value(buf).map_err(packet_body)?)),
+        // Tarantool keeps the low 32 bits of the count, and refuses what is then 0: 2^32
+        // deletes nothing (29), 2^32 + 1 deletes one field.
         b'#' => match read_value(buf).map_err(packet_body)? {
-            Value::Uint(0) => Err(StorageError::UpdateField {
+            Value::Uint(count) if count as u32 == 0 => Err(StorageError::UpdateField {
                 field: target.label(),
                 reason: "cannot delete 0 fields".into(),
             }),
-            Value::Uint(count) => Ok(OpKind::Delete(count)),
+            Value::Uint(count) => Ok(OpKind::Delete(count as u32)),
             _ => Err(arg_type(opcode, target, "a positive integer")),
         },
         b'+' | b'-' => {
