@@ -173,21 +173,14 @@ impl Space {
             })
     }
 
-    /// Encodes an exact-match key for a unique index: 41 for a non-unique index, 19 for a
-    /// key of the wrong length.
+    /// Encodes an exact-match key for a unique index, checked in Tarantool's order: 41 for a
+    /// non-unique index, then 19 for a key of the wrong length (whatever its parts hold),
+    /// then 18 for a part of the wrong type or a nil.
     fn encode_exact_key(&self, index: &Index, key: &[u8], out: &mut SearchKeyBuf) -> Result<()> {
         if !index.def.unique {
             return Err(StorageError::MoreThanOneTuple);
         }
-        let parts = index.def.key_def.encode_search_key(key, out)?;
-        let expected = index.def.key_def.part_count();
-        if parts != expected {
-            return Err(StorageError::ExactMatch {
-                expected,
-                actual: parts,
-            });
-        }
-        Ok(())
+        index.def.key_def.encode_exact_key(key, out)
     }
 
     /// `[id]` looked up in a unique index keyed by one unsigned part, without encoding the
@@ -272,17 +265,21 @@ impl Space {
         key: &[u8],
         fetched: Option<(u64, &LookupCursor)>,
     ) -> Result<IndexIter<'_>> {
-        let index = self.index(index_id)?;
+        // Tarantool's order: the iterator (1), the index (35), the key's part count (31),
+        // a partial HASH key (136), the parts' types (18), what the index supports (112).
         let iterator = IteratorType::from_code(iterator)?;
+        let index = self.index(index_id)?;
         if matches!(iterator, IteratorType::Eq | IteratorType::Req) {
             if let Some(found) = Self::lookup_unsigned(index, key, fetched) {
                 index.check_iterator(iterator, 1, &self.name)?;
                 return Ok(IndexIter::One(found));
             }
         }
+        let key_def = &index.def.key_def;
+        index.check_partial_key(iterator, key_def.search_key_part_count(key)?)?;
         let mut encoded = SearchKeyBuf::new();
-        let parts = index.def.key_def.encode_search_key(key, &mut encoded)?;
-        index.check_iterator(iterator, parts, &self.name)?;
+        let parts = key_def.encode_search_key(key, &mut encoded)?;
+        index.check_iterator_supported(iterator, &self.name)?;
         let exact = index.def.unique && parts == index.def.key_def.part_count();
         if exact && matches!(iterator, IteratorType::Eq | IteratorType::Req) {
             // At most one tuple matches: a lookup, not a range walk.
@@ -400,11 +397,27 @@ impl Space {
         self.update_scratch = scratch;
         let new = built?;
         if !self.same_primary_key(&old, &new)? {
-            return Err(StorageError::CantUpdatePrimaryKey {
-                space: self.name.clone(),
-            });
+            return Err(self.primary_key_moved(&new));
         }
         self.put(new, WriteMode::Replace)
+    }
+
+    /// The error of an update whose new tuple has another primary key: Tarantool replaces
+    /// in the primary index first, so a key another tuple holds is 3 (that tuple is the old
+    /// one in the message), a free key 94.
+    fn primary_key_moved(&self, new: &Tuple) -> StorageError {
+        let primary = &self.indexes[0];
+        let mut key = KeyBuf::new();
+        let holder = primary
+            .encode_tuple_key(new, &self.field_map, &self.format, &mut key)
+            .ok()
+            .and_then(|()| primary.get(&key));
+        match holder {
+            Some(holder) => self.duplicate(primary, holder, new),
+            None => StorageError::CantUpdatePrimaryKey {
+                space: self.name.clone(),
+            },
+        }
     }
 
     /// Inserts `data` if its primary key is absent, else applies `ops` to the stored tuple,
