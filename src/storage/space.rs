@@ -416,6 +416,7 @@ impl Space {
             Some(holder) => self.duplicate(primary, holder, new),
             None => StorageError::CantUpdatePrimaryKey {
                 space: self.name.clone(),
+                new_tuple: new.data().into(),
             },
         }
     }
@@ -471,7 +472,10 @@ impl Space {
             tracing::warn!(
                 space = %self.name,
                 "UPSERT skipped: {}",
-                StorageError::CantUpdatePrimaryKey { space: self.name.clone() }
+                StorageError::CantUpdatePrimaryKey {
+                    space: self.name.clone(),
+                    new_tuple: Box::default(),
+                }
             );
             return Ok(Change::NONE);
         }
