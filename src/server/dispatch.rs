@@ -426,10 +426,14 @@ impl Session {
         }
         let space_name = match self.core.shard.borrow().engine.space(space_id) {
             Ok(space) => space.name.to_string(),
-            Err(missing) => {
-                crate::shard::errors::encode_storage_error(out, sync, SCHEMA_VERSION, &missing);
-                return false;
-            }
+            Err(missing) => match schema::tarantool_system_space(space_id) {
+                // It exists in Tarantool, which refuses the grant first.
+                Some((name, _)) => name.to_string(),
+                None => {
+                    crate::shard::errors::encode_storage_error(out, sync, SCHEMA_VERSION, &missing);
+                    return false;
+                }
+            },
         };
         access_denied(out, sync, access, "space", &space_name, self.user_name());
         false
@@ -786,31 +790,29 @@ impl Session {
             return;
         }
         if schema::is_system_space(space_id) {
-            // Ids below 512 that name no system space are missing spaces, as in Tarantool;
-            // only the system spaces tarn has refuse writes.
-            if let Err(missing) = self.core.shard.borrow().engine.space(space_id) {
-                crate::shard::errors::encode_storage_error(out, sync, SCHEMA_VERSION, &missing);
-                return;
-            }
-            if schema::is_view(space_id) {
-                let name = if space_id == schema::SPACE_ID_VSPACE {
-                    "_vspace"
-                } else {
-                    "_vindex"
-                };
-                return reply::encode_error(
+            // As Tarantool 2.6 answers: a view refuses writes (113); an id below 512 that
+            // names no system space is a missing space (36). A write to any other system
+            // space would change the schema, which tarn takes from its config only.
+            return match schema::tarantool_system_space(space_id) {
+                Some((name, true)) => reply::encode_error(
                     out,
                     sync,
                     SCHEMA_VERSION,
                     ErrorCode::ER_VIEW_IS_RO,
                     &format!("View '{name}' is read-only"),
-                );
-            }
-            return unsupported(
-                out,
-                sync,
-                "schema changes over IPROTO (edit the config file)",
-            );
+                ),
+                Some((_, false)) => unsupported(
+                    out,
+                    sync,
+                    "schema changes over IPROTO (edit the config file)",
+                ),
+                None => crate::shard::errors::encode_storage_error(
+                    out,
+                    sync,
+                    SCHEMA_VERSION,
+                    &crate::storage::StorageError::NoSuchSpace(space_id.to_string().into()),
+                ),
+            };
         }
         let owner = known_owner.unwrap_or_else(|| self.write_owner(request));
         self.run_on(owner, packet, request, sync, out);

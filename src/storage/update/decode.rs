@@ -145,7 +145,7 @@ fn decode_target<'a>(
             path: None,
         });
     }
-    let adjusted = i64::from(field_no) - i64::from(index_base);
+    let adjusted = i64::from(field_no) - i64::from(index_base as i32);
     match i32::try_from(adjusted) {
         Ok(adjusted) if adjusted >= 0 => Ok(Target {
             field_no: adjusted,
@@ -227,7 +227,7 @@ fn decode_splice<'a>(
     let mut offset = read_int32(buf, opcode, target)?;
     if offset >= 0 {
         // Offset 0 with base 1 names no character; Tarantool calls that out of bound.
-        match i32::try_from(i64::from(offset) - i64::from(index_base)) {
+        match i32::try_from(i64::from(offset) - i64::from(index_base as i32)) {
             Ok(adjusted) if adjusted >= 0 => offset = adjusted,
             _ => {
                 return Err(StorageError::UpdateSplice {

@@ -144,7 +144,8 @@ impl<'a> UpdateOps<'a> {
     ///
     /// `index_base`: 0 → integer field numbers (and splice offsets) are 0-based, the wire
     /// default; 1 → 1-based (`IPROTO_INDEX_BASE = 1`, crud/Lua). Negative numbers count
-    /// from the end and are never adjusted. `field_no_by_name` maps a format field name to
+    /// from the end and are never adjusted. Tarantool keeps the base in an `int`, so a base
+    /// of 2^31 or more is negative (`0xffff_ffff` is -1: field numbers shift up by one). `field_no_by_name` maps a format field name to
     /// its 0-based number.
     ///
     /// Errors: ops not an array or truncated ⇒ `InvalidMsgpack("packet body")`; more than

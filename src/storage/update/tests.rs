@@ -185,6 +185,25 @@ fn index_base_one_shifts_numbers_but_not_negatives() {
 // ---------------------------------------------------------------- `!`
 
 #[test]
+fn index_base_is_a_signed_32_bit_number() {
+    // [2.6, 2026-12-02: kv [1, 1, "abc"], INDEX_BASE 0xffffffff, ['=', 0, "zz"] ⇒ 23 on
+    // field 2; INDEX_BASE 0x80000000, ['=', 0, ..] ⇒ 37 "Field 0 was not found"]
+    let tuple = t(&[U(1), U(1), s("abc")]);
+    assert_eq!(
+        run_base(u32::MAX, &tuple, &ops(&[op("=", U(0), &[s("zz")])])),
+        ok(&[U(1), s("zz"), s("abc")])
+    );
+    assert_eq!(
+        run_base(0x8000_0000, &tuple, &ops(&[op("=", U(0), &[s("ww")])])),
+        err("Field 0 was not found in the tuple")
+    );
+    assert_eq!(
+        run_base(0x8000_0000, &tuple, &ops(&[op("=", U(5), &[s("ww")])])),
+        err("Field 5 was not found in the tuple")
+    );
+}
+
+#[test]
 fn insert_before_position_and_at_ends() {
     let tuple = t(&[U(1), U(5)]);
     assert_eq!(
