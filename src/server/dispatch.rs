@@ -248,8 +248,8 @@ impl Session {
             Request::Watch(_) | Request::Unwatch(_) => {}
             Request::Select(select) => {
                 // Tarantool's `box_select` checks the iterator before it looks for the space.
-                if let Err(error) = IteratorType::from_code(select.iterator) {
-                    crate::shard::errors::encode_storage_error(out, sync, SCHEMA_VERSION, &error);
+                if !IteratorType::is_known_code(select.iterator) {
+                    invalid_iterator(out, sync, select.iterator);
                     return None;
                 }
                 if !self.check_access(Access::Read, select.space_id, sync, out) {
@@ -953,31 +953,27 @@ impl Session {
     ) {
         if owner == self.core.id() {
             let start = out.len();
-            let awaiting = {
-                let mut shard = self.core.shard.borrow_mut();
-                shard.execute(sync, SCHEMA_VERSION, request, out);
-                match shard.take_awaiting() {
-                    Awaiting::MovedKey(moved) => {
-                        if let Some(owner) = moved_key::owner_to_ask(&self.core, &shard, &moved) {
-                            self.key_checks.push(KeyCheck {
-                                owner,
-                                moved,
-                                start,
-                                end: out.len(),
-                            });
-                        }
-                        Awaiting::Nothing
-                    }
-                    other => other,
-                }
-            };
-            if let Awaiting::Commit(commit) = awaiting {
-                self.unacknowledged.push(Unacknowledged {
+            let mut shard = self.core.shard.borrow_mut();
+            shard.execute(sync, SCHEMA_VERSION, request, out);
+            // Every arm moves its value out, so nothing is left to drop.
+            match shard.take_awaiting() {
+                Awaiting::Nothing => {}
+                Awaiting::Commit(commit) => self.unacknowledged.push(Unacknowledged {
                     commit,
                     start,
                     end: out.len(),
                     sync,
-                });
+                }),
+                Awaiting::MovedKey(moved) => {
+                    if let Some(owner) = moved_key::owner_to_ask(&self.core, &shard, &moved) {
+                        self.key_checks.push(KeyCheck {
+                            owner,
+                            moved,
+                            start,
+                            end: out.len(),
+                        });
+                    }
+                }
             }
             return;
         }
@@ -1157,6 +1153,14 @@ fn unsupported(out: &mut Vec<u8>, sync: u64, what: &str) {
         ErrorCode::ER_UNSUPPORTED,
         &format!("tarn does not support {what}"),
     );
+}
+
+/// The reply to a select whose iterator Tarantool does not know.
+#[cold]
+fn invalid_iterator(out: &mut Vec<u8>, sync: u64, iterator: u32) {
+    if let Err(error) = IteratorType::from_code(iterator) {
+        crate::shard::errors::encode_storage_error(out, sync, SCHEMA_VERSION, &error);
+    }
 }
 
 fn access_denied(
