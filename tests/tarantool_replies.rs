@@ -442,7 +442,13 @@ fn kv_row(id: u64) -> Vec<u8> {
 
 fn setup() -> Vec<Step> {
     let mut steps: Vec<Step> = (1..=8)
-        .map(|id| case(format!("kv {id}"), Req::Replace(KV, kv_row(id)), rows(&[kv_row(id)])))
+        .map(|id| {
+            case(
+                format!("kv {id}"),
+                Req::Replace(KV, kv_row(id)),
+                rows(&[kv_row(id)]),
+            )
+        })
         .collect();
     for tuple in [
         (UNIQ2, arr(&[u(1), u(10), s("a")])),
@@ -482,41 +488,103 @@ fn dbl_base() -> Vec<u8> {
 fn arithmetic() -> Vec<Step> {
     let mut steps = Vec::new();
     let on_base = |steps: &mut Vec<Step>, title: &str, op: Vec<u8>, result: Vec<u8>| {
-        steps.push(case("reset", Req::Replace(DBL, dbl_base()), rows(&[dbl_base()])));
-        steps.push(case(title, update(DBL, arr(&[u(1)]), &[op]), rows(&[result])));
+        steps.push(case(
+            "reset",
+            Req::Replace(DBL, dbl_base()),
+            rows(&[dbl_base()]),
+        ));
+        steps.push(case(
+            title,
+            update(DBL, arr(&[u(1)]), &[op]),
+            rows(&[result]),
+        ));
     };
     let d = |value: Vec<u8>| dbl(value, f64v(2.5), Some(f64v(4.5)));
     let n = |value: Vec<u8>| dbl(f64v(1.5), value, Some(f64v(4.5)));
     let sc = |value: Vec<u8>| dbl(f64v(1.5), f64v(2.5), Some(value));
-    on_base(&mut steps, "double d + 1", op("+", field(1), u(1)), d(f64v(2.5)));
-    on_base(&mut steps, "double d + float 1.0", op("+", field(1), f32v(1.0)), d(f64v(2.5)));
-    on_base(&mut steps, "double d - 1.5", op("-", field(1), f64v(1.5)), d(f64v(0.0)));
-    on_base(&mut steps, "double d + 0.1", op("+", field(1), f64v(0.1)), d(f64v(1.5 + 0.1)));
-    on_base(&mut steps, "double d + inf", op("+", field(1), f64b(INF)), d(f64b(INF)));
+    on_base(
+        &mut steps,
+        "double d + 1",
+        op("+", field(1), u(1)),
+        d(f64v(2.5)),
+    );
+    on_base(
+        &mut steps,
+        "double d + float 1.0",
+        op("+", field(1), f32v(1.0)),
+        d(f64v(2.5)),
+    );
+    on_base(
+        &mut steps,
+        "double d - 1.5",
+        op("-", field(1), f64v(1.5)),
+        d(f64v(0.0)),
+    );
+    on_base(
+        &mut steps,
+        "double d + 0.1",
+        op("+", field(1), f64v(0.1)),
+        d(f64v(1.5 + 0.1)),
+    );
+    on_base(
+        &mut steps,
+        "double d + inf",
+        op("+", field(1), f64b(INF)),
+        d(f64b(INF)),
+    );
     on_base(
         &mut steps,
         "double d - nan",
         op("-", field(1), f64b(0x7ff8_0000_0000_0000)),
         d(f64b(0x7ff8_0000_0000_0000)),
     );
-    on_base(&mut steps, "number n + 1", op("+", field(2), u(1)), n(f32v(3.5)));
-    on_base(&mut steps, "number n + inf", op("+", field(2), f64b(INF)), n(f64b(INF)));
-    on_base(&mut steps, "number n - inf", op("-", field(2), f64b(INF)), n(f64b(NEG_INF)));
+    on_base(
+        &mut steps,
+        "number n + 1",
+        op("+", field(2), u(1)),
+        n(f32v(3.5)),
+    );
+    on_base(
+        &mut steps,
+        "number n + inf",
+        op("+", field(2), f64b(INF)),
+        n(f64b(INF)),
+    );
+    on_base(
+        &mut steps,
+        "number n - inf",
+        op("-", field(2), f64b(INF)),
+        n(f64b(NEG_INF)),
+    );
     on_base(
         &mut steps,
         "number n + FLT_MAX",
         op("+", field(2), f64v(f64::from(f32::MAX))),
         n(f32b(0x7f7f_ffff)),
     );
-    on_base(&mut steps, "number n + 1e300", op("+", field(2), f64v(1e300)), n(f64v(1e300)));
-    on_base(&mut steps, "scalar sc + 1", op("+", field(4), u(1)), sc(f32v(5.5)));
+    on_base(
+        &mut steps,
+        "number n + 1e300",
+        op("+", field(2), f64v(1e300)),
+        n(f64v(1e300)),
+    );
+    on_base(
+        &mut steps,
+        "scalar sc + 1",
+        op("+", field(4), u(1)),
+        sc(f32v(5.5)),
+    );
     on_base(
         &mut steps,
         "scalar sc + float inf",
         op("+", field(4), f32v(f32::INFINITY)),
         sc(f64b(INF)),
     );
-    steps.push(case("reset", Req::Replace(DBL, dbl_base()), rows(&[dbl_base()])));
+    steps.push(case(
+        "reset",
+        Req::Replace(DBL, dbl_base()),
+        rows(&[dbl_base()]),
+    ));
     steps.push(case(
         "integer i + 0.5",
         update(DBL, arr(&[u(1)]), &[op("+", field(3), f64v(0.5))]),
@@ -569,7 +637,12 @@ fn arithmetic() -> Vec<Step> {
             op("+", field(2), u(1)),
             f64b(0x7ff8_0000_6000_0000),
         ),
-        ("-0.0 - 0.0", f64v(-0.0), op("-", field(2), f64v(0.0)), f32b(0x8000_0000)),
+        (
+            "-0.0 - 0.0",
+            f64v(-0.0),
+            op("-", field(2), f64v(0.0)),
+            f32b(0x8000_0000),
+        ),
         (
             "uint max + 1.0",
             u(u64::MAX),
@@ -578,7 +651,11 @@ fn arithmetic() -> Vec<Step> {
         ),
     ] {
         let before = dbl(f64v(1.5), value, None);
-        steps.push(case("reset", Req::Replace(DBL, before.clone()), rows(&[before])));
+        steps.push(case(
+            "reset",
+            Req::Replace(DBL, before.clone()),
+            rows(&[before]),
+        ));
         steps.push(case(
             title,
             update(DBL, arr(&[u(1)]), &[op_]),
@@ -588,14 +665,22 @@ fn arithmetic() -> Vec<Step> {
     // UPSERT of a present key applies the same arithmetic (it answers no tuple).
     for (title, op_, after) in [
         ("upsert double d + 1", op("+", field(1), u(1)), d(f64v(2.5))),
-        ("upsert number n + inf", op("+", field(2), f64b(INF)), n(f64b(INF))),
+        (
+            "upsert number n + inf",
+            op("+", field(2), f64b(INF)),
+            n(f64b(INF)),
+        ),
         (
             "upsert scalar sc - float NaN",
             op("-", field(4), f32b(0x7fc0_0000)),
             sc(f64b(0x7ff8_0000_0000_0000)),
         ),
     ] {
-        steps.push(case("reset", Req::Replace(DBL, dbl_base()), rows(&[dbl_base()])));
+        steps.push(case(
+            "reset",
+            Req::Replace(DBL, dbl_base()),
+            rows(&[dbl_base()]),
+        ));
         let other = dbl(f64v(9.5), f64v(9.5), None);
         steps.push(case(title, upsert(DBL, other, &[op_]), none()));
         steps.push(case("its tuple", select(DBL, arr(&[u(1)])), rows(&[after])));
@@ -624,7 +709,11 @@ fn arithmetic() -> Vec<Step> {
             arr(&[u(1), f64v(2.5), f64v(2.5)]),
         ),
     ] {
-        steps.push(case("reset", Req::Replace(DD, dd_base.clone()), rows(&[dd_base.clone()])));
+        steps.push(case(
+            "reset",
+            Req::Replace(DD, dd_base.clone()),
+            rows(std::slice::from_ref(&dd_base)),
+        ));
         steps.push(case(title, update(DD, arr(&[u(1)]), &ops), rows(&[result])));
     }
     steps
@@ -646,7 +735,11 @@ fn delete_counts() -> Vec<Step> {
         (u64::MAX, rows(&[long(&[])])),
     ] {
         let before = long(&["x", "y", "z"]);
-        steps.push(case("reset", Req::Replace(DBL, before.clone()), rows(&[before])));
+        steps.push(case(
+            "reset",
+            Req::Replace(DBL, before.clone()),
+            rows(&[before]),
+        ));
         steps.push(case(
             format!("# 5 {count}"),
             update(DBL, arr(&[u(1)]), &[op("#", field(5), u(count))]),
@@ -679,18 +772,41 @@ fn exact_matches() -> Vec<Step> {
     };
     let bad_op = arr(&[s("%"), u(1), u(1)]);
     vec![
-        case("delete kv [1, 2]", delete(KV, arr(&[u(1), u(2)])), exact(1, 2)),
-        case("delete kv ['x', 2]", delete(KV, arr(&[s("x"), u(2)])), exact(1, 2)),
-        case("delete kv [5, 'x']", delete(KV, arr(&[u(5), s("x")])), exact(1, 2)),
+        case(
+            "delete kv [1, 2]",
+            delete(KV, arr(&[u(1), u(2)])),
+            exact(1, 2),
+        ),
+        case(
+            "delete kv ['x', 2]",
+            delete(KV, arr(&[s("x"), u(2)])),
+            exact(1, 2),
+        ),
+        case(
+            "delete kv [5, 'x']",
+            delete(KV, arr(&[u(5), s("x")])),
+            exact(1, 2),
+        ),
         case("delete kv []", delete(KV, arr(&[])), exact(1, 0)),
-        case("delete kv ['x']", delete(KV, arr(&[s("x")])), part_type(0, "unsigned")),
+        case(
+            "delete kv ['x']",
+            delete(KV, arr(&[s("x")])),
+            part_type(0, "unsigned"),
+        ),
         case(
             "delete customers by a non-unique index, 6 parts",
             delete_in(CUSTOMERS, 1, arr(&[u(0), u(1), u(2), u(3), u(4), u(5)])),
-            error(41, "Get() doesn't support partial keys and non-unique indexes"),
+            error(
+                41,
+                "Get() doesn't support partial keys and non-unique indexes",
+            ),
         ),
         case("delete hash2 [1]", delete(HASH2, arr(&[u(1)])), exact(2, 1)),
-        case("delete hash2 ['x']", delete(HASH2, arr(&[s("x")])), exact(2, 1)),
+        case(
+            "delete hash2 ['x']",
+            delete(HASH2, arr(&[s("x")])),
+            exact(2, 1),
+        ),
         case(
             "delete hash2 [1, 'a', 3]",
             delete(HASH2, arr(&[u(1), s("a"), u(3)])),
@@ -701,23 +817,39 @@ fn exact_matches() -> Vec<Step> {
             delete(HASH2, arr(&[u(1), u(2)])),
             part_type(1, "string"),
         ),
-        case("delete comp ['x']", delete(COMP, arr(&[s("x")])), exact(2, 1)),
+        case(
+            "delete comp ['x']",
+            delete(COMP, arr(&[s("x")])),
+            exact(2, 1),
+        ),
         case(
             "delete comp [1, 'b', 3]",
             delete(COMP, arr(&[u(1), s("b"), u(3)])),
             exact(2, 3),
         ),
-        case("update kv [1, 2]", update(KV, arr(&[u(1), u(2)]), &[]), exact(1, 2)),
-        case("update kv ['x', 2]", update(KV, arr(&[s("x"), u(2)]), &[]), exact(1, 2)),
         case(
-            "update kv [1, 2] with a bad op",
-            update(KV, arr(&[u(1), u(2)]), &[bad_op.clone()]),
+            "update kv [1, 2]",
+            update(KV, arr(&[u(1), u(2)]), &[]),
             exact(1, 2),
         ),
-        case("update hash2 ['x']", update(HASH2, arr(&[s("x")]), &[]), exact(2, 1)),
+        case(
+            "update kv ['x', 2]",
+            update(KV, arr(&[s("x"), u(2)]), &[]),
+            exact(1, 2),
+        ),
+        case(
+            "update kv [1, 2] with a bad op",
+            update(KV, arr(&[u(1), u(2)]), std::slice::from_ref(&bad_op)),
+            exact(1, 2),
+        ),
+        case(
+            "update hash2 ['x']",
+            update(HASH2, arr(&[s("x")]), &[]),
+            exact(2, 1),
+        ),
         case(
             "update kv [99] (absent) with a bad op",
-            update(KV, arr(&[u(99)]), &[bad_op.clone()]),
+            update(KV, arr(&[u(99)]), std::slice::from_ref(&bad_op)),
             none(),
         ),
         case(
@@ -755,7 +887,9 @@ fn primary_key_moves() -> Vec<Step> {
     let moved = |space: &str| {
         error_211(
             94,
-            &format!("Attempt to modify a tuple field which is part of primary index in space '{space}'"),
+            &format!(
+                "Attempt to modify a tuple field which is part of primary index in space '{space}'"
+            ),
         )
     };
     let taken = |index: &str, space: &str, old: &str, new: &str| {
@@ -883,8 +1017,16 @@ fn select_order() -> Vec<Step> {
     };
     let hash_row = arr(&[u(1), s("a"), u(5)]);
     vec![
-        case("iterator 12, space 9999", select_it(9999, 0, 12, arr(&[])), invalid_iterator()),
-        case("iterator 12, kv index 7", select_it(KV, 7, 12, arr(&[])), invalid_iterator()),
+        case(
+            "iterator 12, space 9999",
+            select_it(9999, 0, 12, arr(&[])),
+            invalid_iterator(),
+        ),
+        case(
+            "iterator 12, kv index 7",
+            select_it(KV, 7, 12, arr(&[])),
+            invalid_iterator(),
+        ),
         case(
             "iterator 12, kv key ['x']",
             select_it(KV, 0, 12, arr(&[s("x")])),
@@ -895,9 +1037,21 @@ fn select_order() -> Vec<Step> {
             select_it(KV, 0, u32::MAX, arr(&[])),
             invalid_iterator(),
         ),
-        case("iterator 2^31", select_it(KV, 0, 1 << 31, arr(&[])), invalid_iterator()),
-        as_nogrant("no grant: space 9999", select(9999, arr(&[])), error(36, "Space '9999' does not exist")),
-        as_nogrant("no grant: space 300", select(300, arr(&[])), error(36, "Space '300' does not exist")),
+        case(
+            "iterator 2^31",
+            select_it(KV, 0, 1 << 31, arr(&[])),
+            invalid_iterator(),
+        ),
+        as_nogrant(
+            "no grant: space 9999",
+            select(9999, arr(&[])),
+            error(36, "Space '9999' does not exist"),
+        ),
+        as_nogrant(
+            "no grant: space 300",
+            select(300, arr(&[])),
+            error(36, "Space '300' does not exist"),
+        ),
         as_nogrant(
             "no grant: kv index 7",
             select_it(KV, 7, 0, arr(&[])),
@@ -911,20 +1065,35 @@ fn select_order() -> Vec<Step> {
         as_nogrant(
             "no grant: _user",
             select(304, arr(&[u(1)])),
-            error(42, "Read access to space '_user' is denied for user 'nogrant'"),
+            error(
+                42,
+                "Read access to space '_user' is denied for user 'nogrant'",
+            ),
         ),
         case("hash2 EQ [1]", select(HASH2, arr(&[u(1)])), partial(1)),
         case("hash2 EQ ['x']", select(HASH2, arr(&[s("x")])), partial(1)),
         case("hash2 EQ []", select(HASH2, arr(&[])), partial(0)),
-        case("hash2 EQ [1, 2]", select(HASH2, arr(&[u(1), u(2)])), part_type(1, "string")),
+        case(
+            "hash2 EQ [1, 2]",
+            select(HASH2, arr(&[u(1), u(2)])),
+            part_type(1, "string"),
+        ),
         case(
             "hash2 EQ ['x', 'a', 'b']",
             select(HASH2, arr(&[s("x"), s("a"), s("b")])),
             error(31, "Invalid key part count (expected [0..2], got 3)"),
         ),
-        case("hash2 GE [1]", select_it(HASH2, 0, 5, arr(&[u(1)])), partial(1)),
+        case(
+            "hash2 GE [1]",
+            select_it(HASH2, 0, 5, arr(&[u(1)])),
+            partial(1),
+        ),
         case("hash2 GE []", select_it(HASH2, 0, 5, arr(&[])), partial(0)),
-        case("hash2 ALL [1]", select_it(HASH2, 0, 2, arr(&[u(1)])), partial(1)),
+        case(
+            "hash2 ALL [1]",
+            select_it(HASH2, 0, 2, arr(&[u(1)])),
+            partial(1),
+        ),
         case(
             "hash2 GE ['x', 'a']",
             select_it(HASH2, 0, 5, arr(&[s("x"), s("a")])),
@@ -935,9 +1104,21 @@ fn select_order() -> Vec<Step> {
             select_it(HASH2, 0, 5, arr(&[u(1), s("a")])),
             unsupported("pk", "HASH", "hash2"),
         ),
-        case("hash2 GT []", select_it(HASH2, 0, 6, arr(&[])), rows(&[hash_row.clone()])),
-        case("hash2 ALL []", select_it(HASH2, 0, 2, arr(&[])), rows(&[hash_row])),
-        case("kv BITS_ALL_SET ['x']", select_it(KV, 0, 7, arr(&[s("x")])), part_type(0, "unsigned")),
+        case(
+            "hash2 GT []",
+            select_it(HASH2, 0, 6, arr(&[])),
+            rows(std::slice::from_ref(&hash_row)),
+        ),
+        case(
+            "hash2 ALL []",
+            select_it(HASH2, 0, 2, arr(&[])),
+            rows(&[hash_row]),
+        ),
+        case(
+            "kv BITS_ALL_SET ['x']",
+            select_it(KV, 0, 7, arr(&[s("x")])),
+            part_type(0, "unsigned"),
+        ),
         case(
             "kv BITS_ALL_SET []",
             select_it(KV, 0, 7, arr(&[])),
@@ -982,20 +1163,76 @@ fn system_ids() -> Vec<Step> {
         case("delete 300", delete(300, arr(&[u(1)])), missing(300)),
         case("delete 0", delete(0, arr(&[u(1)])), missing(0)),
         case("delete 511", delete(511, arr(&[u(1)])), missing(511)),
-        case("delete 341 (2.6 has no _vspace_sequence)", delete(341, arr(&[u(1)])), missing(341)),
-        case("insert _vspace", Req::Insert(281, arr(&[u(999)])), read_only("_vspace")),
-        case("update _vindex", update(289, arr(&[u(999), u(0)]), &[]), read_only("_vindex")),
-        case("insert _vuser", Req::Insert(305, arr(&[u(999)])), read_only("_vuser")),
-        case("insert _vpriv", Req::Insert(313, arr(&[u(999)])), read_only("_vpriv")),
-        case("insert _vcollation", Req::Insert(277, arr(&[u(999)])), read_only("_vcollation")),
-        case("upsert _vfunc", upsert(297, arr(&[u(999)]), &[]), read_only("_vfunc")),
-        case("delete _vsequence", delete(286, arr(&[u(999)])), read_only("_vsequence")),
-        as_nogrant("no grant: delete 9999", delete(9999, arr(&[u(1)])), missing(9999)),
-        as_nogrant("no grant: insert 300", Req::Insert(300, arr(&[u(1)])), missing(300)),
-        as_nogrant("no grant: insert _user", Req::Insert(304, arr(&[u(999)])), write_denied("_user")),
-        as_nogrant("no grant: insert _vuser", Req::Insert(305, arr(&[u(999)])), write_denied("_vuser")),
-        as_nogrant("no grant: insert _vspace", Req::Insert(281, arr(&[u(999)])), write_denied("_vspace")),
-        as_nogrant("no grant: delete kv [1, 2]", delete(KV, arr(&[u(1), u(2)])), write_denied("kv")),
+        case(
+            "delete 341 (2.6 has no _vspace_sequence)",
+            delete(341, arr(&[u(1)])),
+            missing(341),
+        ),
+        case(
+            "insert _vspace",
+            Req::Insert(281, arr(&[u(999)])),
+            read_only("_vspace"),
+        ),
+        case(
+            "update _vindex",
+            update(289, arr(&[u(999), u(0)]), &[]),
+            read_only("_vindex"),
+        ),
+        case(
+            "insert _vuser",
+            Req::Insert(305, arr(&[u(999)])),
+            read_only("_vuser"),
+        ),
+        case(
+            "insert _vpriv",
+            Req::Insert(313, arr(&[u(999)])),
+            read_only("_vpriv"),
+        ),
+        case(
+            "insert _vcollation",
+            Req::Insert(277, arr(&[u(999)])),
+            read_only("_vcollation"),
+        ),
+        case(
+            "upsert _vfunc",
+            upsert(297, arr(&[u(999)]), &[]),
+            read_only("_vfunc"),
+        ),
+        case(
+            "delete _vsequence",
+            delete(286, arr(&[u(999)])),
+            read_only("_vsequence"),
+        ),
+        as_nogrant(
+            "no grant: delete 9999",
+            delete(9999, arr(&[u(1)])),
+            missing(9999),
+        ),
+        as_nogrant(
+            "no grant: insert 300",
+            Req::Insert(300, arr(&[u(1)])),
+            missing(300),
+        ),
+        as_nogrant(
+            "no grant: insert _user",
+            Req::Insert(304, arr(&[u(999)])),
+            write_denied("_user"),
+        ),
+        as_nogrant(
+            "no grant: insert _vuser",
+            Req::Insert(305, arr(&[u(999)])),
+            write_denied("_vuser"),
+        ),
+        as_nogrant(
+            "no grant: insert _vspace",
+            Req::Insert(281, arr(&[u(999)])),
+            write_denied("_vspace"),
+        ),
+        as_nogrant(
+            "no grant: delete kv [1, 2]",
+            delete(KV, arr(&[u(1), u(2)])),
+            write_denied("kv"),
+        ),
     ]
 }
 
@@ -1178,7 +1415,11 @@ fn check(server: Server, case: &Case, sync: u64, packet: &[u8]) -> Result<(), St
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(" ")
+    bytes
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Runs every step against `addr`; panics listing every reply that differs.
