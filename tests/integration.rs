@@ -52,3 +52,5 @@ mod server_threads;
 mod storage_model;
 #[path = "system_views.rs"]
 mod system_views;
+#[path = "tarantool_replies.rs"]
+mod tarantool_replies;
