@@ -29,7 +29,9 @@ pub enum Value<'a> {
     Ext(i8, &'a [u8]),
 }
 
-/// The MessagePack type of a value, named as Tarantool names it in error messages.
+/// The MessagePack type of a value, named as Tarantool names it in error messages
+/// (`mp_type_strs[]`, field_def.c in 2.11: a bin is a `blob` there, though the field type
+/// that holds one is `varbinary`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MpType {
     Nil,
@@ -52,7 +54,7 @@ impl MpType {
             MpType::Uint => "unsigned",
             MpType::Int => "integer",
             MpType::Str => "string",
-            MpType::Bin => "varbinary",
+            MpType::Bin => "blob",
             MpType::Array => "array",
             MpType::Map => "map",
             MpType::Bool => "boolean",
@@ -439,6 +441,43 @@ pub fn single_uint_array(bytes: &[u8]) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn type_names_are_2_11s_mp_type_strs() {
+        let names: Vec<&str> = [
+            MpType::Nil,
+            MpType::Uint,
+            MpType::Int,
+            MpType::Str,
+            MpType::Bin,
+            MpType::Array,
+            MpType::Map,
+            MpType::Bool,
+            MpType::Float,
+            MpType::Double,
+            MpType::Ext,
+        ]
+        .iter()
+        .map(|ty| ty.name())
+        .collect();
+        assert_eq!(
+            names,
+            [
+                "nil",
+                "unsigned",
+                "integer",
+                "string",
+                "blob",
+                "array",
+                "map",
+                "boolean",
+                "float",
+                "double",
+                "extension"
+            ]
+        );
+    }
+
     #[test]
     fn single_uint_array_reads_exactly_one_unsigned_in_a_one_element_array() {
         for value in [
