@@ -96,7 +96,10 @@ impl FieldType {
     /// Nil is the caller's business (it depends on nullability).
     pub fn accepts(self, value: &Value<'_>) -> bool {
         match self {
-            FieldType::Any => true,
+            FieldType::Any => match value {
+                Value::Ext(ext_type, _) => any_takes_extension(*ext_type),
+                _ => true,
+            },
             FieldType::Unsigned => matches!(value, Value::Uint(_)),
             FieldType::Integer => matches!(value, Value::Uint(_) | Value::Int(_)),
             FieldType::Number => is_number(value),
@@ -117,6 +120,17 @@ impl FieldType {
             FieldType::Map => matches!(value, Value::Map(_)),
         }
     }
+}
+
+/// Whether an `any` field takes an extension of this type. Tarantool refuses a negative type
+/// in every field, and MP_UNKNOWN_EXTENSION (0) in `any` (`field_ext_type[FIELD_TYPE_ANY]`
+/// lacks its bit; `field_mp_type_is_compatible`, field_def.h). It tests the type's bit as
+/// `1U << ext_type`, which x86 takes modulo 32: 2.6 refuses 32, 64 and 96 as well, and so
+/// does tarn. (The same shift makes 2.6 take type 33 as a decimal and 34 as a uuid in typed
+/// fields, which then crash its comparators when indexed: tarn refuses those; see
+/// docs/tarantool-reference.md.)
+fn any_takes_extension(ext_type: i8) -> bool {
+    ext_type >= 0 && ext_type % 32 != 0
 }
 
 fn is_number(value: &Value<'_>) -> bool {
@@ -158,5 +172,23 @@ mod tests {
         assert!(!FieldType::Scalar.accepts(&Value::Array(1)));
         assert!(!FieldType::Scalar.accepts(&Value::Map(0)));
         assert!(!FieldType::Scalar.accepts(&Value::Ext(9, &[])));
+    }
+
+    /// What Tarantool 2.6 answered for each extension type in an `any` field (23 or ok).
+    #[test]
+    fn any_refuses_negative_and_unknown_extension_types() {
+        for refused in [0i8, -1, -128, 32, 64, 96] {
+            assert!(
+                !FieldType::Any.accepts(&Value::Ext(refused, &[1, 2])),
+                "{refused}"
+            );
+        }
+        for taken in [1i8, 2, 5, 31, 33, 127] {
+            assert!(
+                FieldType::Any.accepts(&Value::Ext(taken, &[1, 2])),
+                "{taken}"
+            );
+        }
+        assert!(FieldType::Any.accepts(&Value::Array(1)));
     }
 }
