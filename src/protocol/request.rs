@@ -8,7 +8,7 @@
 
 use crate::protocol::codes::{body_key, request_type};
 use crate::protocol::error::{invalid_msgpack, ProtocolError};
-use crate::storage::msgpack::{read_value, skip_value, take_value, Value};
+use crate::storage::msgpack::{read_value, take_value, Value};
 
 /// The msgpack of an empty array: the default CALL/EVAL arguments.
 const EMPTY_ARRAY: &[u8] = &[0x90];
@@ -212,6 +212,8 @@ pub fn decode_body(type_code: u64, body: &[u8]) -> Result<Request<'_>, ProtocolE
         }
         t::WATCH => Request::Watch(decode_watch(body)?),
         t::UNWATCH => Request::Unwatch(decode_watch(body)?),
+        // A NOP is not supposed to have a body: Tarantool's header decoder refuses any.
+        t::NOP if !body.is_empty() => return Err(BODY_ERROR),
         other => {
             // Tarantool checks the body's msgpack before it looks at the type.
             check_whole_value(body)?;
@@ -222,15 +224,28 @@ pub fn decode_body(type_code: u64, body: &[u8]) -> Result<Request<'_>, ProtocolE
 
 const BODY_ERROR: ProtocolError = ProtocolError::InvalidMsgpack(invalid_msgpack::PACKET_BODY);
 
-/// An absent body, or exactly one whole msgpack value and nothing after it.
+/// An absent body, or exactly one whole msgpack value and nothing after it, as Tarantool's
+/// header decoder checks every body (`mp_check`): it takes the unused byte 0xc1 as a value of
+/// one byte, at the top and inside containers, so a PING of `c1` or `[c1]` is answered.
 fn check_whole_value(body: &[u8]) -> Result<(), ProtocolError> {
-    if body.is_empty() {
-        return Ok(());
-    }
     let mut rest = body;
-    match skip_value(&mut rest) {
-        Ok(()) if rest.is_empty() => Ok(()),
-        _ => Err(BODY_ERROR),
+    let mut pending: u64 = if body.is_empty() { 0 } else { 1 };
+    while pending > 0 {
+        pending -= 1;
+        if let Some((0xc1, after)) = rest.split_first() {
+            rest = after;
+            continue;
+        }
+        match read_value(&mut rest).map_err(|_| BODY_ERROR)? {
+            Value::Array(count) => pending += u64::from(count),
+            Value::Map(pairs) => pending += 2 * u64::from(pairs),
+            _ => {}
+        }
+    }
+    if rest.is_empty() {
+        Ok(())
+    } else {
+        Err(BODY_ERROR)
     }
 }
 
