@@ -154,8 +154,9 @@ pub(crate) struct RawIndex {
     pub parts: Vec<RawPart>,
 }
 
+/// `box.schema.index.create`'s default, spelled as Tarantool stores it in `_index`.
 fn default_index_type() -> String {
-    "TREE".to_owned()
+    "tree".to_owned()
 }
 
 /// How a part names its field: by name, or by 1-based field number.

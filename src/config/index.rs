@@ -79,6 +79,9 @@ pub struct Part {
 pub struct Index {
     pub name: String,
     pub index_type: IndexType,
+    /// The type as the config spells it (`tree` when omitted), which `_index` shows: Tarantool
+    /// stores the type as its creator wrote it (`'TREE'`, `'tree'`, `'Tree'`).
+    pub type_name: String,
     pub unique: bool,
     pub parts: Vec<Part>,
 }
@@ -126,6 +129,7 @@ pub(crate) fn resolve_index(
     Ok(Index {
         name: raw.name.clone(),
         index_type,
+        type_name: raw.index_type.clone(),
         unique: raw.unique,
         parts,
     })

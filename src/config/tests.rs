@@ -64,6 +64,7 @@ fn shipped_file_resolves_to_exact_values() {
     let primary_on_id = Index {
         name: "primary".to_owned(),
         index_type: IndexType::Tree,
+        type_name: "TREE".to_owned(),
         unique: true,
         parts: vec![tree_part(0, FieldType::Unsigned)],
     };
@@ -104,6 +105,7 @@ fn shipped_file_resolves_to_exact_values() {
             Index {
                 name: "composite".to_owned(),
                 index_type: IndexType::Tree,
+                type_name: "TREE".to_owned(),
                 unique: false,
                 parts: vec![
                     tree_part(2, FieldType::Unsigned),
@@ -116,6 +118,7 @@ fn shipped_file_resolves_to_exact_values() {
             Index {
                 name: "bucket_id".to_owned(),
                 index_type: IndexType::Tree,
+                type_name: "TREE".to_owned(),
                 unique: false,
                 parts: vec![tree_part(1, FieldType::Unsigned)],
             },
@@ -819,4 +822,32 @@ fn help_documents_every_flag() {
         assert!(help.contains(flag), "help lacks {flag}:\n{help}");
     }
     CliArgs::command().debug_assert();
+}
+
+/// `_index` shows the type as the config spells it, `tree` when omitted (Tarantool's
+/// `create_index` default), while the kind is parsed whatever the case.
+#[test]
+fn index_type_keeps_its_spelling() {
+    let config = Config::from_toml_str(
+        r#"
+[[space]]
+name = "t"
+id = 700
+shard = "single"
+format = [{ name = "id", type = "unsigned" }, { name = "x", type = "unsigned" }]
+[[space.index]]
+name = "primary"
+parts = ["id"]
+[[space.index]]
+name = "by_x"
+type = "Hash"
+parts = ["x"]
+"#,
+    )
+    .expect("valid");
+    let indexes = &config.spaces[0].indexes;
+    assert_eq!(indexes[0].type_name, "tree");
+    assert_eq!(indexes[0].index_type, IndexType::Tree);
+    assert_eq!(indexes[1].type_name, "Hash");
+    assert_eq!(indexes[1].index_type, IndexType::Hash);
 }

@@ -230,27 +230,49 @@ fn space_tuple(def: &SpaceDef, engine: &str) -> Vec<u8> {
     out
 }
 
-/// `[space_id, iid, name, type, {unique}, parts]`; parts in the short form unless a part
-/// needs options, as Tarantool stores them.
-fn index_tuple(space_id: u32, index: &IndexDef) -> Vec<u8> {
+/// How an `_index` row is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum IndexRowForm<'a> {
+    /// What `_index`/`_vindex` show, as Tarantool stores it: the type as its creator spelled
+    /// it, and the parts all in the short `[field, type]` form, or all as maps once any part
+    /// needs options (`simplify_index_parts` in 2.6's schema.lua, `try_simplify_index_parts`
+    /// in 2.11's, keep the map form for every part then).
+    Tarantool { type_name: &'a str },
+    /// The schema record of the data directory (`data_dir.rs`), compared byte for byte with
+    /// the rows recorded by earlier starts: it must never change, so it keeps the lower-case
+    /// type whatever the config's spelling, and the short form for each part without options.
+    Record,
+}
+
+/// `[space_id, iid, name, type, {unique}, parts]` in `form`.
+fn index_tuple(space_id: u32, index: &IndexDef, form: IndexRowForm<'_>) -> Vec<u8> {
     let mut out = Vec::new();
     write_array_len(&mut out, 6);
     write_uint(&mut out, space_id as u64);
     write_uint(&mut out, index.id as u64);
     write_str(&mut out, index.name.as_bytes());
-    write_str(&mut out, index.kind.name().to_ascii_lowercase().as_bytes());
+    match form {
+        IndexRowForm::Tarantool { type_name } => write_str(&mut out, type_name.as_bytes()),
+        IndexRowForm::Record => {
+            write_str(&mut out, index.kind.name().to_ascii_lowercase().as_bytes())
+        }
+    }
     out.push(0x81);
     write_str(&mut out, b"unique");
     out.push(if index.unique { 0xc3 } else { 0xc2 });
     write_array_len(&mut out, index.key_def.parts.len() as u32);
+    let collation_id = |part: &KeyPart| match part.collation {
+        Collation::None => None,
+        Collation::Binary => Some(3),
+        Collation::Unicode => Some(1),
+        Collation::UnicodeCi => Some(2),
+    };
+    let needs_map = |part: &KeyPart| part.is_nullable || collation_id(part).is_some();
+    let all_maps =
+        matches!(form, IndexRowForm::Tarantool { .. }) && index.key_def.parts.iter().any(needs_map);
     for part in &index.key_def.parts {
-        let collation_id = match part.collation {
-            Collation::None => None,
-            Collation::Binary => Some(3),
-            Collation::Unicode => Some(1),
-            Collation::UnicodeCi => Some(2),
-        };
-        if !part.is_nullable && collation_id.is_none() {
+        let collation_id = collation_id(part);
+        if !all_maps && !needs_map(part) {
             write_array_len(&mut out, 2);
             write_uint(&mut out, part.field_no as u64);
             write_str(&mut out, part.field_type.name().as_bytes());
@@ -285,7 +307,7 @@ pub fn user_space_rows(config: &Config) -> Vec<(u32, String, Vec<u8>)> {
             let def = space_def(space);
             let mut rows = space_tuple(&def, "memtx");
             for index in &def.indexes {
-                rows.extend_from_slice(&index_tuple(def.id, index));
+                rows.extend_from_slice(&index_tuple(def.id, index, IndexRowForm::Record));
             }
             (space.id, space.name.clone(), rows)
         })
@@ -315,8 +337,33 @@ pub fn build_engine(config: &Config, memory_limit_bytes: u64) -> crate::storage:
             )
         })
         .collect();
-    let index_rows: Vec<Vec<u8>> = all_defs()
-        .flat_map(|def| def.indexes.iter().map(|index| index_tuple(def.id, index)))
+    // Tarantool's own system spaces were created with `'tree'`; a user index shows the
+    // config's spelling.
+    let system_type_names = system_defs.iter().flat_map(|def| {
+        def.indexes
+            .iter()
+            .map(move |index| (def, index, index.kind.name().to_ascii_lowercase()))
+    });
+    let user_type_names = user_defs
+        .iter()
+        .zip(&config.spaces)
+        .flat_map(|(def, space)| {
+            def.indexes
+                .iter()
+                .zip(&space.indexes)
+                .map(move |(index, config_index)| (def, index, config_index.type_name.clone()))
+        });
+    let index_rows: Vec<Vec<u8>> = system_type_names
+        .chain(user_type_names)
+        .map(|(def, index, type_name)| {
+            index_tuple(
+                def.id,
+                index,
+                IndexRowForm::Tarantool {
+                    type_name: &type_name,
+                },
+            )
+        })
         .collect();
     for def in system_defs.iter().cloned() {
         let id = def.id;
@@ -358,8 +405,79 @@ mod tests {
             .unwrap();
         assert_eq!(
             msgpack_to_text(composite.data()),
-            "[513, 1, \"composite\", \"tree\", {\"unique\": false}, [[2, \"unsigned\"], [3, \"unsigned\"], [4, \"unsigned\"], [5, \"unsigned\"], [6, \"string\"]]]"
+            "[513, 1, \"composite\", \"TREE\", {\"unique\": false}, [[2, \"unsigned\"], [3, \"unsigned\"], [4, \"unsigned\"], [5, \"unsigned\"], [6, \"string\"]]]"
         );
         assert_eq!(engine.space(513).unwrap().indexes().len(), 3);
+        let own_primary = vindex
+            .get(0, &[0x92, 0xcd, 0x01, 0x21, 0x00])
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            msgpack_to_text(own_primary.data()),
+            "[289, 0, \"primary\", \"tree\", {\"unique\": true}, [[0, \"unsigned\"], [1, \"unsigned\"]]]"
+        );
+    }
+
+    const MIXED_PARTS: &str = r#"
+[[space]]
+name = "t"
+id = 700
+format = [
+    { name = "id", type = "unsigned" },
+    { name = "ns", type = "string", is_nullable = true },
+    { name = "b", type = "boolean" },
+]
+[[space.index]]
+name = "primary"
+parts = ["id"]
+[[space.index]]
+name = "by_ns_b"
+type = "Tree"
+unique = false
+parts = [{ field = "ns", is_nullable = true }, "b"]
+"#;
+
+    /// What Tarantool 2.6 stored for `create_index('by_ns_b', {type = 'Tree', parts =
+    /// {{'ns', 'string', is_nullable = true}, {'b', 'boolean'}}})`, and `'tree'` for an index
+    /// created without a type (docs/tarantool-reference.md, "`_index` rows").
+    #[test]
+    fn index_rows_spell_the_type_as_configured_and_keep_all_parts_maps() {
+        let config = Config::from_toml_str(MIXED_PARTS).unwrap();
+        let engine = build_engine(&config, 1 << 30).unwrap();
+        let vindex = engine.space(SPACE_ID_VINDEX).unwrap();
+        let row = |iid: u8| {
+            let key = [0x92, 0xcd, 0x02, 0xbc, iid];
+            msgpack_to_text(vindex.get(0, &key).unwrap().unwrap().data())
+        };
+        assert_eq!(
+            row(0),
+            "[700, 0, \"primary\", \"tree\", {\"unique\": true}, [[0, \"unsigned\"]]]"
+        );
+        assert_eq!(
+            row(1),
+            "[700, 1, \"by_ns_b\", \"Tree\", {\"unique\": false}, [{\"field\": 1, \"type\": \"string\", \"is_nullable\": true}, {\"field\": 2, \"type\": \"boolean\"}]]"
+        );
+    }
+
+    /// The data directory's schema record is compared byte for byte with what earlier starts
+    /// wrote: its form must not follow the `_index` rows' changes.
+    #[test]
+    fn the_schema_record_keeps_its_form() {
+        let config = Config::from_toml_str(MIXED_PARTS).unwrap();
+        let rows = user_space_rows(&config);
+        let mut rest = &rows[0].2[..];
+        let mut texts = Vec::new();
+        while !rest.is_empty() {
+            texts.push(msgpack_to_text(
+                crate::storage::msgpack::take_value(&mut rest).unwrap(),
+            ));
+        }
+        assert_eq!(
+            texts[1..],
+            [
+                "[700, 0, \"primary\", \"tree\", {\"unique\": true}, [[0, \"unsigned\"]]]",
+                "[700, 1, \"by_ns_b\", \"tree\", {\"unique\": false}, [{\"field\": 1, \"type\": \"string\", \"is_nullable\": true}, [2, \"boolean\"]]]",
+            ]
+        );
     }
 }
