@@ -110,6 +110,19 @@ parts = ["id"]
 name = "by_u"
 parts = [{ field = "u", type = "unsigned", is_nullable = true }]
 
+[[space]]
+name = "doc"
+id = 606
+format = [
+    { name = "id", type = "unsigned" },
+    { name = "m", type = "any", is_nullable = true },
+    { name = "dec", type = "decimal", is_nullable = true },
+    { name = "i", type = "integer", is_nullable = true },
+]
+[[space.index]]
+name = "primary"
+parts = ["id"]
+
 [[user]]
 name = "nogrant"
 password = "pw"
@@ -123,6 +136,7 @@ const TARANTOOL_SPACES: &[&str] = &[
     "s = box.schema.space.create('comp', {id = 603, format = {{name='a', type='unsigned'}, {name='b', type='string'}, {name='v', type='unsigned'}}}); s:create_index('primary', {type='TREE', parts={'a', 'b'}})",
     "s = box.schema.space.create('dd', {id = 604, format = {{name='id', type='unsigned'}, {name='x', type='double'}, {name='y', type='number', is_nullable=true}}}); s:create_index('primary', {type='TREE', parts={'id'}})",
     "s = box.schema.space.create('nul', {id = 605, format = {{name='id', type='unsigned'}, {name='u', type='unsigned', is_nullable=true}}}); s:create_index('primary', {type='TREE', parts={'id'}}); s:create_index('by_u', {type='TREE', unique=true, parts={{field='u', type='unsigned', is_nullable=true}}})",
+    "s = box.schema.space.create('doc', {id = 606, format = {{name='id', type='unsigned'}, {name='m', type='any', is_nullable=true}, {name='dec', type='decimal', is_nullable=true}, {name='i', type='integer', is_nullable=true}}}); s:create_index('primary', {type='TREE', parts={'id'}})",
     "box.schema.user.create('nogrant', {password = 'pw'})",
 ];
 
@@ -134,6 +148,7 @@ const UNIQ2: u32 = 602;
 const COMP: u32 = 603;
 const DD: u32 = 604;
 const NUL: u32 = 605;
+const DOC: u32 = 606;
 
 // ------------------------------------------------------------------ msgpack values
 
@@ -1302,6 +1317,88 @@ fn index_bases() -> Vec<Step> {
     ]
 }
 
+/// Item 6 and decimal arithmetic: JSON-path ops inside a field and `+` in decimal (see
+/// docs/tarantool-reference.md (i) for the rules).
+fn paths_and_decimals() -> Vec<Step> {
+    let hex = |text: &str| -> Vec<u8> {
+        (0..text.len())
+            .step_by(2)
+            .map(|at| u8::from_str_radix(&text[at..at + 2], 16).expect("hex"))
+            .collect()
+    };
+    let doc = |m: &str, dec: &str| arr(&[u(1), hex(m), hex(dec), u(5)]);
+    vec![
+        case(
+            "doc [1, {a: 1}, dec 1, 5]",
+            Req::Replace(DOC, doc("81a16101", "d501001c")),
+            rows(&[doc("81a16101", "d501001c")]),
+        ),
+        case(
+            "= m.a 5",
+            update(DOC, arr(&[u(1)]), &[op("=", s("m.a"), u(5))]),
+            rows(&[doc("81a16105", "d501001c")]),
+        ),
+        case(
+            "= m.b 6 goes after the map header",
+            update(DOC, arr(&[u(1)]), &[op("=", s("[2].b"), u(6))]),
+            rows(&[doc("82a16206a16105", "d501001c")]),
+        ),
+        case(
+            "+ on a missing key is 201, the path quoted twice",
+            update(DOC, arr(&[u(1)]), &[op("+", s("m.zz"), u(1))]),
+            error(201, "Field ''m.zz'' was not found in the tuple"),
+        ),
+        case(
+            "# of two map pairs is 29",
+            update(DOC, arr(&[u(1)]), &[op("#", s("m.a"), u(2))]),
+            error(
+                29,
+                "Field 'm.a' UPDATE error: can delete only 1 field from a map in a row",
+            ),
+        ),
+        case(
+            "dec 1 + 1 is decimal 2",
+            update(DOC, arr(&[u(1)]), &[op("+", field(2), u(1))]),
+            rows(&[doc("82a16206a16105", "d501002c")]),
+        ),
+        case(
+            "dec 2 - 0.5 (a double) is decimal 1.5",
+            update(DOC, arr(&[u(1)]), &[op("-", field(2), f64v(0.5))]),
+            rows(&[doc("82a16206a16105", "c7030101015c")]),
+        ),
+        case(
+            "38 nines + 1 overflows",
+            update(
+                DOC,
+                arr(&[u(1)]),
+                &[op(
+                    "+",
+                    field(2),
+                    hex("c7150100099999999999999999999999999999999999999c"),
+                )],
+            ),
+            error(
+                160,
+                "Decimal overflow when performing operation '+' on field 3",
+            ),
+        ),
+        case(
+            "upsert skips the failing path op and applies the other",
+            upsert(
+                DOC,
+                doc("80", "d501001c"),
+                &[op("+", s("m.zz"), u(1)), op("=", s("m.c"), u(7))],
+            ),
+            none(),
+        ),
+        case(
+            "the upserted row",
+            select(DOC, arr(&[u(1)])),
+            rows(&[doc("83a16307a16206a16105", "c7030101015c")]),
+        ),
+    ]
+}
+
 fn scenario() -> Vec<Step> {
     let mut steps = setup();
     steps.extend(arithmetic());
@@ -1311,6 +1408,7 @@ fn scenario() -> Vec<Step> {
     steps.extend(primary_key_moves());
     steps.extend(system_ids());
     steps.extend(index_bases());
+    steps.extend(paths_and_decimals());
     steps
 }
 
