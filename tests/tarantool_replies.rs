@@ -118,6 +118,13 @@ format = [
     { name = "a", type = "any" },
     { name = "u", type = "unsigned", is_nullable = true },
     { name = "b", type = "boolean" },
+name = "doc"
+id = 607
+format = [
+    { name = "id", type = "unsigned" },
+    { name = "m", type = "any", is_nullable = true },
+    { name = "dec", type = "decimal", is_nullable = true },
+    { name = "i", type = "integer", is_nullable = true },
 ]
 [[space.index]]
 name = "primary"
@@ -142,6 +149,7 @@ const TARANTOOL_SPACES: &[&str] = &[
     "s = box.schema.space.create('dd', {id = 604, format = {{name='id', type='unsigned'}, {name='x', type='double'}, {name='y', type='number', is_nullable=true}}}); s:create_index('primary', {type='TREE', parts={'id'}})",
     "s = box.schema.space.create('nul', {id = 605, format = {{name='id', type='unsigned'}, {name='u', type='unsigned', is_nullable=true}}}); s:create_index('primary', {type='TREE', parts={'id'}}); s:create_index('by_u', {type='TREE', unique=true, parts={{field='u', type='unsigned', is_nullable=true}}})",
     "s = box.schema.space.create('ext', {id = 606, format = {{name='id', type='unsigned'}, {name='a', type='any'}, {name='u', type='unsigned', is_nullable=true}, {name='b', type='boolean'}}}); s:create_index('primary', {parts={'id'}}); s:create_index('by_u_b', {type='Tree', unique=false, parts={{field='u', type='unsigned', is_nullable=true}, {field='b', type='boolean'}}})",
+    "s = box.schema.space.create('doc', {id = 607, format = {{name='id', type='unsigned'}, {name='m', type='any', is_nullable=true}, {name='dec', type='decimal', is_nullable=true}, {name='i', type='integer', is_nullable=true}}}); s:create_index('primary', {type='TREE', parts={'id'}})",
     "box.schema.user.create('nogrant', {password = 'pw'})",
 ];
 
@@ -154,6 +162,7 @@ const COMP: u32 = 603;
 const DD: u32 = 604;
 const NUL: u32 = 605;
 const EXT: u32 = 606;
+const DOC: u32 = 607;
 
 // ------------------------------------------------------------------ msgpack values
 
@@ -1513,6 +1522,84 @@ fn index_rows() -> Vec<Step> {
             "_vindex ext by_u_b",
             select(289, arr(&[u(606), u(1)])),
             rows(&[by_u_b]),
+/// Item 6 and decimal arithmetic: JSON-path ops inside a field and `+` in decimal (see
+/// docs/tarantool-reference.md (j) for the rules).
+fn paths_and_decimals() -> Vec<Step> {
+    let hex = |text: &str| -> Vec<u8> {
+        (0..text.len())
+            .step_by(2)
+            .map(|at| u8::from_str_radix(&text[at..at + 2], 16).expect("hex"))
+            .collect()
+    };
+    let doc = |m: &str, dec: &str| arr(&[u(1), hex(m), hex(dec), u(5)]);
+    vec![
+        case(
+            "doc [1, {a: 1}, dec 1, 5]",
+            Req::Replace(DOC, doc("81a16101", "d501001c")),
+            rows(&[doc("81a16101", "d501001c")]),
+        ),
+        case(
+            "= m.a 5",
+            update(DOC, arr(&[u(1)]), &[op("=", s("m.a"), u(5))]),
+            rows(&[doc("81a16105", "d501001c")]),
+        ),
+        case(
+            "= m.b 6 goes after the map header",
+            update(DOC, arr(&[u(1)]), &[op("=", s("[2].b"), u(6))]),
+            rows(&[doc("82a16206a16105", "d501001c")]),
+        ),
+        case(
+            "+ on a missing key is 201, the path quoted twice",
+            update(DOC, arr(&[u(1)]), &[op("+", s("m.zz"), u(1))]),
+            error(201, "Field ''m.zz'' was not found in the tuple"),
+        ),
+        case(
+            "# of two map pairs is 29",
+            update(DOC, arr(&[u(1)]), &[op("#", s("m.a"), u(2))]),
+            error(
+                29,
+                "Field 'm.a' UPDATE error: can delete only 1 field from a map in a row",
+            ),
+        ),
+        case(
+            "dec 1 + 1 is decimal 2",
+            update(DOC, arr(&[u(1)]), &[op("+", field(2), u(1))]),
+            rows(&[doc("82a16206a16105", "d501002c")]),
+        ),
+        case(
+            "dec 2 - 0.5 (a double) is decimal 1.5",
+            update(DOC, arr(&[u(1)]), &[op("-", field(2), f64v(0.5))]),
+            rows(&[doc("82a16206a16105", "c7030101015c")]),
+        ),
+        case(
+            "38 nines + 1 overflows",
+            update(
+                DOC,
+                arr(&[u(1)]),
+                &[op(
+                    "+",
+                    field(2),
+                    hex("c7150100099999999999999999999999999999999999999c"),
+                )],
+            ),
+            error(
+                160,
+                "Decimal overflow when performing operation '+' on field 3",
+            ),
+        ),
+        case(
+            "upsert skips the failing path op and applies the other",
+            upsert(
+                DOC,
+                doc("80", "d501001c"),
+                &[op("+", s("m.zz"), u(1)), op("=", s("m.c"), u(7))],
+            ),
+            none(),
+        ),
+        case(
+            "the upserted row",
+            select(DOC, arr(&[u(1)])),
+            rows(&[doc("83a16307a16206a16105", "c7030101015c")]),
         ),
     ]
 }
@@ -1530,6 +1617,7 @@ fn scenario() -> Vec<Step> {
     steps.extend(blob_names());
     steps.extend(ping_bodies());
     steps.extend(index_rows());
+    steps.extend(paths_and_decimals());
     steps
 }
 

@@ -149,7 +149,14 @@ pub fn value(bytes: &mut Bytes<'_>, out: &mut Vec<u8>, depth: u32) {
         17 if depth < 4 => {
             let count = bytes.below(3);
             out.push(0x80 | count as u8);
-            for _ in 0..count * 2 {
+            for _ in 0..count {
+                // Keys update paths name (`.a`, `.b`, `.k`) as often as any other value.
+                match bytes.byte() % 4 {
+                    0 => out.extend_from_slice(b"\xa1a"),
+                    1 => out.extend_from_slice(b"\xa1b"),
+                    2 => out.extend_from_slice(b"\xa1k"),
+                    _ => value(bytes, out, depth + 1),
+                }
                 value(bytes, out, depth + 1);
             }
         }
@@ -262,6 +269,24 @@ pub fn update_ops(bytes: &mut Bytes<'_>, out: &mut Vec<u8>) {
                 let path = format!("[{}]", bytes.byte() % 8);
                 write_str(out, path.as_bytes());
             }
+            // A JSON path into a field: a number or a name, then steps into maps and
+            // arrays, now and then a malformed one.
+            6 => {
+                const STEPS: &[&str] = &[
+                    ".a", ".b", ".k", "[1]", "[2]", "[3]", "['a']", "[\"b\"]", "[*]", "..", "[0]",
+                    "[", "",
+                ];
+                let mut path = if bytes.byte() % 2 == 0 {
+                    format!("[{}]", bytes.byte() % 6)
+                } else {
+                    NAMES[bytes.below(NAMES.len())].to_string()
+                };
+                for _ in 0..1 + bytes.below(3) {
+                    let step = STEPS[bytes.below(STEPS.len())];
+                    path.push_str(step);
+                }
+                write_str(out, path.as_bytes());
+            }
             _ => value(bytes, out, 2),
         }
         for at in 2..arg_count {
@@ -271,6 +296,24 @@ pub fn update_ops(bytes: &mut Bytes<'_>, out: &mut Vec<u8>) {
                 }
                 (Some(b'+' | b'-'), 2) => {
                     write_int(out, (bytes.interesting_u64() as i64).wrapping_neg())
+                }
+                // A decimal of up to 38 digits at any scale (or a broken one).
+                (Some(b'+' | b'-'), 3) if bytes.byte() % 2 == 0 => {
+                    let len = 1 + bytes.below(20);
+                    let scale = bytes.byte() as i8 % 40;
+                    out.extend_from_slice(&[0xc7, len as u8 + 1, 1, scale as u8 & 0x7f]);
+                    if scale < 0 {
+                        // A negative fixint scale: 0xe0.. in place of the positive one.
+                        let last = out.len() - 1;
+                        out[last] = scale as u8;
+                    }
+                    let digits = bytes.take(len);
+                    let start = out.len();
+                    out.extend_from_slice(digits);
+                    out.resize(start + len, 0x11);
+                    let last = out.len() - 1;
+                    out[last] =
+                        (out[last] & 0xf0) | if bytes.byte() % 2 == 0 { 0x0c } else { 0x0d };
                 }
                 (Some(b':'), 0..=2) if at == 4 => {
                     let len = bytes.below(6);

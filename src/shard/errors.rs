@@ -30,6 +30,7 @@ pub fn storage_error_code(error: &StorageError) -> ErrorCode {
         MoreThanOneTuple => ErrorCode::ER_MORE_THAN_ONE_TUPLE,
         CantUpdatePrimaryKey { .. } => ErrorCode::ER_CANT_UPDATE_PRIMARY_KEY,
         UpdateIntegerOverflow { .. } => ErrorCode::ER_UPDATE_INTEGER_OVERFLOW,
+        UpdateDecimalOverflow { .. } => ErrorCode::ER_UPDATE_DECIMAL_OVERFLOW,
         UnsupportedIndexFeature { .. } => ErrorCode::ER_UNSUPPORTED_INDEX_FEATURE,
         ViewIsReadOnly(_) => ErrorCode::ER_VIEW_IS_RO,
         PartialKey { .. } => ErrorCode::ER_PARTIAL_KEY,

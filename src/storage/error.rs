@@ -95,6 +95,8 @@ pub enum StorageError {
     },
     #[error("Integer overflow when performing '{op}' operation on field {field}")]
     UpdateIntegerOverflow { op: char, field: Box<str> },
+    #[error("Decimal overflow when performing operation '{op}' on field {field}")]
+    UpdateDecimalOverflow { op: char, field: Box<str> },
     #[error(
         "Index '{index}' ({index_type}) of space '{space}' (memtx) does not support {feature}"
     )]

@@ -20,13 +20,15 @@ fn corrupt_tuple<T>(_: T) -> StorageError {
 
 /// A field's new content; everything borrows from the old tuple or the request.
 #[derive(Debug, Clone, Copy)]
-enum Content<'x> {
+pub(super) enum Content<'x> {
     /// Whole msgpack value: an original field, or the argument of `=` / `!`.
     Raw(&'x [u8]),
     Uint(u64),
     Int(i64),
     F32(f32),
     F64(f64),
+    /// A decimal result, encoded.
+    Decimal(super::decimal::Packed),
     /// A spliced string: `head ++ paste ++ tail`.
     Splice {
         head: &'x [u8],
@@ -126,13 +128,14 @@ impl<'x> Fields<'x> {
     }
 }
 
-fn write_content(out: &mut Vec<u8>, content: &Content<'_>) {
+pub(super) fn write_content(out: &mut Vec<u8>, content: &Content<'_>) {
     match *content {
         Content::Raw(bytes) => out.extend_from_slice(bytes),
         Content::Uint(value) => write_uint(out, value),
         Content::Int(value) => write_int(out, value),
         Content::F32(value) => write_f32(out, value),
         Content::F64(value) => write_f64(out, value),
+        Content::Decimal(packed) => out.extend_from_slice(packed.as_bytes()),
         Content::Splice { head, paste, tail } => {
             write_str_header(out, head.len() + paste.len() + tail.len());
             out.extend_from_slice(head);
@@ -216,7 +219,7 @@ fn apply_op<'x>(op: &UpdateOp<'x>, fields: &mut Fields<'x>) -> Result<(), Storag
 }
 
 /// The new value of a scalar op on the field whose bytes are `old`.
-fn compute<'x>(
+pub(super) fn compute<'x>(
     opcode: u8,
     target: &Target<'_>,
     scalar: ScalarOp<'x>,
@@ -237,12 +240,21 @@ fn compute<'x>(
                 Value::Int(n) => Number::Int(n),
                 Value::F32(x) => Number::F32(x),
                 Value::F64(x) => Number::F64(x),
-                Value::Ext(1, _) => return Err(super::decode::decimal_unsupported()),
+                Value::Ext(1, payload) if super::decimal::unpack(payload).is_some() => {
+                    Number::Decimal(payload)
+                }
                 _ => return Err(arg_type("a number")),
             };
-            arith(field, arg, subtract).ok_or_else(|| StorageError::UpdateIntegerOverflow {
-                op: char::from(opcode),
-                field: target.label_at(position),
+            arith(field, arg, subtract).map_err(|error| match error {
+                ArithError::IntegerOverflow => StorageError::UpdateIntegerOverflow {
+                    op: char::from(opcode),
+                    field: target.label_at(position),
+                },
+                ArithError::DecimalOverflow => StorageError::UpdateDecimalOverflow {
+                    op: char::from(opcode),
+                    field: target.label_at(position),
+                },
+                ArithError::NotDecimal => arg_type("a number convertible to decimal"),
             })
         }
         ScalarOp::Bit { kind, arg } => {
@@ -277,13 +289,44 @@ fn compute<'x>(
     }
 }
 
-/// `+`/`-` per spec §12: integers stay integers if the result fits in i64 ∪ u64 (`None`
-/// on overflow); with any float or double the result is a double, kept as a float when it
-/// lies within ±`f32::MAX` and float32 holds it exactly (Tarantool's
-/// `xrow_update_arith_make`: so ±inf and NaN stay doubles). Whether a float is written as
-/// one is decided at the end, by the field it lands in (see [`Fields::write`]). Decimals
-/// are filtered out before this point.
-fn arith(field: Number, arg: Number, subtract: bool) -> Option<Content<'static>> {
+/// Why `+`/`-` has no result.
+enum ArithError {
+    IntegerOverflow,
+    DecimalOverflow,
+    /// NaN, ±inf or a double of 10^38 and more against a decimal.
+    NotDecimal,
+}
+
+/// A number as Tarantool's `xrow_update_arg_arith_to_decimal` converts it.
+fn to_decimal(n: Number<'_>) -> Option<super::decimal::Dec> {
+    use super::decimal;
+    match n {
+        Number::Uint(u) => Some(decimal::from_u64(u)),
+        Number::Int(i) => Some(decimal::from_i64(i)),
+        Number::F32(x) => decimal::from_f64(f64::from(x)),
+        Number::F64(x) => decimal::from_f64(x),
+        Number::Decimal(payload) => decimal::unpack(payload),
+    }
+}
+
+/// `+`/`-` per spec §12 and Tarantool's `xrow_update_arith_make`: with a decimal operand
+/// the other is converted and the result is a decimal; integers stay integers if the
+/// result fits in i64 ∪ u64; with any float or double the result is a double, kept as a
+/// float when it lies within ±`f32::MAX` and float32 holds it exactly (so ±inf and NaN
+/// stay doubles). Whether a float is written as one is decided at the end, by the field it
+/// lands in (see [`Fields::write`]).
+fn arith(
+    field: Number<'_>,
+    arg: Number<'_>,
+    subtract: bool,
+) -> Result<Content<'static>, ArithError> {
+    if matches!(field, Number::Decimal(_)) || matches!(arg, Number::Decimal(_)) {
+        let (Some(a), Some(b)) = (to_decimal(field), to_decimal(arg)) else {
+            return Err(ArithError::NotDecimal);
+        };
+        let result = super::decimal::add(&a, &b, subtract).ok_or(ArithError::DecimalOverflow)?;
+        return Ok(Content::Decimal(super::decimal::pack(&result)));
+    }
     let as_int = |n: Number| match n {
         Number::Uint(u) => Some(i128::from(u)),
         Number::Int(i) => Some(i128::from(i)),
@@ -292,17 +335,20 @@ fn arith(field: Number, arg: Number, subtract: bool) -> Option<Content<'static>>
     if let (Some(a), Some(b)) = (as_int(field), as_int(arg)) {
         // |a|, |b| < 2^64, so the i128 result is exact.
         let result = if subtract { a - b } else { a + b };
-        return if result < 0 {
+        let content = if result < 0 {
             i64::try_from(result).ok().map(Content::Int)
         } else {
             u64::try_from(result).ok().map(Content::Uint)
         };
+        return content.ok_or(ArithError::IntegerOverflow);
     }
     let as_f64 = |n: Number| match n {
         Number::Uint(u) => u as f64,
         Number::Int(i) => i as f64,
         Number::F32(x) => f32_to_f64(x),
         Number::F64(x) => x,
+        // Handled above.
+        Number::Decimal(_) => f64::NAN,
     };
     let (a, b) = (as_f64(field), as_f64(arg));
     let result = x86_nan(a, b).unwrap_or_else(|| {
@@ -317,7 +363,7 @@ fn arith(field: Number, arg: Number, subtract: bool) -> Option<Content<'static>>
     let narrow = result as f32;
     // NaN fails both comparisons, so it stays a double, its sign and payload as computed.
     let within_float = (-f64::from(f32::MAX)..=f64::from(f32::MAX)).contains(&result);
-    Some(if within_float && f64::from(narrow) == result {
+    Ok(if within_float && f64::from(narrow) == result {
         Content::F32(narrow)
     } else {
         Content::F64(result)

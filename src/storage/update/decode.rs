@@ -4,6 +4,7 @@
 //! one op, the same one is reported: array, non-empty, name is a string, name is known,
 //! argument count, field id, then the arguments.
 
+use super::path::{Lexer, Token};
 use super::{BitKind, Number, OpKind, ScalarOp, Target, UpdateOp, UpdateOps, OPS_MAX};
 use crate::storage::error::StorageError;
 use crate::storage::msgpack::{read_value, take_value, MsgpackError, Value};
@@ -44,7 +45,8 @@ pub(super) fn decode_ops<'a>(
     if !buf.is_empty() {
         return Err(illegal("can't unpack update operations"));
     }
-    Ok(UpdateOps { ops: list })
+    let nested = list.iter().any(|op: &UpdateOp<'_>| op.target.is_nested());
+    Ok(UpdateOps { ops: list, nested })
 }
 
 /// Total array length each op must have, name included.
@@ -122,9 +124,10 @@ fn decode_target<'a>(
         Value::Uint(n) => i128::from(n),
         Value::Int(n) => i128::from(n),
         Value::Str(path) => {
-            let field_no = resolve_path(path, field_no_by_name)?;
+            let (field_no, nested_at) = resolve_path(path, field_no_by_name)?;
             return Ok(Target {
                 field_no,
+                nested_at,
                 path: Some(path),
             });
         }
@@ -142,6 +145,7 @@ fn decode_target<'a>(
     if field_no < 0 {
         return Ok(Target {
             field_no,
+            nested_at: 0,
             path: None,
         });
     }
@@ -149,6 +153,7 @@ fn decode_target<'a>(
     match i32::try_from(adjusted) {
         Ok(adjusted) if adjusted >= 0 => Ok(Target {
             field_no: adjusted,
+            nested_at: 0,
             path: None,
         }),
         // Only reachable with index base 1 and field 0 (or a nonsense base): Tarantool
@@ -182,7 +187,11 @@ fn decode_args<'a>(
                 Value::Int(n) => Number::Int(n),
                 Value::F32(x) => Number::F32(x),
                 Value::F64(x) => Number::F64(x),
-                Value::Ext(1, _) => return Err(decimal_unsupported()),
+                // Tarantool ignores a failed `decimal_unpack` here and computes with
+                // garbage; a payload that does not unpack is refused as no number instead.
+                Value::Ext(1, payload) if super::decimal::unpack(payload).is_some() => {
+                    Number::Decimal(payload)
+                }
                 _ => return Err(arg_type(opcode, target, "a number")),
             };
             Ok(OpKind::Scalar(ScalarOp::Arith {
@@ -203,10 +212,6 @@ fn decode_args<'a>(
         }
         _ => decode_splice(buf, opcode, target, index_base),
     }
-}
-
-pub(super) fn decimal_unsupported() -> StorageError {
-    illegal("decimal arithmetic in update operations is not supported")
 }
 
 fn read_int32(buf: &mut &[u8], opcode: u8, target: &Target<'_>) -> Result<i32, StorageError> {
@@ -248,92 +253,15 @@ fn decode_splice<'a>(
     }))
 }
 
-/// The first token of a field path, as Tarantool's JSON lexer (index base 1) reads it.
-#[derive(Debug, PartialEq, Eq)]
-enum Token<'p> {
-    End,
-    /// `[n]`, already 0-based.
-    Num(i32),
-    /// An identifier or a quoted `["name"]` key.
-    Str(&'p [u8]),
-    /// `[*]`: legal JSON path syntax, but it names no single field.
-    Any,
-}
-
-/// Lexes the first token of `path`. Returns the token and the byte offset after it, or
-/// the 1-based position of the offending character (Tarantool's "invalid JSON in
-/// position N"; we count bytes, Tarantool counts UTF-8 characters — same for ASCII).
-fn first_token(path: &[u8]) -> Result<(Token<'_>, usize), usize> {
-    let Some(&first) = path.first() else {
-        return Ok((Token::End, 0));
-    };
-    match first {
-        b'[' => {
-            let Some(&next) = path.get(1) else {
-                return Err(1);
-            };
-            let (token, after) = match next {
-                b'"' | b'\'' => {
-                    let close = path[2..]
-                        .iter()
-                        .position(|&c| c == next)
-                        .ok_or(path.len() + 1)?;
-                    (Token::Str(&path[2..2 + close]), 2 + close + 1)
-                }
-                b'*' => (Token::Any, 2),
-                _ => {
-                    let digits = path[1..].iter().take_while(|c| c.is_ascii_digit()).count();
-                    if digits == 0 {
-                        return Err(2);
-                    }
-                    let mut value: i64 = 0;
-                    for &digit in &path[1..1 + digits] {
-                        value = value * 10 + i64::from(digit - b'0');
-                        if value > i64::from(i32::MAX) {
-                            return Err(2);
-                        }
-                    }
-                    // Path indexes are 1-based whatever the request's index base.
-                    if value < 1 {
-                        return Err(2);
-                    }
-                    (Token::Num((value - 1) as i32), 1 + digits)
-                }
-            };
-            if path.get(after) != Some(&b']') {
-                return Err(after + 1);
-            }
-            Ok((token, after + 1))
-        }
-        b'.' => {
-            if path.len() == 1 {
-                return Err(2);
-            }
-            identifier(path, 1)
-        }
-        _ => identifier(path, 0),
-    }
-}
-
-/// Non-ASCII bytes count as letters: Tarantool accepts Unicode letters in identifiers.
-fn identifier(path: &[u8], start: usize) -> Result<(Token<'_>, usize), usize> {
-    let is_start = |c: u8| c.is_ascii_alphabetic() || c == b'_' || c >= 0x80;
-    if !is_start(path[start]) {
-        return Err(start + 1);
-    }
-    let len = path[start..]
-        .iter()
-        .take_while(|&&c| is_start(c) || c.is_ascii_digit())
-        .count();
-    Ok((Token::Str(&path[start..start + len]), start + len))
-}
-
-/// Resolves a string field id: a whole format name first (names may contain dots), then a
-/// JSON path whose first token is `[n]` or a name.
+/// Resolves a string field id as `xrow_update_op_decode`: a whole format name first (names
+/// may contain dots), then the first step of a JSON path, `[n]` or a name. Returns the
+/// 0-based field number and where the steps inside the field start (0: none). Only the
+/// first step is checked here; Tarantool reads the rest while it applies the op, so
+/// their errors are execution errors (UPSERT skips the op).
 fn resolve_path(
     path: &[u8],
     field_no_by_name: &dyn Fn(&str) -> Option<u32>,
-) -> Result<i32, StorageError> {
+) -> Result<(i32, u32), StorageError> {
     let by_name = |name: &[u8]| {
         std::str::from_utf8(name)
             .ok()
@@ -341,46 +269,26 @@ fn resolve_path(
             .and_then(|no| i32::try_from(no).ok())
     };
     if let Some(field_no) = by_name(path) {
-        return Ok(field_no);
+        return Ok((field_no, 0));
     }
     let not_found = || StorageError::NoSuchFieldName(String::from_utf8_lossy(path).into());
-    let (token, after) = first_token(path).map_err(|position| StorageError::UpdateField {
-        field: super::quoted(path),
-        reason: format!("invalid JSON in position {position}").into(),
-    })?;
+    let mut lexer = Lexer::new(path);
+    let token = lexer
+        .next_token()
+        .map_err(|position| StorageError::UpdateField {
+            field: super::quoted(path),
+            reason: format!("invalid JSON in position {position}").into(),
+        })?;
     let field_no = match token {
         Token::Num(field_no) => field_no,
         Token::Str(name) => by_name(name).ok_or_else(not_found)?,
         Token::End | Token::Any => return Err(not_found()),
     };
-    if after < path.len() {
-        return Err(illegal("update of a nested JSON path is not supported"));
-    }
-    Ok(field_no)
-}
-
-#[cfg(test)]
-mod lexer_tests {
-    use super::*;
-
-    #[test]
-    fn first_token_forms() {
-        assert_eq!(first_token(b"[3]"), Ok((Token::Num(2), 3)));
-        assert_eq!(first_token(b"[3].a"), Ok((Token::Num(2), 3)));
-        assert_eq!(first_token(b"name.sub"), Ok((Token::Str(b"name"), 4)));
-        assert_eq!(first_token(b"[\"a b\"]"), Ok((Token::Str(b"a b"), 7)));
-        assert_eq!(first_token(b".v"), Ok((Token::Str(b"v"), 2)));
-        assert_eq!(first_token(b""), Ok((Token::End, 0)));
-        assert_eq!(first_token(b"[*]"), Ok((Token::Any, 3)));
-    }
-
-    #[test]
-    fn first_token_errors_match_tarantool_positions() {
-        // Positions observed on Tarantool 2.6 for '[0]' and '[2'.
-        assert_eq!(first_token(b"[0]"), Err(2));
-        assert_eq!(first_token(b"[2"), Err(3));
-        assert_eq!(first_token(b"["), Err(1));
-        assert_eq!(first_token(b"1abc"), Err(1));
-        assert_eq!(first_token(b"[99999999999]"), Err(2));
-    }
+    let nested_at = if lexer.is_eof() {
+        0
+    } else {
+        // A request is far below 4 GiB, and so is any path in it.
+        u32::try_from(lexer.offset).map_err(|_| not_found())?
+    };
+    Ok((field_no, nested_at))
 }

@@ -18,12 +18,13 @@
 //! nothing but the growth of `out`. Results of `+`/`:` are kept as numbers or as borrowed
 //! string pieces and encoded straight into `out`; nothing is copied twice.
 //!
-//! Known gaps (documented, not silent):
-//! * JSON paths that go inside a field (`"[3].a"`, `"name.sub"`, `"[3][1]"`) are rejected at
-//!   decode with `Illegal parameters, update of a nested JSON path is not supported`.
-//!   Whole-field paths (`"[3]"`, `"name"`, `"['name']"`) work.
-//! * Decimal arithmetic is not implemented: a decimal argument is rejected at decode, a
-//!   decimal field at execution, with an `Illegal parameters` error saying so.
+//! Two engines, chosen at decode: when no op goes inside a field (the common case, and the
+//! hot path), [`apply`] runs the ops on a flat list of fields. When one does (`"[3].a"`,
+//! `"name.sub"`, `"[3][1]"`), [`tree`] runs them all on a port of Tarantool 2.11's update
+//! tree (`xrow_update_{array,map,bar,route}.c`), whose shape decides the output bytes
+//! (where a new map key goes, which keys move to the front of a map).
+//!
+//! `+`/`-` with a decimal operand compute in decimal (see [`decimal`]), as Tarantool does.
 //!
 //! Deliberate differences from Tarantool, on input no client sends:
 //! * A field id outside int32 is 26 `… expected an integer` naming the number as sent;
@@ -36,9 +37,12 @@
 //! `=` appending) start fresh.
 
 mod apply;
+mod decimal;
 mod decode;
+mod path;
 #[cfg(test)]
 mod tests;
+mod tree;
 
 use crate::storage::error::StorageError;
 use smallvec::SmallVec;
@@ -50,6 +54,8 @@ pub const OPS_MAX: u32 = 4000;
 #[derive(Debug, Clone)]
 pub struct UpdateOps<'a> {
     ops: SmallVec<[UpdateOp<'a>; 4]>,
+    /// Some op goes inside a field: the list runs on the update tree.
+    nested: bool,
 }
 
 /// One decoded operation.
@@ -66,6 +72,9 @@ struct UpdateOp<'a> {
 struct Target<'a> {
     /// 0-based when non-negative (index base already removed); negative counts from the end.
     field_no: i32,
+    /// Where in `path` the steps inside the field start; 0 when the op is on the field
+    /// itself.
+    nested_at: u32,
     /// The string the client addressed the field by, if any: messages then quote it.
     path: Option<&'a [u8]>,
 }
@@ -86,7 +95,7 @@ enum OpKind<'a> {
 #[derive(Debug, Clone, Copy)]
 enum ScalarOp<'a> {
     /// `+` / `-`.
-    Arith { subtract: bool, arg: Number },
+    Arith { subtract: bool, arg: Number<'a> },
     /// `&` / `|` / `^` on unsigned values.
     Bit { kind: BitKind, arg: u64 },
     /// `:`: offset already index-base adjusted when non-negative.
@@ -104,17 +113,24 @@ enum BitKind {
     Xor,
 }
 
-/// A number as msgpack typed it; the distinction decides integer vs double arithmetic.
-/// (Decimals are recognised but refused before they would become one.)
+/// A number as msgpack typed it; the distinction decides integer, double or decimal
+/// arithmetic.
 #[derive(Debug, Clone, Copy)]
-enum Number {
+enum Number<'a> {
     Uint(u64),
     Int(i64),
     F32(f32),
     F64(f64),
+    /// The MP_EXT type 1 payload, already checked to unpack.
+    Decimal(&'a [u8]),
 }
 
 impl Target<'_> {
+    /// The op goes inside the field it addresses.
+    fn is_nested(&self) -> bool {
+        self.nested_at != 0
+    }
+
     /// The field as Tarantool prints it before the op resolved it: `'path'`, the 1-based
     /// number, or a negative number as sent.
     fn label(&self) -> Box<str> {
@@ -179,6 +195,9 @@ impl<'a> UpdateOps<'a> {
         out: &mut Vec<u8>,
         double_fields: &[bool],
     ) -> Result<(), StorageError> {
+        if self.nested {
+            return tree::apply(&self.ops, tuple, out, double_fields, None);
+        }
         apply::apply(&self.ops, tuple, out, double_fields, None)
     }
 
@@ -191,6 +210,9 @@ impl<'a> UpdateOps<'a> {
         double_fields: &[bool],
         on_skip: &mut dyn FnMut(&StorageError),
     ) -> Result<(), StorageError> {
+        if self.nested {
+            return tree::apply(&self.ops, tuple, out, double_fields, Some(on_skip));
+        }
         apply::apply(&self.ops, tuple, out, double_fields, Some(on_skip))
     }
 
