@@ -118,6 +118,17 @@ format = [
     { name = "a", type = "any" },
     { name = "u", type = "unsigned", is_nullable = true },
     { name = "b", type = "boolean" },
+]
+[[space.index]]
+name = "primary"
+parts = ["id"]
+[[space.index]]
+name = "by_u_b"
+type = "Tree"
+unique = false
+parts = [{ field = "u", is_nullable = true }, "b"]
+
+[[space]]
 name = "doc"
 id = 607
 format = [
@@ -129,11 +140,6 @@ format = [
 [[space.index]]
 name = "primary"
 parts = ["id"]
-[[space.index]]
-name = "by_u_b"
-type = "Tree"
-unique = false
-parts = [{ field = "u", is_nullable = true }, "b"]
 
 [[user]]
 name = "nogrant"
@@ -1522,6 +1528,10 @@ fn index_rows() -> Vec<Step> {
             "_vindex ext by_u_b",
             select(289, arr(&[u(606), u(1)])),
             rows(&[by_u_b]),
+        ),
+    ]
+}
+
 /// Item 6 and decimal arithmetic: JSON-path ops inside a field and `+` in decimal (see
 /// docs/tarantool-reference.md (j) for the rules).
 fn paths_and_decimals() -> Vec<Step> {
