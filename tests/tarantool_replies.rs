@@ -1403,6 +1403,9 @@ fn coll_select(index: u32, iterator: u32, key: Vec<u8>, ids: &[u64]) -> (Req, Wa
     (request, rows(&tuples))
 }
 
+/// A select of `coll`: title, index, iterator, key, the ids of the rows answered.
+type CollSelect = (&'static str, u32, u32, Vec<u8>, &'static [u64]);
+
 /// The collations `unicode` (ICU root, tertiary) and `unicode_ci` (primary: case and accents
 /// ignored): the order and equality of every iterator in string and scalar parts, and
 /// equality in HASH indexes, also across shards (placement hashes the sort key).
@@ -1427,7 +1430,7 @@ fn collations() -> Vec<Step> {
             )
         })
         .collect();
-    let selects: Vec<(&str, u32, u32, Vec<u8>, &[u64])> = vec![
+    let selects: Vec<CollSelect> = vec![
         (
             "unicode ALL",
             BY_U,
