@@ -3,7 +3,8 @@
 //! request's checks (iterator, space, grant, index, key part count, partial HASH key, key
 //! types, iterator support), exact-match keys (19 before 18), UPDATE moving a primary key
 //! onto a taken one (3, also when another shard holds it), `#` with a count of 2^32 or more,
-//! INDEX_BASE as a signed number, and writes to ids below 512.
+//! INDEX_BASE as a signed number, writes to ids below 512, and the order and equality of the
+//! ICU collations `unicode` and `unicode_ci` (TREE and HASH indexes, string and scalar parts).
 //!
 //! Every expected value below is what Tarantool 2.6.0 answered on loopback to the same bytes
 //! (2026-12-02; docs/tarantool-reference.md, section (h)): data byte for byte, error codes
@@ -141,6 +142,54 @@ format = [
 name = "primary"
 parts = ["id"]
 
+[[space]]
+name = "coll"
+id = 608
+format = [
+    { name = "id", type = "unsigned" },
+    { name = "s", type = "string" },
+    { name = "sc", type = "scalar", is_nullable = true },
+]
+[[space.index]]
+name = "primary"
+parts = ["id"]
+[[space.index]]
+name = "by_u"
+unique = false
+parts = [{ field = "s", collation = "unicode" }]
+[[space.index]]
+name = "by_ci"
+unique = false
+parts = [{ field = "s", collation = "unicode_ci" }]
+[[space.index]]
+name = "by_sc"
+unique = false
+parts = [{ field = "sc", type = "scalar", collation = "unicode_ci", is_nullable = true }]
+
+[[space]]
+name = "collh"
+id = 609
+format = [
+    { name = "s", type = "string" },
+    { name = "v", type = "unsigned" },
+]
+[[space.index]]
+name = "primary"
+type = "HASH"
+parts = [{ field = "s", collation = "unicode_ci" }]
+
+[[space]]
+name = "collu"
+id = 610
+format = [
+    { name = "s", type = "string" },
+    { name = "v", type = "unsigned" },
+]
+[[space.index]]
+name = "primary"
+type = "HASH"
+parts = [{ field = "s", collation = "unicode" }]
+
 [[user]]
 name = "nogrant"
 password = "pw"
@@ -156,6 +205,9 @@ const TARANTOOL_SPACES: &[&str] = &[
     "s = box.schema.space.create('nul', {id = 605, format = {{name='id', type='unsigned'}, {name='u', type='unsigned', is_nullable=true}}}); s:create_index('primary', {type='TREE', parts={'id'}}); s:create_index('by_u', {type='TREE', unique=true, parts={{field='u', type='unsigned', is_nullable=true}}})",
     "s = box.schema.space.create('ext', {id = 606, format = {{name='id', type='unsigned'}, {name='a', type='any'}, {name='u', type='unsigned', is_nullable=true}, {name='b', type='boolean'}}}); s:create_index('primary', {parts={'id'}}); s:create_index('by_u_b', {type='Tree', unique=false, parts={{field='u', type='unsigned', is_nullable=true}, {field='b', type='boolean'}}})",
     "s = box.schema.space.create('doc', {id = 607, format = {{name='id', type='unsigned'}, {name='m', type='any', is_nullable=true}, {name='dec', type='decimal', is_nullable=true}, {name='i', type='integer', is_nullable=true}}}); s:create_index('primary', {type='TREE', parts={'id'}})",
+    "s = box.schema.space.create('coll', {id = 608, format = {{name='id', type='unsigned'}, {name='s', type='string'}, {name='sc', type='scalar', is_nullable=true}}}); s:create_index('primary', {type='TREE', parts={'id'}}); s:create_index('by_u', {type='TREE', unique=false, parts={{field='s', type='string', collation='unicode'}}}); s:create_index('by_ci', {type='TREE', unique=false, parts={{field='s', type='string', collation='unicode_ci'}}}); s:create_index('by_sc', {type='TREE', unique=false, parts={{field='sc', type='scalar', collation='unicode_ci', is_nullable=true}}})",
+    "s = box.schema.space.create('collh', {id = 609, format = {{name='s', type='string'}, {name='v', type='unsigned'}}}); s:create_index('primary', {type='HASH', parts={{field='s', type='string', collation='unicode_ci'}}})",
+    "s = box.schema.space.create('collu', {id = 610, format = {{name='s', type='string'}, {name='v', type='unsigned'}}}); s:create_index('primary', {type='HASH', parts={{field='s', type='string', collation='unicode'}}})",
     "box.schema.user.create('nogrant', {password = 'pw'})",
 ];
 
@@ -169,6 +221,9 @@ const DD: u32 = 604;
 const NUL: u32 = 605;
 const EXT: u32 = 606;
 const DOC: u32 = 607;
+const COLL: u32 = 608;
+const COLLH: u32 = 609;
+const COLLU: u32 = 610;
 
 // ------------------------------------------------------------------ msgpack values
 
@@ -181,6 +236,19 @@ fn u(n: u64) -> Vec<u8> {
 fn s(text: &str) -> Vec<u8> {
     let mut out = Vec::new();
     msgpack::write_str(&mut out, text.as_bytes());
+    out
+}
+
+/// A msgpack str of these bytes, which need not be UTF-8.
+fn sb(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    msgpack::write_str(&mut out, bytes);
+    out
+}
+
+fn bin(bytes: &[u8]) -> Vec<u8> {
+    let mut out = vec![0xc4, bytes.len() as u8];
+    out.extend_from_slice(bytes);
     out
 }
 
@@ -1614,6 +1682,228 @@ fn paths_and_decimals() -> Vec<Step> {
     ]
 }
 
+/// coll's rows `[id, s, sc]`: strings equal or close under the ICU collations.
+fn coll_rows() -> Vec<Vec<u8>> {
+    let row = |id: u64, text: &[u8], sc: Vec<u8>| arr(&[u(id), sb(text), sc]);
+    vec![
+        row(1, b"a", s("b")),
+        row(2, b"A", u(1)),
+        row(3, "ä".as_bytes(), s("B")),
+        row(4, b"b", s("ä")),
+        row(5, b"B", s("A")),
+        row(6, "ß".as_bytes(), nil()),
+        row(7, b"ss", s("ss")),
+        row(8, "é".as_bytes(), s("SS")),
+        row(9, "e\u{301}".as_bytes(), bin(b"a")),
+        // Not UTF-8: one U+FFFD to ICU, as is the lone lead byte in `sc`.
+        row(10, b"\xff", sb(b"\xc3")),
+        row(11, b"", s("")),
+        row(12, b"a b", s("ab")),
+    ]
+}
+
+fn coll_select(index: u32, iterator: u32, key: Vec<u8>, ids: &[u64]) -> (Req, Want) {
+    let all = coll_rows();
+    let request = Req::Select {
+        space: COLL,
+        index,
+        iterator,
+        key,
+        limit: 100,
+    };
+    let tuples: Vec<Vec<u8>> = ids.iter().map(|&id| all[id as usize - 1].clone()).collect();
+    (request, rows(&tuples))
+}
+
+/// A select of `coll`: title, index, iterator, key, the ids of the rows answered.
+type CollSelect = (&'static str, u32, u32, Vec<u8>, &'static [u64]);
+
+/// The collations `unicode` (ICU root, tertiary) and `unicode_ci` (primary: case and accents
+/// ignored): the order and equality of every iterator in string and scalar parts, and
+/// equality in HASH indexes, also across shards (placement hashes the sort key).
+fn collations() -> Vec<Step> {
+    const BY_U: u32 = 1;
+    const BY_CI: u32 = 2;
+    const BY_SC: u32 = 3;
+    const EQ: u32 = 0;
+    const REQ: u32 = 1;
+    const ALL: u32 = 2;
+    const LT: u32 = 3;
+    const LE: u32 = 4;
+    const GE: u32 = 5;
+    const GT: u32 = 6;
+    let mut steps: Vec<Step> = coll_rows()
+        .into_iter()
+        .map(|tuple| {
+            case(
+                "coll setup",
+                Req::Replace(COLL, tuple.clone()),
+                rows(&[tuple]),
+            )
+        })
+        .collect();
+    let selects: Vec<CollSelect> = vec![
+        (
+            "unicode ALL",
+            BY_U,
+            ALL,
+            arr(&[]),
+            &[11, 1, 2, 3, 12, 4, 5, 8, 9, 7, 6, 10],
+        ),
+        ("unicode EQ a", BY_U, EQ, arr(&[s("a")]), &[1]),
+        (
+            "unicode EQ e+acute = é",
+            BY_U,
+            EQ,
+            arr(&[s("e\u{301}")]),
+            &[8, 9],
+        ),
+        (
+            "unicode GE B",
+            BY_U,
+            GE,
+            arr(&[s("B")]),
+            &[5, 8, 9, 7, 6, 10],
+        ),
+        ("unicode LT b", BY_U, LT, arr(&[s("b")]), &[12, 3, 2, 1, 11]),
+        (
+            "unicode GT A",
+            BY_U,
+            GT,
+            arr(&[s("A")]),
+            &[3, 12, 4, 5, 8, 9, 7, 6, 10],
+        ),
+        ("unicode REQ e+acute", BY_U, REQ, arr(&[s("é")]), &[9, 8]),
+        (
+            "unicode_ci ALL",
+            BY_CI,
+            ALL,
+            arr(&[]),
+            &[11, 1, 2, 3, 12, 4, 5, 8, 9, 6, 7, 10],
+        ),
+        ("unicode_ci EQ A", BY_CI, EQ, arr(&[s("A")]), &[1, 2, 3]),
+        ("unicode_ci EQ Ä", BY_CI, EQ, arr(&[s("Ä")]), &[1, 2, 3]),
+        ("unicode_ci REQ b", BY_CI, REQ, arr(&[s("b")]), &[5, 4]),
+        ("unicode_ci EQ SS = ß", BY_CI, EQ, arr(&[s("SS")]), &[6, 7]),
+        ("unicode_ci EQ E", BY_CI, EQ, arr(&[s("E")]), &[8, 9]),
+        (
+            "unicode_ci GT a",
+            BY_CI,
+            GT,
+            arr(&[s("a")]),
+            &[12, 4, 5, 8, 9, 6, 7, 10],
+        ),
+        (
+            "unicode_ci LE B",
+            BY_CI,
+            LE,
+            arr(&[s("B")]),
+            &[5, 4, 12, 3, 2, 1, 11],
+        ),
+        (
+            "unicode_ci GE a\\0",
+            BY_CI,
+            GE,
+            arr(&[sb(b"a\0")]),
+            &[1, 2, 3, 12, 4, 5, 8, 9, 6, 7, 10],
+        ),
+        (
+            "unicode_ci EQ not UTF-8",
+            BY_CI,
+            EQ,
+            arr(&[sb(b"\xc3")]),
+            &[10],
+        ),
+        (
+            "unicode_ci EQ U+FFFD",
+            BY_CI,
+            EQ,
+            arr(&[s("\u{fffd}")]),
+            &[10],
+        ),
+        (
+            "scalar unicode_ci ALL",
+            BY_SC,
+            ALL,
+            arr(&[]),
+            &[6, 2, 11, 4, 5, 12, 1, 3, 7, 8, 10, 9],
+        ),
+        ("scalar unicode_ci EQ a", BY_SC, EQ, arr(&[s("a")]), &[4, 5]),
+        ("scalar unicode_ci EQ ß", BY_SC, EQ, arr(&[s("ß")]), &[7, 8]),
+        (
+            "scalar unicode_ci GE b",
+            BY_SC,
+            GE,
+            arr(&[s("b")]),
+            &[1, 3, 7, 8, 10, 9],
+        ),
+        (
+            "scalar unicode_ci LT a",
+            BY_SC,
+            LT,
+            arr(&[s("a")]),
+            &[11, 2, 6],
+        ),
+    ];
+    for (title, index, iterator, key, ids) in selects {
+        let (request, want) = coll_select(index, iterator, key, ids);
+        steps.push(case(title, request, want));
+    }
+    let collh = |text: &str, v: u64| arr(&[s(text), u(v)]);
+    let by_key = |space: u32, text: &str| Req::Select {
+        space,
+        index: 0,
+        iterator: 0,
+        key: arr(&[s(text)]),
+        limit: 10,
+    };
+    steps.extend([
+        case("collh a", Req::Insert(COLLH, collh("a", 1)), rows(&[collh("a", 1)])),
+        case(
+            "collh Ä is a's key",
+            Req::Insert(COLLH, collh("Ä", 2)),
+            error_211(
+                3,
+                "Duplicate key exists in unique index \"primary\" in space \"collh\" with old tuple - [\"a\", 1] and new tuple - [\"Ä\", 2]",
+            ),
+        ),
+        case("collh é", Req::Replace(COLLH, collh("é", 3)), rows(&[collh("é", 3)])),
+        case("collh get A", by_key(COLLH, "A"), rows(&[collh("a", 1)])),
+        case("collh get ä", by_key(COLLH, "ä"), rows(&[collh("a", 1)])),
+        case("collh get E", by_key(COLLH, "E"), rows(&[collh("é", 3)])),
+        case(
+            "collh update by E",
+            update(COLLH, arr(&[s("E")]), &[op("=", field(1), u(5))]),
+            rows(&[collh("é", 5)]),
+        ),
+        case(
+            "collh replace À over a",
+            Req::Replace(COLLH, collh("À", 6)),
+            rows(&[collh("À", 6)]),
+        ),
+        case("collh get a", by_key(COLLH, "a"), rows(&[collh("À", 6)])),
+        case("collh delete Á", delete(COLLH, arr(&[s("Á")])), rows(&[collh("À", 6)])),
+        case("collh get a after the delete", by_key(COLLH, "a"), none()),
+        case("collh delete E", delete(COLLH, arr(&[s("E")])), rows(&[collh("é", 5)])),
+        case("collu é", Req::Insert(COLLU, collh("é", 1)), rows(&[collh("é", 1)])),
+        case(
+            "collu e+acute is é's key",
+            Req::Insert(COLLU, collh("e\u{301}", 2)),
+            error_211(
+                3,
+                "Duplicate key exists in unique index \"primary\" in space \"collu\" with old tuple - [\"é\", 1] and new tuple - [\"e\u{301}\", 2]",
+            ),
+        ),
+        case("collu É", Req::Insert(COLLU, collh("É", 3)), rows(&[collh("É", 3)])),
+        case("collu get e+acute", by_key(COLLU, "e\u{301}"), rows(&[collh("é", 1)])),
+        case("collu get É", by_key(COLLU, "É"), rows(&[collh("É", 3)])),
+        case("collu get E", by_key(COLLU, "E"), none()),
+        case("collu delete e+acute", delete(COLLU, arr(&[s("e\u{301}")])), rows(&[collh("é", 1)])),
+        case("collu get é after the delete", by_key(COLLU, "é"), none()),
+    ]);
+    steps
+}
+
 fn scenario() -> Vec<Step> {
     let mut steps = setup();
     steps.extend(arithmetic());
@@ -1628,6 +1918,7 @@ fn scenario() -> Vec<Step> {
     steps.extend(ping_bodies());
     steps.extend(index_rows());
     steps.extend(paths_and_decimals());
+    steps.extend(collations());
     steps
 }
 

@@ -4,7 +4,7 @@
 //! that comparing encodings with `memcmp` gives Tarantool's order for that key definition:
 //! numbers of every representation compare mathematically, scalar values order by class
 //! (nil < boolean < number < string < varbinary < uuid < datetime), strings bytewise with the
-//! shorter first, nil first. Every part encoding is self-delimiting, so a key's encoding is a
+//! shorter first (or in the part's ICU collation), nil first. Every part encoding is self-delimiting, so a key's encoding is a
 //! prefix of the encoding of any longer key that starts with the same parts — which is what
 //! makes partial-key iteration a plain byte range.
 //!
@@ -15,12 +15,15 @@
 //! * number, double, decimal: a class byte (NaN, below -2^64, negative, non-negative, from
 //!   2^64) then for the finite classes the integer magnitude (8 bytes) and a fraction marker
 //!   (0 integral, or 1 + the fraction's f64 bits), bitwise inverted for negative numbers;
-//! * string, varbinary: bytes with 0x00 escaped as 0x00 0xFF, terminated by 0x00 0x00;
+//! * string, varbinary: bytes with 0x00 escaped as 0x00 0xFF, terminated by 0x00 0x00; a
+//!   string under `unicode` or `unicode_ci` is its ICU sort key ([`collation`]) in place of
+//!   its bytes, so that strings the collation calls equal encode equal;
 //! * boolean: 1 byte; uuid: its 16 bytes; datetime: biased seconds (8) + nanoseconds (4);
 //! * scalar: a class byte, then the class's encoding.
 //!
 //! Knows nothing of indexes or spaces: it turns field values and search keys into bytes.
 
+use crate::storage::collation::{self, IcuStrength, SortKeyBuf};
 use crate::storage::error::{Result, StorageError};
 use crate::storage::field_type::{FieldType, EXT_DATETIME, EXT_DECIMAL, EXT_UUID};
 use crate::storage::msgpack::{self, Value};
@@ -33,8 +36,9 @@ pub type KeyBuf = SmallVec<[u8; 16]>;
 /// wide enough for a five-part key without touching the heap.
 pub type SearchKeyBuf = SmallVec<[u8; 96]>;
 
-/// How strings of a key part compare. Only the binary orders are exact; `UnicodeCi` folds case
-/// (a stand-in for ICU's primary strength: equal ignoring case, ordered by the folded bytes).
+/// How strings of a key part compare: bytewise (`None`, `Binary`), or as Tarantool's ICU
+/// collations of the root locale, `Unicode` at tertiary strength and `UnicodeCi` at primary
+/// strength (case and accents ignored); see [`collation`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Collation {
     #[default]
@@ -428,17 +432,18 @@ fn decode_decimal(payload: &[u8]) -> Option<(bool, u128, i32)> {
 }
 
 fn encode_bytes<A: Array<Item = u8>>(bytes: &[u8], collation: Collation, out: &mut SmallVec<A>) {
-    let folded;
-    let bytes = match collation {
-        Collation::UnicodeCi => match std::str::from_utf8(bytes) {
-            Ok(text) => {
-                folded = text.to_lowercase();
-                folded.as_bytes()
-            }
-            Err(_) => bytes,
-        },
-        _ => bytes,
+    let strength = match collation {
+        Collation::None | Collation::Binary => return encode_escaped(bytes, out),
+        Collation::Unicode => IcuStrength::Tertiary,
+        Collation::UnicodeCi => IcuStrength::Primary,
     };
+    let mut sort_key = SortKeyBuf::new();
+    collation::write_sort_key(strength, bytes, &mut sort_key);
+    encode_escaped(&sort_key, out);
+}
+
+/// `bytes` with 0x00 escaped as 0x00 0xFF, then the terminator 0x00 0x00.
+fn encode_escaped<A: Array<Item = u8>>(bytes: &[u8], out: &mut SmallVec<A>) {
     // Runs without a zero byte are copied whole: keys are built for every write and
     // every bulk-loaded tuple, and most strings hold no zero at all.
     let mut runs = bytes.split(|&byte| byte == 0);
@@ -625,6 +630,47 @@ mod tests {
             ..part
         };
         assert_eq!(encode_one(ci, &[0xa1, b'A']), encode_one(ci, &[0xa1, b'a']));
+    }
+
+    #[test]
+    fn collated_strings_follow_icu_in_string_and_scalar_parts() {
+        let str_of = |text: &str| mp(|o| msgpack::write_str(o, text.as_bytes()));
+        for field_type in [FieldType::String, FieldType::Scalar] {
+            let unicode = KeyPart {
+                collation: Collation::Unicode,
+                ..KeyPart::new(0, field_type)
+            };
+            let ci = KeyPart {
+                collation: Collation::UnicodeCi,
+                ..unicode
+            };
+            // Tertiary: case after accents after letters; primary: only letters count.
+            let a = encode_one(unicode, &str_of("a"));
+            let upper_a = encode_one(unicode, &str_of("A"));
+            let a_umlaut = encode_one(unicode, &str_of("ä"));
+            let upper_b = encode_one(unicode, &str_of("B"));
+            assert!(
+                a < upper_a && upper_a < a_umlaut && a_umlaut < upper_b,
+                "{field_type:?}"
+            );
+            assert_eq!(encode_one(ci, &str_of("ä")), encode_one(ci, &str_of("A")));
+            assert_eq!(encode_one(ci, &str_of("ß")), encode_one(ci, &str_of("SS")));
+            assert!(encode_one(ci, &str_of("A")) < encode_one(ci, &str_of("b")));
+            // Ill-formed UTF-8 is U+FFFD per maximal subpart, as ICU reads it.
+            assert_eq!(encode_one(ci, &[0xa1, 0xff]), encode_one(ci, &[0xa1, 0xc3]));
+            // The encoding stays prefix-free: a part after the string cannot leak into it.
+            let ab = encode_one(ci, &str_of("ab"));
+            assert!(!ab.starts_with(&encode_one(ci, &str_of("a"))));
+        }
+        // A collation changes strings only: numbers and varbinary keep their scalar order.
+        let ci = KeyPart {
+            collation: Collation::UnicodeCi,
+            ..KeyPart::new(0, FieldType::Scalar)
+        };
+        let number = encode_one(ci, &[0x05]);
+        let string = encode_one(ci, &[0xa1, b'A']);
+        let bin = encode_one(ci, &[0xc4, 1, b'a']);
+        assert!(number < string && string < bin);
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! (field types, key order, iterator semantics, update operations, memory quota). It must
 //! not know about sockets, executors, files or the IPROTO wire format.
 //!
-//! * [`msgpack`] reads values; [`field_type`] classifies them; [`key`] orders them.
+//! * [`msgpack`] reads values; [`field_type`] classifies them; [`key`] orders them, strings
+//!   of ICU collations by [`collation`]'s sort keys.
 //! * [`tuple`] stores them with a field map; [`index`] and [`range`] find them, over
 //!   [`btree`] for TREE indexes.
 //! * [`space`] applies insert/replace/update/upsert/delete/select, each write returning
@@ -15,6 +16,7 @@
 pub mod btree;
 pub mod bulk;
 pub mod change;
+pub mod collation;
 pub mod engine;
 pub mod error;
 pub mod field_type;
