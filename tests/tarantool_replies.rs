@@ -283,12 +283,6 @@ fn ext(ext_type: i8, payload: [u8; 2]) -> Vec<u8> {
     vec![0xd5, ext_type as u8, payload[0], payload[1]]
 }
 
-fn bin(bytes: &[u8]) -> Vec<u8> {
-    let mut out = vec![0xc4, bytes.len() as u8];
-    out.extend_from_slice(bytes);
-    out
-}
-
 fn arr(items: &[Vec<u8>]) -> Vec<u8> {
     let mut out = Vec::new();
     msgpack::write_array_len(&mut out, items.len() as u32);
