@@ -26,7 +26,8 @@
 //!
 //! Runs bounded under `cargo test` (20 seeds x 500 ops per shard count); longer by hand:
 //! `DIFF_SEEDS=100 DIFF_OPS=2000 DIFF_SEED_FIRST=1 cargo test --release --test integration
-//! differential:: -- --nocapture` (`DIFF_EXAMPLES=N`: examples printed per mismatch class).
+//! differential:: -- --nocapture` (`DIFF_EXAMPLES=N`: examples printed per mismatch class;
+//! `DIFF_VERBOSE=1`: every request and both replies).
 //! Needs `tarantool` 2.6 on PATH (or `TARN_TARANTOOL`); `.ci/run` installs Debian's.
 
 use crate::common;
@@ -290,8 +291,7 @@ fn difference(
         _ => return Some("body decoding".into()),
     };
     if let Some(code) = tarantool.error_code() {
-        let space = request.space_id().and_then(|id| schema.space(id));
-        return error_difference(code, expected, got, space);
+        return error_difference(code, expected, got, request, schema);
     }
     let limit = request.get(iproto::LIMIT).and_then(V::as_uint);
     let rule = rows_rule(request, schema);
@@ -328,9 +328,18 @@ fn difference(
 /// Where two error bodies of code `code` differ: their keys, the texts (`0x31`, and each
 /// stack entry's), the stack entries' type, errno and code. File and line (stack keys 1, 2)
 /// are the servers' own; fields (key 6) are 2.11's payload, which 2.6 never sends.
-fn error_difference(code: u64, expected: &V, got: &V, space: Option<&Space>) -> Option<String> {
+fn error_difference(
+    code: u64,
+    expected: &V,
+    got: &V,
+    request: &Request,
+    schema: &Schema,
+) -> Option<String> {
+    let space = request.space_id().and_then(|id| schema.space(id));
     let text_agrees = |a: Option<&V>, b: Option<&V>| match (a.and_then(V::as_str), b.and_then(V::as_str)) {
-        (Some(a), Some(b)) => a == b || known::texts_agree_across_versions(code, a, b, space),
+        (Some(a), Some(b)) => {
+            a == b || known::texts_agree_across_versions(code, a, b, request, space)
+        }
         (None, None) => a == b,
         _ => false,
     };
@@ -400,6 +409,9 @@ impl Pair {
 }
 
 type ReplyOr = Result<Reply, String>;
+
+/// A write of a lockstep request or a batch: its op index, the request, both replies.
+type Written<'a> = (u64, &'a Request, &'a (ReplyOr, ReplyOr));
 
 fn exchange_one(conn: &mut Conn, requests: &[Request], first_sync: u64) -> Vec<ReplyOr> {
     let mut bytes = Vec::new();
@@ -557,6 +569,8 @@ fn hex(bytes: &[u8]) -> String {
 struct Harness<'s> {
     schema: &'s Schema,
     tally: Tally,
+    /// `DIFF_VERBOSE=1`: every request and both replies on stderr.
+    verbose: bool,
 }
 
 impl Harness<'_> {
@@ -579,8 +593,24 @@ impl Harness<'_> {
             } else {
                 format!("pipelined batch of {batch} from op {op}")
             };
+            if self.verbose {
+                for (at, (request, (tarantool, tarn))) in requests.iter().zip(&replies).enumerate() {
+                    let show = |reply: &ReplyOr| match reply {
+                        Ok(reply) => reply.to_string(),
+                        Err(why) => format!("no reply: {why}"),
+                    };
+                    eprintln!(
+                        "seed {seed} op {} ({mode}): {request}\n  tarantool: {}\n  tarn:      {}",
+                        op + at as u64,
+                        show(tarantool),
+                        show(tarn)
+                    );
+                }
+            }
             let mut lost_connection = false;
-            let mut written: BTreeMap<u32, (u64, &Request)> = BTreeMap::new();
+            let mut written: BTreeMap<u32, Vec<u64>> = BTreeMap::new();
+            // The mismatches of this batch: op index and where the replies differ.
+            let mut mismatches: Vec<(u64, String)> = Vec::new();
             for (at, (request, (tarantool, tarn))) in requests.iter().zip(&replies).enumerate() {
                 let index = op + at as u64;
                 self.tally.requests += 1;
@@ -597,42 +627,97 @@ impl Harness<'_> {
                 };
                 match why {
                     None => self.tally.agreed += 1,
-                    Some(why) => {
-                        let report = self.report(seed, index, &mode, request, tarantool, tarn, &why);
-                        let allowed = match (tarantool, tarn) {
-                            (Ok(a), Ok(b)) => known::allowed(&Case {
-                                request,
-                                schema: self.schema,
-                                tarantool: a,
-                                tarn: b,
-                                state_after: false,
-                            }),
-                            _ => None,
-                        };
-                        let signature = format!(
-                            "{} on {}: tarantool {} / tarn {} ({why})",
-                            iproto::type_name(request.kind),
-                            space_label(self.schema, request),
-                            status_name(tarantool),
-                            status_name(tarn),
-                        );
-                        self.tally.record(signature, allowed, report);
-                    }
+                    Some(why) => mismatches.push((index, why)),
                 }
                 if request.is_write() {
                     if let Some(space) = request.space_id().and_then(|id| self.schema.space(id)) {
-                        written.insert(space.id, (index, request));
+                        written.entry(space.id).or_default().push(index);
                     }
                 }
             }
             if lost_connection {
                 pair.reconnect();
             }
-            for (space_id, (index, request)) in written {
+            // Where each space's rows may have diverged within the batch, and the class that
+            // made them: the first write to it whose replies differ, else (when its rows
+            // differ afterwards) its first write.
+            let mut diverged: BTreeMap<u32, (u64, Option<&'static known::Allowed>)> = BTreeMap::new();
+            for (index, _) in &mismatches {
+                let (request, replies) = (&requests[(index - op) as usize], &replies[(index - op) as usize]);
+                if let (true, Some(space)) = (request.is_write(), self.space_of(request)) {
+                    diverged
+                        .entry(space.id)
+                        .or_insert((*index, self.allowed(request, replies, false)));
+                }
+            }
+            for (space_id, indexes) in written {
                 let space = self.schema.space(u64::from(space_id)).expect("a known space");
-                self.check_state(pair, space, seed, index, &mode, request, &replies[(index - op) as usize]);
+                let writes: Vec<Written<'_>> = indexes
+                    .iter()
+                    .map(|index| {
+                        let at = (index - op) as usize;
+                        (*index, &requests[at], &replies[at])
+                    })
+                    .collect();
+                if let Some(allowed) = self.check_state(pair, space, seed, &mode, &writes) {
+                    diverged.entry(space_id).or_insert((indexes[0], allowed));
+                }
+            }
+            for (index, why) in mismatches {
+                let at = (index - op) as usize;
+                let (request, (tarantool, tarn)) = (&requests[at], &replies[at]);
+                let report = self.report(seed, index, &mode, request, tarantool, tarn, &why);
+                let root = self
+                    .space_of(request)
+                    .and_then(|space| diverged.get(&space.id))
+                    .filter(|(root, _)| *root < index);
+                let (signature, allowed) = match root {
+                    // A consequence of an earlier divergence in the same batch: its class.
+                    Some((_, allowed)) => (
+                        format!(
+                            "{} on {} after a divergence earlier in its batch",
+                            iproto::type_name(request.kind),
+                            space_label(self.schema, request),
+                        ),
+                        *allowed,
+                    ),
+                    None => (
+                        format!(
+                            "{} on {}: tarantool {} / tarn {} ({why})",
+                            iproto::type_name(request.kind),
+                            space_label(self.schema, request),
+                            status_name(tarantool),
+                            status_name(tarn),
+                        ),
+                        self.allowed(request, &replies[at], false),
+                    ),
+                };
+                self.tally.record(signature, allowed, report);
             }
             op += batch;
+        }
+    }
+
+    fn space_of(&self, request: &Request) -> Option<&Space> {
+        request.space_id().and_then(|id| self.schema.space(id))
+    }
+
+    /// The allow-list's class of a mismatch (`state_after`: the rows differed afterwards).
+    fn allowed(
+        &self,
+        request: &Request,
+        replies: &(ReplyOr, ReplyOr),
+        state_after: bool,
+    ) -> Option<&'static known::Allowed> {
+        match replies {
+            (Ok(tarantool), Ok(tarn)) => known::allowed(&Case {
+                request,
+                schema: self.schema,
+                tarantool,
+                tarn,
+                state_after,
+            }),
+            _ => None,
         }
     }
 
@@ -661,29 +746,43 @@ impl Harness<'_> {
         )
     }
 
-    /// Compares the rows of `space` after `request` (op `index`, the last write to it); on a
-    /// difference reports it and makes tarn's rows Tarantool's again.
-    #[allow(clippy::too_many_arguments)]
+    /// Compares the rows of `space` after `writes` (the writes to it of one lockstep request
+    /// or pipelined batch); on a difference reports it, makes tarn's rows Tarantool's again and
+    /// returns the difference's allow-list class (`Some(None)`: not an allowed one).
     fn check_state(
         &mut self,
         pair: &mut Pair,
         space: &Space,
         seed: u64,
-        index: u64,
         mode: &str,
-        request: &Request,
-        replies: &(ReplyOr, ReplyOr),
-    ) {
+        writes: &[Written<'_>],
+    ) -> Option<Option<&'static known::Allowed>> {
         self.tally.state_checks += 1;
         let (want, have) = match (rows(&mut pair.tarantool, space), rows(&mut pair.tarn, space)) {
             (Ok(want), Ok(have)) => (want, have),
-            (want, have) => panic!("the rows of {} could not be read: {want:?} / {have:?}", space.name),
+            (want, have) => panic!(
+                "the rows of {} could not be read: {want:?} / {have:?}",
+                space.name
+            ),
         };
         if want == have {
-            return;
+            return None;
         }
         let differing = differing_rows(space, &want, &have);
-        let mut report = self.report(seed, index, mode, request, &replies.0, &replies.1, "rows differ afterwards");
+        let &(index, request, replies) = writes.last().expect("a write");
+        let why = if writes.len() == 1 {
+            "rows differ afterwards".to_string()
+        } else {
+            format!("rows differ after a batch with {} writes to it", writes.len())
+        };
+        let mut report = self.report(seed, index, mode, request, &replies.0, &replies.1, &why);
+        for &(index, request, replies) in &writes[..writes.len() - 1] {
+            report.push_str(&format!(
+                "\n    earlier write op {index}: {request} -> tarantool {} / tarn {}",
+                status_name(&replies.0),
+                status_name(&replies.1)
+            ));
+        }
         for (tarantool_row, tarn_row) in &differing {
             let show = |row: &Option<V>| row.as_ref().map_or("(none)".to_string(), V::to_string);
             report.push_str(&format!(
@@ -692,25 +791,24 @@ impl Harness<'_> {
                 show(tarn_row)
             ));
         }
-        let allowed = match replies {
-            (Ok(a), Ok(b)) => known::allowed(&Case {
-                request,
-                schema: self.schema,
-                tarantool: a,
-                tarn: b,
-                state_after: true,
-            }),
-            _ => None,
+        // Allowed when one of the writes is of an allowed class.
+        let allowed = writes
+            .iter()
+            .find_map(|&(_, request, replies)| self.allowed(request, replies, true));
+        let signature = if writes.len() == 1 {
+            format!(
+                "{} on {}: tarantool {} / tarn {} (rows differ afterwards)",
+                iproto::type_name(request.kind),
+                space.name,
+                status_name(&replies.0),
+                status_name(&replies.1),
+            )
+        } else {
+            format!("a pipelined batch on {}: rows differ afterwards", space.name)
         };
-        let signature = format!(
-            "{} on {}: tarantool {} / tarn {} (rows differ afterwards)",
-            iproto::type_name(request.kind),
-            space.name,
-            status_name(&replies.0),
-            status_name(&replies.1),
-        );
         self.tally.record(signature, allowed, report);
         self.resync(pair, space, &differing);
+        Some(allowed)
     }
 
     /// Makes tarn's rows of `space` equal to Tarantool's: deletes tarn's differing rows and
@@ -842,6 +940,7 @@ fn run(shards: u32) {
          (scripts/tarantool/instance.lua + tests/differential/schema.lua)"
     );
     let mut harness = Harness {
+        verbose: env_u64("DIFF_VERBOSE", 0) != 0,
         schema: &schema,
         tally: Tally {
             shards,

@@ -846,7 +846,9 @@ impl<'s> Generator<'s> {
                 body: Body::Raw(self.rng.pick(&[&[0x91, 0x01][..], &[0xc1], &[0x81, 0x10]]).to_vec()),
                 auth: None,
             },
-            10 => Request::new(*self.rng.pick(&[99, 200, 0x4000]), Vec::new()),
+            // Not types of 256 and up: 2.6 keeps the low 8 bits of the type (iproto.cc:1251
+            // at 2.6.0, `uint8_t type`), 2.11 the whole number.
+            10 => Request::new(*self.rng.pick(&[99, 200, 255]), Vec::new()),
             _ => Request::new(
                 iproto::UPSERT,
                 vec![
@@ -917,7 +919,7 @@ impl<'s> Generator<'s> {
                     Use::Free
                 };
                 if self.rng.chance(4) {
-                    self.any_value(usage, 1)
+                    self.wrong_value(space, usage)
                 } else if field.nullable && self.rng.chance(25) {
                     V::Nil
                 } else {
@@ -931,7 +933,9 @@ impl<'s> Generator<'s> {
         }
         if self.rng.chance(12) {
             for _ in 0..=self.rng.below(2) {
-                fields.push(self.any_value(Use::Free, 1));
+                // Safe for a double field: a deletion may shift it into one.
+                let extra = self.wrong_value(space, Use::Free);
+                fields.push(extra);
             }
         }
         V::Array(fields)
@@ -964,14 +968,15 @@ impl<'s> Generator<'s> {
                 0 => V::int(self.rng.range(-3, 6)),
                 1 => V::f64(self.rng.range(-6, 12) as f64 / 2.0),
                 2 => V::f32(self.rng.range(-6, 12) as f32 / 2.0),
-                3 => self.float(usage),
+                3 => self.float(usage, true),
                 4 => self.decimal(),
                 _ => self.integer_edge(),
             },
-            Kind::Double => match self.rng.weighted(&[50, 30, 20]) {
+            // Only float64: 2.6's double takes nothing else (field_def.c:64 at 2.6.0), 2.11's
+            // any number (field_def.c:71 at 2.11.1).
+            Kind::Double => match self.rng.weighted(&[60, 40]) {
                 0 => V::f64(self.rng.range(-6, 12) as f64 / 2.0),
-                1 => self.float(usage),
-                _ => V::f32(*self.rng.pick(&F32_EDGES)),
+                _ => self.float(usage, false),
             },
             Kind::String => {
                 if edge && self.rng.chance(30) {
@@ -984,6 +989,8 @@ impl<'s> Generator<'s> {
             Kind::Varbinary => V::Bin(self.rng.pick(&[&b""[..], b"a", b"\x00\xff", b"ab"]).to_vec()),
             Kind::Uuid => V::Ext(2, self.rng.pick(&UUIDS).to_vec()),
             Kind::Decimal => self.decimal(),
+            // Not a uuid: 2.11's scalar takes one, 2.6's does not (field_def.c:86 at 2.6.0,
+            // :96 at 2.11.1).
             Kind::Scalar => {
                 let kind = *self.rng.pick(&[
                     Kind::Boolean,
@@ -993,7 +1000,6 @@ impl<'s> Generator<'s> {
                     Kind::Double,
                     Kind::String,
                     Kind::Varbinary,
-                    Kind::Uuid,
                     Kind::Decimal,
                 ]);
                 self.value(kind, usage, false)
@@ -1017,6 +1023,19 @@ impl<'s> Generator<'s> {
         }
     }
 
+    /// A value of any kind for a field of `space`, but in a space with a double field never
+    /// a number that is not a float64 (2.6's double refuses it, 2.11's takes it; the value
+    /// may land in the double field).
+    fn wrong_value(&mut self, space: &Space, usage: Use) -> V {
+        let has_double = space.fields.iter().any(|field| field.kind == Kind::Double);
+        loop {
+            let value = self.any_value(usage, 1);
+            if !has_double || !matches!(value, V::Uint(_) | V::Int(_) | V::F32(_)) {
+                return value;
+            }
+        }
+    }
+
     fn integer_edge(&mut self) -> V {
         if self.rng.chance(50) {
             V::Uint(*self.rng.pick(&UINT_EDGES))
@@ -1025,10 +1044,11 @@ impl<'s> Generator<'s> {
         }
     }
 
-    /// A float64 edge, or for free use also the infinities and NaNs of both signs.
-    fn float(&mut self, usage: Use) -> V {
+    /// A float64 edge, or for free use also the infinities and NaNs of both signs (as float32
+    /// too when `float32`).
+    fn float(&mut self, usage: Use, float32: bool) -> V {
         if usage == Use::Free && self.rng.chance(30) {
-            match self.rng.below(6) {
+            match self.rng.below(if float32 { 6 } else { 4 }) {
                 0 => V::f64(f64::INFINITY),
                 1 => V::f64(f64::NEG_INFINITY),
                 2 => V::f64(f64::NAN),
@@ -1050,7 +1070,9 @@ impl<'s> Generator<'s> {
         V::Ext(1, self.rng.pick(&DECIMALS).to_vec())
     }
 
-    /// A value of any kind (nil and nested ones included), `depth` levels deep at most.
+    /// A value of any kind (nil and nested ones included), `depth` levels deep at most. Never
+    /// a uuid, nor an extension type 2.6 and 2.11 know differently (2.11 adds datetime 4,
+    /// compression 5, interval 6): only `Kind::Uuid` fields get uuids, see `Kind::Scalar`.
     fn any_value(&mut self, usage: Use, depth: u32) -> V {
         match self.rng.below(if depth > 0 { 14 } else { 12 }) {
             0 => V::Nil,
@@ -1062,9 +1084,8 @@ impl<'s> Generator<'s> {
             6 => self.value(Kind::Double, usage, false),
             7 => self.value(Kind::String, usage, false),
             8 => self.value(Kind::Varbinary, usage, false),
-            9 => self.value(Kind::Uuid, usage, false),
-            10 => self.value(Kind::Decimal, usage, false),
-            11 => V::Ext(*self.rng.pick(&[1i8, 2, 5, -1]), vec![0x01, 0x02]),
+            9 | 10 => self.value(Kind::Decimal, usage, false),
+            11 => V::Ext(*self.rng.pick(&[-1i8, 100]), vec![0x01, 0x02]),
             12 => self.value(Kind::Array, usage, false),
             _ => self.value(Kind::Map, usage, false),
         }
@@ -1100,7 +1121,7 @@ impl<'s> Generator<'s> {
             8 => "=",
             _ => *self.rng.pick(&["x", "", "++", "=="]),
         };
-        let (field, target) = self.op_field(space, index_base);
+        let (field, target) = self.op_field(space, index_base, op);
         // The target's format field, when the operation names one for sure.
         let target_field = target.and_then(|at| space.fields.get(at).map(|f| (at, f)));
         let usage = match target {
@@ -1152,7 +1173,7 @@ impl<'s> Generator<'s> {
                     let is_key = space.primary().parts.iter().any(|p| p.field == at);
                     self.value(field.kind, usage, is_key)
                 }
-                _ => self.any_value(usage, 1),
+                _ => self.wrong_value(space, usage),
             }),
             _ => op_array.push(V::Uint(1)),
         }
@@ -1165,11 +1186,21 @@ impl<'s> Generator<'s> {
     /// An operation's field: a number (0- or 1-based as `index_base` says, negative from the
     /// end, out of range), a name, or a JSON path; and the 0-based format field it surely
     /// targets, if one.
-    fn op_field(&mut self, space: &Space, index_base: u64) -> (V, Option<usize>) {
+    ///
+    /// `=` and `!` go at most one past the format's last field and `#` not past it: every
+    /// stored tuple has all the format's fields, and beyond the end 2.11 fills the gap with
+    /// nils (`=`, `!`) or does nothing (`#`) where 2.6 fails (xrow_update_array.c, diff
+    /// 2.6.0..2.11.1: xrow_update_array_append_nils and the delete's `field_no >= size`).
+    fn op_field(&mut self, space: &Space, index_base: u64, op: &str) -> (V, Option<usize>) {
         let count = space.fields.len() as i64;
+        let last = match op {
+            "#" => count - 1,
+            "=" | "!" => count,
+            _ => count + 1,
+        };
         match self.rng.weighted(&[62, 14, 14, 6, 4]) {
             0 => {
-                let at = self.rng.range(0, count + 1);
+                let at = self.rng.range(0, last);
                 let number = at + index_base as i64;
                 let target = (at < count).then_some(at as usize);
                 (V::int(number), target)
@@ -1213,7 +1244,7 @@ impl<'s> Generator<'s> {
         match self.rng.weighted(&[35, 15, 20, 10, 8, 12]) {
             0 => V::int(self.rng.range(-3, 3)),
             1 => self.integer_edge(),
-            2 => self.float(usage),
+            2 => self.float(usage, true),
             3 => V::f32(*self.rng.pick(&F32_EDGES)),
             4 => self.decimal(),
             _ => self.any_value(usage, 0),

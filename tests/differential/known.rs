@@ -1,6 +1,7 @@
 //! What the differential test knows in advance: the error texts that Tarantool 2.6 (the
 //! reference it starts) and 2.11 (the wire behaviour tarn advertises) word differently, each
-//! justified from Tarantool's source at tags 2.6.0 and 2.11.1; and the allow-list of mismatch
+//! justified from Tarantool's source at tags 2.6.0 and 2.11.1 (and one text no server can
+//! match, since Tarantool prints uninitialised memory in it); and the allow-list of mismatch
 //! classes tarn is known to have (issue 19), counted and printed but not failed on.
 //!
 //! The allow-list is to be emptied: each entry names its issue-19 item and matches only the
@@ -10,11 +11,13 @@ use super::gen::{iproto, Request, Schema, Space};
 use super::value::V;
 
 /// Whether tarn's error text `tarn` is what 2.11 says where 2.6 said `tarantool` for error
-/// `code` (the texts are not equal; `space` is the request's space, if it has one).
+/// `code` in reply to `request` (the texts are not equal; `space` is the request's space, if
+/// it has one).
 pub fn texts_agree_across_versions(
     code: u64,
     tarantool: &str,
     tarn: &str,
+    request: &Request,
     space: Option<&Space>,
 ) -> bool {
     match code {
@@ -97,6 +100,38 @@ pub fn texts_agree_across_versions(
             tarn == format!(
                 "Attempt to modify a tuple field which is part of primary index in space '{space_name}"
             )
+        }
+        // ER_UPDATE_ARG_TYPE for an operation whose field number is no int32: Tarantool (2.6.0
+        // and 2.11.1 alike) fails in xrow_update_mp_read_int32() before it sets the op's
+        // field_no, and xrow_update_op_field_str() prints whatever the op's memory (from
+        // region_aligned_alloc, not zeroed: xrow_update.c:171) held. So any number matches,
+        // when the request has such an operation with that opcode.
+        26 => {
+            let shape = |text: &str| -> Option<(String, String)> {
+                let rest = text.strip_prefix("Argument type in operation '")?;
+                let (opcode, rest) = rest.split_once("' on field ")?;
+                let (number, tail) = rest.split_once(' ')?;
+                number.parse::<i64>().ok()?;
+                Some((opcode.to_string(), tail.to_string()))
+            };
+            let (Some(want), Some(have)) = (shape(tarantool), shape(tarn)) else {
+                return false;
+            };
+            want == have
+                && want.1 == "does not match field type: expected an integer"
+                && request.ops().is_some_and(|ops| {
+                    ops.iter().any(|op| {
+                        let Some([V::Str(opcode), field, ..]) = op.as_array() else {
+                            return false;
+                        };
+                        let beyond_int32 = match field {
+                            V::Uint(n) => *n > i32::MAX as u64,
+                            V::Int(n) => i32::try_from(*n).is_err(),
+                            _ => false,
+                        };
+                        opcode.as_slice() == want.0.as_bytes() && beyond_int32
+                    })
+                })
         }
         _ => false,
     }

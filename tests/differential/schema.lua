@@ -1,6 +1,7 @@
 -- The differential test's spaces beyond the shipped ones, for Tarantool: the same spaces
 -- tests/differential/schema.toml gives tarn. Run by scripts/tarantool/instance.lua through
--- TARANTOOL_EXTRA_SCHEMA, inside box.once, after the shipped schema.
+-- TARANTOOL_EXTRA_SCHEMA, inside box.once, after the shipped schema. Field order: see
+-- schema.toml.
 
 local typed = box.schema.space.create('typed', {
     id = 520,
@@ -8,17 +9,17 @@ local typed = box.schema.space.create('typed', {
         {name = 'id', type = 'unsigned'},
         {name = 'i', type = 'integer'},
         {name = 'n', type = 'number'},
-        {name = 'd', type = 'double'},
         {name = 's', type = 'string'},
         {name = 'b', type = 'boolean'},
         {name = 'v', type = 'varbinary'},
         {name = 'sc', type = 'scalar'},
-        {name = 'u', type = 'uuid'},
         {name = 'dec', type = 'decimal'},
         {name = 'arr', type = 'array'},
         {name = 'm', type = 'map'},
         {name = 'a', type = 'any'},
         {name = 'ns', type = 'string', is_nullable = true},
+        {name = 'u', type = 'uuid'},
+        {name = 'd', type = 'double'},
     },
 })
 typed:create_index('primary', {type = 'TREE', parts = {'id'}})
@@ -40,6 +41,7 @@ local hashed = box.schema.space.create('hashed', {
         {name = 'k1', type = 'unsigned'},
         {name = 'k2', type = 'string'},
         {name = 'val', type = 'scalar', is_nullable = true},
+        {name = 'tag', type = 'unsigned'},
     },
 })
 hashed:create_index('pk', {type = 'HASH', parts = {'k1', 'k2'}})
