@@ -44,7 +44,7 @@ use known::{Case, Reply};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 use value::V;
@@ -111,23 +111,29 @@ struct Conn {
 
 impl Conn {
     fn connect(addr: SocketAddr) -> Conn {
+        Conn::try_connect(addr).unwrap_or_else(|why| panic!("{addr}: {why}"))
+    }
+
+    fn try_connect(addr: SocketAddr) -> Result<Conn, String> {
         use base64::Engine as _;
-        let mut stream = TcpStream::connect(addr).expect("connect");
+        let mut stream = TcpStream::connect(addr).map_err(|error| format!("connect: {error}"))?;
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
             .expect("a read timeout");
         stream.set_nodelay(true).expect("nodelay");
         let mut greeting = [0u8; 128];
-        stream.read_exact(&mut greeting).expect("a greeting");
+        stream
+            .read_exact(&mut greeting)
+            .map_err(|error| format!("greeting: {error}"))?;
         let salt_line = String::from_utf8_lossy(&greeting[64..]).trim().to_string();
         let salt = base64::engine::general_purpose::STANDARD
             .decode(salt_line.as_bytes())
             .expect("a base64 salt");
-        Conn {
+        Ok(Conn {
             stream,
             salt,
             buf: Vec::new(),
-        }
+        })
     }
 
     fn send(&mut self, bytes: &[u8]) -> Result<(), String> {
@@ -399,6 +405,16 @@ impl Pair {
         *self = Pair::connect(self.tarantool_addr, self.tarn_addr);
     }
 
+    /// Reconnects after a server closed a connection; if one is gone, says which.
+    fn try_reconnect(&mut self) -> Result<(), String> {
+        let tarantool = Conn::try_connect(self.tarantool_addr)
+            .map_err(|why| format!("Tarantool is gone ({why})"))?;
+        let tarn = Conn::try_connect(self.tarn_addr).map_err(|why| format!("tarn is gone ({why})"))?;
+        self.tarantool = tarantool;
+        self.tarn = tarn;
+        Ok(())
+    }
+
     /// Sends `requests` (syncs `first_sync..`) to both servers in one write each, and returns
     /// both servers' replies in request order (matched by sync), or why a server gave none.
     fn exchange(&mut self, requests: &[Request], first_sync: u64) -> Vec<(ReplyOr, ReplyOr)> {
@@ -506,13 +522,44 @@ struct Tally {
     requests: u64,
     by_type: BTreeMap<String, u64>,
     agreed: u64,
+    /// Agreed successes, to show what the run covered: update operations of UPDATEs that
+    /// returned a row, and SELECTs that returned rows, by iterator.
+    applied_ops: BTreeMap<String, u64>,
+    selects_with_rows: BTreeMap<u64, u64>,
     state_checks: u64,
     classes: BTreeMap<String, Class>,
 }
 
 impl Tally {
+    fn count_success(&mut self, request: &Request, reply: &Reply) {
+        let has_rows = reply.data().is_some_and(|rows| !rows.is_empty());
+        if !has_rows {
+            return;
+        }
+        match request.kind {
+            iproto::UPDATE => {
+                for op in request.ops().unwrap_or(&[]) {
+                    if let Some(name) = op.as_array().and_then(|op| op.first()?.as_str()) {
+                        *self.applied_ops.entry(name.to_string()).or_default() += 1;
+                    }
+                }
+            }
+            iproto::SELECT => {
+                let iterator = request.get(iproto::ITERATOR).and_then(V::as_uint).unwrap_or(0);
+                *self.selects_with_rows.entry(iterator).or_default() += 1;
+            }
+            _ => {}
+        }
+    }
+
     fn record(&mut self, signature: String, allowed: Option<&'static known::Allowed>, report: String) {
-        let class = self.classes.entry(signature).or_default();
+        // A class is one verdict too: an allowed and an unexpected mismatch of the same shape
+        // are counted apart.
+        let key = match allowed {
+            Some(entry) => format!("{signature} [item {}]", entry.item),
+            None => signature,
+        };
+        let class = self.classes.entry(key).or_default();
         class.count += 1;
         class.allowed = allowed;
         if class.examples.len() < self.examples_per_class {
@@ -521,17 +568,23 @@ impl Tally {
     }
 
     fn summary(&self) -> (String, u64) {
+        let list = |items: Vec<String>| items.join(", ");
         let mut text = format!(
-            "differential, {} shard(s): {} requests ({}), {} agreed, {} state checks\n",
+            "differential, {} shard(s): {} requests ({}), {} agreed, {} state checks\n\
+             agreed UPDATEs that returned a row, by operation: {}\n\
+             agreed SELECTs that returned rows, by iterator: {}\n",
             self.shards,
             self.requests,
-            self.by_type
-                .iter()
-                .map(|(kind, count)| format!("{kind} {count}"))
-                .collect::<Vec<_>>()
-                .join(", "),
+            list(self.by_type.iter().map(|(kind, count)| format!("{kind} {count}")).collect()),
             self.agreed,
             self.state_checks,
+            list(self.applied_ops.iter().map(|(op, count)| format!("{op:?} {count}")).collect()),
+            list(
+                self.selects_with_rows
+                    .iter()
+                    .map(|(iterator, count)| format!("{iterator}: {count}"))
+                    .collect()
+            ),
         );
         let mut unexpected = 0;
         for (signature, class) in &self.classes {
@@ -568,6 +621,8 @@ fn hex(bytes: &[u8]) -> String {
 
 struct Harness<'s> {
     schema: &'s Schema,
+    /// Tarantool's work directory (its crash report lands in stdout.log).
+    tarantool_dir: PathBuf,
     tally: Tally,
     /// `DIFF_VERBOSE=1`: every request and both replies on stderr.
     verbose: bool,
@@ -626,7 +681,12 @@ impl Harness<'_> {
                     _ => Some("a reply missing".into()),
                 };
                 match why {
-                    None => self.tally.agreed += 1,
+                    None => {
+                        self.tally.agreed += 1;
+                        if let Ok(reply) = tarantool {
+                            self.tally.count_success(request, reply);
+                        }
+                    }
                     Some(why) => mismatches.push((index, why)),
                 }
                 if request.is_write() {
@@ -636,7 +696,23 @@ impl Harness<'_> {
                 }
             }
             if lost_connection {
-                pair.reconnect();
+                if let Err(why) = pair.try_reconnect() {
+                    let log = std::fs::read_to_string(self.tarantool_dir.join("stdout.log"))
+                        .unwrap_or_default();
+                    let log: Vec<&str> = log.lines().rev().take(30).collect();
+                    let sent: Vec<String> = requests
+                        .iter()
+                        .enumerate()
+                        .map(|(at, request)| format!("  op {}: {request}", op + at as u64))
+                        .collect();
+                    panic!(
+                        "{why} after seed {seed}'s ops {op}..{} ({mode}):\n{}\nTarantool's \
+                         stdout.log, last lines:\n{}",
+                        op + batch,
+                        sent.join("\n"),
+                        log.into_iter().rev().collect::<Vec<_>>().join("\n")
+                    );
+                }
             }
             // Where each space's rows may have diverged within the batch, and the class that
             // made them: the first write to it whose replies differ, else (when its rows
@@ -644,10 +720,12 @@ impl Harness<'_> {
             let mut diverged: BTreeMap<u32, (u64, Option<&'static known::Allowed>)> = BTreeMap::new();
             for (index, _) in &mismatches {
                 let (request, replies) = (&requests[(index - op) as usize], &replies[(index - op) as usize]);
-                if let (true, Some(space)) = (request.is_write(), self.space_of(request)) {
+                // A write both servers refused changed nothing.
+                let one_wrote = !matches!(replies, (Ok(a), Ok(b)) if a.error_code().is_some() && b.error_code().is_some());
+                if let (true, true, Some(space)) = (one_wrote, request.is_write(), self.space_of(request)) {
                     diverged
                         .entry(space.id)
-                        .or_insert((*index, self.allowed(request, replies, false)));
+                        .or_insert((*index, self.allowed(request, replies, &[])));
                 }
             }
             for (space_id, indexes) in written {
@@ -689,7 +767,7 @@ impl Harness<'_> {
                             status_name(tarantool),
                             status_name(tarn),
                         ),
-                        self.allowed(request, &replies[at], false),
+                        self.allowed(request, &replies[at], &[]),
                     ),
                 };
                 self.tally.record(signature, allowed, report);
@@ -702,12 +780,13 @@ impl Harness<'_> {
         request.space_id().and_then(|id| self.schema.space(id))
     }
 
-    /// The allow-list's class of a mismatch (`state_after`: the rows differed afterwards).
+    /// The allow-list's class of a mismatch (`rows`: the rows that differed afterwards,
+    /// Tarantool's and tarn's; none for a mismatch of replies).
     fn allowed(
         &self,
         request: &Request,
         replies: &(ReplyOr, ReplyOr),
-        state_after: bool,
+        rows: &[(Option<V>, Option<V>)],
     ) -> Option<&'static known::Allowed> {
         match replies {
             (Ok(tarantool), Ok(tarn)) => known::allowed(&Case {
@@ -715,7 +794,7 @@ impl Harness<'_> {
                 schema: self.schema,
                 tarantool,
                 tarn,
-                state_after,
+                rows,
             }),
             _ => None,
         }
@@ -794,7 +873,7 @@ impl Harness<'_> {
         // Allowed when one of the writes is of an allowed class.
         let allowed = writes
             .iter()
-            .find_map(|&(_, request, replies)| self.allowed(request, replies, true));
+            .find_map(|&(_, request, replies)| self.allowed(request, replies, &differing));
         let signature = if writes.len() == 1 {
             format!(
                 "{} on {}: tarantool {} / tarn {} (rows differ afterwards)",
@@ -940,6 +1019,7 @@ fn run(shards: u32) {
          (scripts/tarantool/instance.lua + tests/differential/schema.lua)"
     );
     let mut harness = Harness {
+        tarantool_dir: tarantool.dir.path().to_path_buf(),
         verbose: env_u64("DIFF_VERBOSE", 0) != 0,
         schema: &schema,
         tally: Tally {
@@ -948,6 +1028,8 @@ fn run(shards: u32) {
             requests: 0,
             by_type: BTreeMap::new(),
             agreed: 0,
+            applied_ops: BTreeMap::new(),
+            selects_with_rows: BTreeMap::new(),
             state_checks: 0,
             classes: BTreeMap::new(),
         },

@@ -547,6 +547,17 @@ const DECIMALS: [&[u8]; 7] = [
     ],
 ];
 
+/// Whether `op` names its field by a JSON path rather than a number or a format field's name.
+fn is_path_op(op: &V, space: &Space) -> bool {
+    match op.as_array() {
+        Some([_, V::Str(path), ..]) => {
+            !space.fields.iter().any(|field| field.name.as_bytes() == path.as_slice())
+                && path.iter().any(|byte| matches!(byte, b'[' | b'.'))
+        }
+        _ => false,
+    }
+}
+
 /// What a generated value may be: anything, or only values an index compares sanely (no NaN,
 /// no infinities: Tarantool 2.6 orders them in no consistent way, so two correct servers could
 /// disagree).
@@ -908,6 +919,12 @@ impl<'s> Generator<'s> {
     /// A tuple for `space`: mostly valid, sometimes with a field of the wrong type, too few
     /// fields, or fields beyond the format.
     fn tuple(&mut self, space: &Space) -> V {
+        // One field in ten tuples gets a value of any type.
+        let wrong = if self.rng.chance(10) {
+            Some(self.rng.below(space.fields.len() as u64) as usize)
+        } else {
+            None
+        };
         let mut fields: Vec<V> = space
             .fields
             .iter()
@@ -918,7 +935,7 @@ impl<'s> Generator<'s> {
                 } else {
                     Use::Free
                 };
-                if self.rng.chance(4) {
+                if wrong == Some(at) {
                     self.wrong_value(space, usage)
                 } else if field.nullable && self.rng.chance(25) {
                     V::Nil
@@ -1036,6 +1053,18 @@ impl<'s> Generator<'s> {
         }
     }
 
+    /// An integer edge for a splice's position or length, but not -2^31: Tarantool (2.6.0
+    /// and 2.11.1, xrow_update_op_do_splice(), xrow_update_field.c:488) negates it, which
+    /// overflows, and then crashes with SIGSEGV in xrow_update_op_store_splice().
+    fn splice_edge(&mut self) -> V {
+        loop {
+            let value = self.integer_edge();
+            if value != V::Int(i32::MIN as i64) {
+                return value;
+            }
+        }
+    }
+
     fn integer_edge(&mut self) -> V {
         if self.rng.chance(50) {
             V::Uint(*self.rng.pick(&UINT_EDGES))
@@ -1098,10 +1127,20 @@ impl<'s> Generator<'s> {
             return self.any_value(Use::Free, 1);
         }
         let count = self.rng.weighted(&[5, 45, 30, 12, 8]);
-        V::Array((0..count).map(|_| self.op(space, index_base)).collect())
+        let ops: Vec<V> = (0..count).map(|_| self.op(space, index_base)).collect();
+        // An operation on a nested JSON path goes alone: with another operation on the same
+        // field Tarantool 2.6 crashes (SIGSEGV in xrow_update_map_extract_opt_item(); fixed
+        // after 2.6 by commits 8425ebfce7, gh-7705, and d4e928091b, gh-8216).
+        match ops.iter().find(|op| is_path_op(op, space)) {
+            Some(op) => V::Array(vec![op.clone()]),
+            None => V::Array(ops),
+        }
     }
 
     fn op(&mut self, space: &Space, index_base: u64) -> V {
+        if self.rng.chance(60) {
+            return self.typed_op(space, index_base);
+        }
         if self.rng.chance(3) {
             return match self.rng.below(3) {
                 0 => V::Uint(1),
@@ -1139,11 +1178,11 @@ impl<'s> Generator<'s> {
             ":" => {
                 let position = match self.rng.weighted(&[60, 40]) {
                     0 => V::int(self.rng.range(-4, 5)),
-                    _ => self.integer_edge(),
+                    _ => self.splice_edge(),
                 };
                 let cut = match self.rng.weighted(&[60, 30, 10]) {
                     0 => V::int(self.rng.range(-2, 4)),
-                    1 => self.integer_edge(),
+                    1 => self.splice_edge(),
                     _ => V::str("1"),
                 };
                 let text = match self.rng.weighted(&[85, 15]) {
@@ -1181,6 +1220,53 @@ impl<'s> Generator<'s> {
             op_array.push(V::Uint(1));
         }
         V::Array(op_array)
+    }
+
+    /// An operation that fits the field it targets (so that most of them apply): arithmetic
+    /// on numbers (with integer, float64, float32 and decimal arguments), bit operations on
+    /// unsigned, splices of strings, and `=` of a value of the field's type.
+    fn typed_op(&mut self, space: &Space, index_base: u64) -> V {
+        let at = self.rng.below(space.fields.len() as u64) as usize;
+        let field = &space.fields[at];
+        let usage = if space.is_indexed(at) {
+            Use::Indexed
+        } else {
+            Use::Free
+        };
+        let target = if self.rng.chance(25) {
+            V::str(&field.name)
+        } else {
+            V::int(at as i64 + index_base as i64)
+        };
+        let arith = |generator: &mut Generator<'_>| {
+            let op = *generator.rng.pick(&["+", "-"]);
+            (op, generator.arith_arg(usage))
+        };
+        let (op, arg) = match field.kind {
+            Kind::Unsigned | Kind::Integer => match self.rng.weighted(&[45, 25, 30]) {
+                0 => (*self.rng.pick(&["+", "-"]), V::int(self.rng.range(-3, 3))),
+                1 => (
+                    *self.rng.pick(&["&", "|", "^"]),
+                    V::Uint(self.rng.range(0, 7) as u64),
+                ),
+                _ => ("=", self.value(field.kind, usage, at == 0)),
+            },
+            Kind::Number | Kind::Double | Kind::Decimal | Kind::Scalar => {
+                if self.rng.chance(70) {
+                    arith(self)
+                } else {
+                    ("=", self.value(field.kind, usage, false))
+                }
+            }
+            Kind::String if self.rng.chance(60) => {
+                let position = V::int(self.rng.range(-3, 4));
+                let cut = V::int(self.rng.range(-1, 3));
+                let text = V::str(*self.rng.pick(&["", "X", "yz"]));
+                return V::Array(vec![V::str(":"), target, position, cut, text]);
+            }
+            _ => ("=", self.value(field.kind, usage, false)),
+        };
+        V::Array(vec![V::str(op), target, arg])
     }
 
     /// An operation's field: a number (0- or 1-based as `index_base` says, negative from the
