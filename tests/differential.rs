@@ -267,12 +267,18 @@ fn rows_rule(request: &Request, schema: &Schema) -> Rows {
     if !index.hash {
         return Rows::Exact;
     }
-    let iterator = request.get(iproto::ITERATOR).and_then(V::as_uint).unwrap_or(0);
+    let iterator = request
+        .get(iproto::ITERATOR)
+        .and_then(V::as_uint)
+        .unwrap_or(0);
     let key_parts = request
         .get(iproto::KEY)
         .and_then(V::as_array)
         .map_or(0, <[V]>::len);
-    let offset = request.get(iproto::OFFSET).and_then(V::as_uint).unwrap_or(0);
+    let offset = request
+        .get(iproto::OFFSET)
+        .and_then(V::as_uint)
+        .unwrap_or(0);
     match iterator {
         0 if key_parts == index.parts.len() => Rows::Exact,
         6 if key_parts > 0 => Rows::Any,
@@ -342,13 +348,14 @@ fn error_difference(
     schema: &Schema,
 ) -> Option<String> {
     let space = request.space_id().and_then(|id| schema.space(id));
-    let text_agrees = |a: Option<&V>, b: Option<&V>| match (a.and_then(V::as_str), b.and_then(V::as_str)) {
-        (Some(a), Some(b)) => {
-            a == b || known::texts_agree_across_versions(code, a, b, request, space)
-        }
-        (None, None) => a == b,
-        _ => false,
-    };
+    let text_agrees =
+        |a: Option<&V>, b: Option<&V>| match (a.and_then(V::as_str), b.and_then(V::as_str)) {
+            (Some(a), Some(b)) => {
+                a == b || known::texts_agree_across_versions(code, a, b, request, space)
+            }
+            (None, None) => a == b,
+            _ => false,
+        };
     let keys = |body: &V| -> Vec<String> {
         let mut keys: Vec<String> = match body {
             V::Map(pairs) => pairs.iter().map(|(k, _)| k.to_string()).collect(),
@@ -409,7 +416,8 @@ impl Pair {
     fn try_reconnect(&mut self) -> Result<(), String> {
         let tarantool = Conn::try_connect(self.tarantool_addr)
             .map_err(|why| format!("Tarantool is gone ({why})"))?;
-        let tarn = Conn::try_connect(self.tarn_addr).map_err(|why| format!("tarn is gone ({why})"))?;
+        let tarn =
+            Conn::try_connect(self.tarn_addr).map_err(|why| format!("tarn is gone ({why})"))?;
         self.tarantool = tarantool;
         self.tarn = tarn;
         Ok(())
@@ -545,14 +553,22 @@ impl Tally {
                 }
             }
             iproto::SELECT => {
-                let iterator = request.get(iproto::ITERATOR).and_then(V::as_uint).unwrap_or(0);
+                let iterator = request
+                    .get(iproto::ITERATOR)
+                    .and_then(V::as_uint)
+                    .unwrap_or(0);
                 *self.selects_with_rows.entry(iterator).or_default() += 1;
             }
             _ => {}
         }
     }
 
-    fn record(&mut self, signature: String, allowed: Option<&'static known::Allowed>, report: String) {
+    fn record(
+        &mut self,
+        signature: String,
+        allowed: Option<&'static known::Allowed>,
+        report: String,
+    ) {
         // A class is one verdict too: an allowed and an unexpected mismatch of the same shape
         // are counted apart.
         let key = match allowed {
@@ -575,10 +591,20 @@ impl Tally {
              agreed SELECTs that returned rows, by iterator: {}\n",
             self.shards,
             self.requests,
-            list(self.by_type.iter().map(|(kind, count)| format!("{kind} {count}")).collect()),
+            list(
+                self.by_type
+                    .iter()
+                    .map(|(kind, count)| format!("{kind} {count}"))
+                    .collect()
+            ),
             self.agreed,
             self.state_checks,
-            list(self.applied_ops.iter().map(|(op, count)| format!("{op:?} {count}")).collect()),
+            list(
+                self.applied_ops
+                    .iter()
+                    .map(|(op, count)| format!("{op:?} {count}"))
+                    .collect()
+            ),
             list(
                 self.selects_with_rows
                     .iter()
@@ -649,7 +675,8 @@ impl Harness<'_> {
                 format!("pipelined batch of {batch} from op {op}")
             };
             if self.verbose {
-                for (at, (request, (tarantool, tarn))) in requests.iter().zip(&replies).enumerate() {
+                for (at, (request, (tarantool, tarn))) in requests.iter().zip(&replies).enumerate()
+                {
                     let show = |reply: &ReplyOr| match reply {
                         Ok(reply) => reply.to_string(),
                         Err(why) => format!("no reply: {why}"),
@@ -717,19 +744,28 @@ impl Harness<'_> {
             // Where each space's rows may have diverged within the batch, and the class that
             // made them: the first write to it whose replies differ, else (when its rows
             // differ afterwards) its first write.
-            let mut diverged: BTreeMap<u32, (u64, Option<&'static known::Allowed>)> = BTreeMap::new();
+            let mut diverged: BTreeMap<u32, (u64, Option<&'static known::Allowed>)> =
+                BTreeMap::new();
             for (index, _) in &mismatches {
-                let (request, replies) = (&requests[(index - op) as usize], &replies[(index - op) as usize]);
+                let (request, replies) = (
+                    &requests[(index - op) as usize],
+                    &replies[(index - op) as usize],
+                );
                 // A write both servers refused changed nothing.
                 let one_wrote = !matches!(replies, (Ok(a), Ok(b)) if a.error_code().is_some() && b.error_code().is_some());
-                if let (true, true, Some(space)) = (one_wrote, request.is_write(), self.space_of(request)) {
+                if let (true, true, Some(space)) =
+                    (one_wrote, request.is_write(), self.space_of(request))
+                {
                     diverged
                         .entry(space.id)
                         .or_insert((*index, self.allowed(request, replies, &[])));
                 }
             }
             for (space_id, indexes) in written {
-                let space = self.schema.space(u64::from(space_id)).expect("a known space");
+                let space = self
+                    .schema
+                    .space(u64::from(space_id))
+                    .expect("a known space");
                 let writes: Vec<Written<'_>> = indexes
                     .iter()
                     .map(|index| {
@@ -837,7 +873,10 @@ impl Harness<'_> {
         writes: &[Written<'_>],
     ) -> Option<Option<&'static known::Allowed>> {
         self.tally.state_checks += 1;
-        let (want, have) = match (rows(&mut pair.tarantool, space), rows(&mut pair.tarn, space)) {
+        let (want, have) = match (
+            rows(&mut pair.tarantool, space),
+            rows(&mut pair.tarn, space),
+        ) {
             (Ok(want), Ok(have)) => (want, have),
             (want, have) => panic!(
                 "the rows of {} could not be read: {want:?} / {have:?}",
@@ -852,7 +891,10 @@ impl Harness<'_> {
         let why = if writes.len() == 1 {
             "rows differ afterwards".to_string()
         } else {
-            format!("rows differ after a batch with {} writes to it", writes.len())
+            format!(
+                "rows differ after a batch with {} writes to it",
+                writes.len()
+            )
         };
         let mut report = self.report(seed, index, mode, request, &replies.0, &replies.1, &why);
         for &(index, request, replies) in &writes[..writes.len() - 1] {
@@ -883,7 +925,10 @@ impl Harness<'_> {
                 status_name(&replies.1),
             )
         } else {
-            format!("a pipelined batch on {}: rows differ afterwards", space.name)
+            format!(
+                "a pipelined batch on {}: rows differ afterwards",
+                space.name
+            )
         };
         self.tally.record(signature, allowed, report);
         self.resync(pair, space, &differing);
@@ -913,7 +958,10 @@ impl Harness<'_> {
         let want = rows(&mut pair.tarantool, space).expect("Tarantool's rows");
         let have = rows(&mut pair.tarn, space).expect("tarn's rows");
         for (tarantool_row, tarn_row) in differing_rows(space, &want, &have) {
-            for (conn, row) in [(&mut pair.tarantool, tarantool_row), (&mut pair.tarn, tarn_row)] {
+            for (conn, row) in [
+                (&mut pair.tarantool, tarantool_row),
+                (&mut pair.tarn, tarn_row),
+            ] {
                 if let Some(key) = row.as_ref().and_then(|row| space.primary_key_of(row)) {
                     let _ = conn.call(&delete_request(space, key), 1 << 41);
                 }
@@ -935,7 +983,9 @@ impl Harness<'_> {
             for conn in [&mut pair.tarantool, &mut pair.tarn] {
                 for row in rows(conn, space).expect("the rows") {
                     let key = space.primary_key_of(&row).expect("a primary key");
-                    let reply = conn.call(&delete_request(space, key), 1 << 41).expect("a reply");
+                    let reply = conn
+                        .call(&delete_request(space, key), 1 << 41)
+                        .expect("a reply");
                     assert!(reply.error_code().is_none(), "delete {row}: {reply}");
                 }
                 assert_eq!(rows(conn, space).expect("the rows"), Vec::<V>::new());

@@ -551,7 +551,10 @@ const DECIMALS: [&[u8]; 7] = [
 fn is_path_op(op: &V, space: &Space) -> bool {
     match op.as_array() {
         Some([_, V::Str(path), ..]) => {
-            !space.fields.iter().any(|field| field.name.as_bytes() == path.as_slice())
+            !space
+                .fields
+                .iter()
+                .any(|field| field.name.as_bytes() == path.as_slice())
                 && path.iter().any(|byte| matches!(byte, b'[' | b'.'))
         }
         _ => false,
@@ -722,7 +725,10 @@ impl<'s> Generator<'s> {
         let tuple = self.tuple(space.unwrap_or(&self.schema.spaces[0]));
         Request::new(
             kind,
-            vec![(iproto::SPACE_ID, V::Uint(space_id)), (iproto::TUPLE, tuple)],
+            vec![
+                (iproto::SPACE_ID, V::Uint(space_id)),
+                (iproto::TUPLE, tuple),
+            ],
         )
     }
 
@@ -792,7 +798,9 @@ impl<'s> Generator<'s> {
         } else {
             iproto::CALL_16
         };
-        let name = *self.rng.pick(&["no_such_function", "nope.nope", "x", "box.nope"]);
+        let name = *self
+            .rng
+            .pick(&["no_such_function", "nope.nope", "x", "box.nope"]);
         let args = V::Array(vec![V::Uint(self.rng.below(3))]);
         Request::new(
             kind,
@@ -853,8 +861,14 @@ impl<'s> Generator<'s> {
             7 => Request::new(iproto::EVAL, vec![(iproto::TUPLE, V::Array(Vec::new()))]),
             8 => Request::new(iproto::CALL, vec![(iproto::TUPLE, V::Array(Vec::new()))]),
             9 => Request {
-                kind: *self.rng.pick(&[iproto::SELECT, iproto::INSERT, iproto::PING]),
-                body: Body::Raw(self.rng.pick(&[&[0x91, 0x01][..], &[0xc1], &[0x81, 0x10]]).to_vec()),
+                kind: *self
+                    .rng
+                    .pick(&[iproto::SELECT, iproto::INSERT, iproto::PING]),
+                body: Body::Raw(
+                    self.rng
+                        .pick(&[&[0x91, 0x01][..], &[0xc1], &[0x81, 0x10]])
+                        .to_vec(),
+                ),
                 auth: None,
             },
             // Not types of 256 and up: 2.6 keeps the low 8 bits of the type (iproto.cc:1251
@@ -1003,7 +1017,11 @@ impl<'s> Generator<'s> {
                 }
             }
             Kind::Boolean => V::Bool(self.rng.chance(50)),
-            Kind::Varbinary => V::Bin(self.rng.pick(&[&b""[..], b"a", b"\x00\xff", b"ab"]).to_vec()),
+            Kind::Varbinary => V::Bin(
+                self.rng
+                    .pick(&[&b""[..], b"a", b"\x00\xff", b"ab"])
+                    .to_vec(),
+            ),
             Kind::Uuid => V::Ext(2, self.rng.pick(&UUIDS).to_vec()),
             Kind::Decimal => self.decimal(),
             // Not a uuid: 2.11's scalar takes one, 2.6's does not (field_def.c:86 at 2.6.0,
@@ -1198,15 +1216,18 @@ impl<'s> Generator<'s> {
             }
             "#" => op_array.push(match self.rng.weighted(&[60, 30, 10]) {
                 0 => V::Uint(self.rng.range(1, 3) as u64),
-                1 => self.rng.pick(&[
-                    V::Uint(0),
-                    V::Int(-1),
-                    V::Uint(1 << 32),
-                    V::Uint((1 << 32) + 1),
-                    V::Uint((1 << 32) + 2),
-                    V::Uint(u64::MAX),
-                    V::Int(i64::MIN),
-                ]).clone(),
+                1 => self
+                    .rng
+                    .pick(&[
+                        V::Uint(0),
+                        V::Int(-1),
+                        V::Uint(1 << 32),
+                        V::Uint((1 << 32) + 1),
+                        V::Uint((1 << 32) + 2),
+                        V::Uint(u64::MAX),
+                        V::Int(i64::MIN),
+                    ])
+                    .clone(),
                 _ => self.any_value(usage, 0),
             }),
             "!" | "=" => op_array.push(match target_field {

@@ -25,15 +25,17 @@ pub fn texts_agree_across_versions(
         // "Duplicate key exists in unique index '%s' in space '%s'"; 2.11.1: "Duplicate key
         // exists in unique index \"%s\" in space \"%s\" with old tuple - %s and new tuple - %s".
         3 => {
-            let Some((index, space_name)) =
-                between(tarantool, "Duplicate key exists in unique index '", "' in space '")
-                    .and_then(|index| {
-                        let rest = tarantool.strip_prefix(&format!(
-                            "Duplicate key exists in unique index '{index}' in space '"
-                        ))?;
-                        Some((index, rest.strip_suffix('\'')?))
-                    })
-            else {
+            let Some((index, space_name)) = between(
+                tarantool,
+                "Duplicate key exists in unique index '",
+                "' in space '",
+            )
+            .and_then(|index| {
+                let rest = tarantool.strip_prefix(&format!(
+                    "Duplicate key exists in unique index '{index}' in space '"
+                ))?;
+                Some((index, rest.strip_suffix('\'')?))
+            }) else {
                 return false;
             };
             let prefix = format!(
@@ -74,8 +76,7 @@ pub fn texts_agree_across_versions(
         // iproto_key_strs[] (iproto_constants.c:132) says "space id", 2.11.1's is built from
         // the IPROTO_KEYS() names (iproto_constants.c:69-74) and says "SPACE_ID".
         69 => {
-            let Some(name) = between(tarantool, "Missing mandatory field '", "' in request")
-            else {
+            let Some(name) = between(tarantool, "Missing mandatory field '", "' in request") else {
                 return false;
             };
             let name_2_11 = match name {
@@ -295,7 +296,8 @@ pub const ALLOWED: &[Allowed] = &[
             is(case.request, iproto::SELECT)
                 && match codes(case) {
                     (Some(1), Some(35 | 36)) => {
-                        case.tarantool.message() == Some("Illegal parameters, Invalid iterator type")
+                        case.tarantool.message()
+                            == Some("Illegal parameters, Invalid iterator type")
                     }
                     (Some(136), Some(18)) => true,
                     _ => false,
@@ -381,9 +383,9 @@ pub const ALLOWED: &[Allowed] = &[
     },
     Allowed {
         item: "new: decimal vs double",
-        what: "a decimal and a double compare exactly; Tarantool compares them after printing \
-               the double with 15 significant digits (decimal_from_double(), decimal.c), so \
-               0.1 equals decimal 0.1 and 5e-324 sorts as decimal 0",
+        what: "a double too small for a decimal (5e-324) compares above decimal 0; Tarantool \
+               turns the double into a decimal first (decimal_from_double(), decimal.c: its \
+               `%.15g` text, rounded to 38 digits), so the two are equal there",
         matches: |case| {
             let Some(index) = case
                 .request
@@ -483,16 +485,22 @@ fn floats_apart(want: &V, have: &V, space: &Space) -> bool {
         return false;
     };
     want.len() == have.len()
-        && want.iter().zip(have).enumerate().all(|(at, pair)| match pair {
-            (a, b) if a == b => true,
-            (V::F64(a), V::F32(b)) => f64::from_bits(*a) == f32::from_bits(*b) as f64,
-            (V::F64(a), V::F64(b)) if f64::from_bits(*a).is_nan() => f64::from_bits(*b).is_nan(),
-            (V::F64(_), V::F64(_)) => space
-                .fields
-                .get(at)
-                .is_some_and(|field| field.kind == Kind::Double),
-            _ => false,
-        })
+        && want
+            .iter()
+            .zip(have)
+            .enumerate()
+            .all(|(at, pair)| match pair {
+                (a, b) if a == b => true,
+                (V::F64(a), V::F32(b)) => f64::from_bits(*a) == f32::from_bits(*b) as f64,
+                (V::F64(a), V::F64(b)) if f64::from_bits(*a).is_nan() => {
+                    f64::from_bits(*b).is_nan()
+                }
+                (V::F64(_), V::F64(_)) => space
+                    .fields
+                    .get(at)
+                    .is_some_and(|field| field.kind == Kind::Double),
+                _ => false,
+            })
 }
 
 /// Whether every differing row is there on both servers and differs only where Tarantool's
@@ -515,7 +523,10 @@ fn has_path_op(request: &Request, schema: &Schema) -> bool {
         ops.iter().any(|op| match op.as_array() {
             Some([_, V::Str(path), ..]) => {
                 let is_name = space.is_some_and(|space| {
-                    space.fields.iter().any(|field| field.name.as_bytes() == path.as_slice())
+                    space
+                        .fields
+                        .iter()
+                        .any(|field| field.name.as_bytes() == path.as_slice())
                 });
                 !is_name && path.iter().any(|byte| matches!(byte, b'[' | b'.'))
             }
