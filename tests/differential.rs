@@ -1,7 +1,9 @@
 //! The differential test: seeded random request sequences sent to a real Tarantool 2.6 (the
 //! reference, started here by `scripts/tarantool/start.sh` with the shipped schema plus
 //! `differential/schema.lua`) and to the real tarn (1 and 2 shards, the shipped config plus
-//! `differential/schema.toml`), every reply compared.
+//! `differential/schema.toml`), every reply compared. First both servers' `_vspace` and
+//! `_vindex` must describe the same spaces (fields, types, nullability, indexes, parts,
+//! collations): the Lua and TOML schemas cannot drift apart.
 //!
 //! * Requests (`differential/gen.rs`): every request type tarn answers as Tarantool does
 //!   (SELECT with every iterator, offset and limit on every index; INSERT, REPLACE, UPDATE and
