@@ -398,7 +398,11 @@ pub const ALLOWED: &[Allowed] = &[
             let (Some(want), Some(have)) = (case.tarantool.data(), case.tarn.data()) else {
                 return false;
             };
-            let key = case.request.get(iproto::KEY).and_then(V::as_array).unwrap_or(&[]);
+            let key = case
+                .request
+                .get(iproto::KEY)
+                .and_then(V::as_array)
+                .unwrap_or(&[]);
             let tiny = |value: &V| {
                 let number = match value {
                     V::F64(bits) => f64::from_bits(*bits),
