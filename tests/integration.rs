@@ -6,6 +6,8 @@
 
 mod common;
 
+#[path = "crud_errors.rs"]
+mod crud_errors;
 #[path = "data_dir.rs"]
 mod data_dir;
 #[path = "differential.rs"]
@@ -52,3 +54,5 @@ mod server_threads;
 mod storage_model;
 #[path = "system_views.rs"]
 mod system_views;
+#[path = "tarantool_replies.rs"]
+mod tarantool_replies;

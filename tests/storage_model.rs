@@ -60,7 +60,7 @@ enum UpdateOp {
     Set(u32, Field),
     /// `["+", 1, delta]`.
     AddA(i64),
-    /// `["=", 0, id]`: allowed only when it keeps the primary key.
+    /// `["=", 0, id]`: allowed only when it keeps the primary key (else 3 or 94).
     SetId(u64),
 }
 
@@ -367,6 +367,12 @@ impl Model {
                     return outcome;
                 }
                 if new[0] != old[0] {
+                    // Tarantool replaces in the primary index first: a key another row
+                    // holds is a duplicate there, a free one 94 (docs/tarantool-reference.md
+                    // (h), observed on 2.6).
+                    if self.rows.contains_key(&field_u(&new, 0)) {
+                        return Outcome::Duplicate("primary".into());
+                    }
                     return Outcome::CantUpdatePrimaryKey;
                 }
                 self.put(new, Mode::Replace)
@@ -696,6 +702,8 @@ fn update_and_upsert_edge_cases() {
         Op::Insert(vec![u(2), u(0), s("b")]),
         // An update that moves `b` onto another row's `b` is a duplicate in `b`.
         Op::Update(0, vec![u(2)], vec![UpdateOp::Set(2, s("a"))]),
+        // One that moves the primary key onto another row's is a duplicate in `primary`.
+        Op::Update(0, vec![u(2)], vec![UpdateOp::SetId(1)]),
         Op::Update(3, vec![u(4), s("a")], vec![UpdateOp::Set(2, s("ab"))]),
         Op::Delete(3, vec![u(4), s("ab")]),
         Op::Delete(2, vec![u(0)]),

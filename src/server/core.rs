@@ -36,11 +36,13 @@ use crate::server::crud::{self, CrudConfig};
 use crate::server::decoded::{Decoded, DecodedAhead};
 use crate::server::durability;
 use crate::server::inbox::Inbox;
+use crate::server::moved_key;
 use crate::server::schema::{self, SCHEMA_VERSION};
 use crate::server::{ServerError, Shared};
 use crate::shard::errors::encode_log_refused;
 use crate::shard::prefetch::{Ahead, LookupPipeline};
 use crate::shard::Shard;
+use crate::shard::{Awaiting, MovedKey};
 use glommio::channels::channel_mesh::{Full, MeshBuilder, Receivers, Senders};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -354,6 +356,8 @@ impl Core {
     fn serve_batch(self: &Rc<Core>, peer: usize, requests: Vec<u8>) {
         let mut replies = self.take_buffer();
         let mut unacknowledged = Vec::new();
+        // UPDATEs whose new primary key another core must look up (rare: error replies).
+        let mut key_checks: Vec<(u32, usize, MovedKey)> = Vec::new();
         {
             let mut shard = self.shard.borrow_mut();
             // Lookups are fetched a few requests ahead, as on a connection's reads.
@@ -380,13 +384,19 @@ impl Core {
                 let mark = batch::begin_reply(&mut replies, entry.ticket);
                 let decoded = decoded_ahead.take(at);
                 if let Some(sync) = self.serve_entry(&mut shard, &entry, decoded, &mut replies) {
-                    if let Some(commit) = shard.take_commit() {
-                        unacknowledged.push(Unacknowledged {
+                    match shard.take_awaiting() {
+                        Awaiting::Nothing => {}
+                        Awaiting::Commit(commit) => unacknowledged.push(Unacknowledged {
                             ticket: entry.ticket,
                             kind: entry.kind,
                             sync,
                             commit,
-                        });
+                        }),
+                        Awaiting::MovedKey(moved) => {
+                            if let Some(owner) = moved_key::owner_to_ask(self, &shard, &moved) {
+                                key_checks.push((entry.ticket, owner, moved));
+                            }
+                        }
                     }
                 }
                 batch::finish_reply(&mut replies, mark);
@@ -394,7 +404,7 @@ impl Core {
         }
         self.recycle(requests);
         self.count(|stats| stats.request_batches_served += 1);
-        if unacknowledged.is_empty() {
+        if unacknowledged.is_empty() && key_checks.is_empty() {
             self.send(peer, Envelope::Replies(replies));
             return;
         }
@@ -406,8 +416,14 @@ impl Core {
                     failed.push((write.ticket, write.kind, write.sync, error));
                 }
             }
-            if !failed.is_empty() {
-                replies = core.replace_failed_replies(&replies, &failed);
+            let mut replaced = Vec::new();
+            for (ticket, owner, moved) in &key_checks {
+                if let Some(reply) = moved_key::reply_if_taken(&core, *owner, moved).await {
+                    replaced.push((*ticket, reply));
+                }
+            }
+            if !failed.is_empty() || !replaced.is_empty() {
+                replies = core.replace_replies(&replies, &failed, &replaced);
             }
             core.send(peer, Envelope::Replies(replies));
         })
@@ -487,22 +503,31 @@ impl Core {
     }
 
     /// A copy of a reply batch where the replies of `failed` writes (by ticket) say that the
-    /// WAL refused them instead.
-    fn replace_failed_replies(&self, replies: &[u8], failed: &[FailedWrite]) -> Vec<u8> {
+    /// WAL refused them instead, and those of `replaced` (by ticket) are the given bytes.
+    fn replace_replies(
+        &self,
+        replies: &[u8],
+        failed: &[FailedWrite],
+        replaced: &[(u32, Vec<u8>)],
+    ) -> Vec<u8> {
         let mut rebuilt = self.take_buffer();
         for (ticket, bytes) in batch::replies(replies) {
             let mark = batch::begin_reply(&mut rebuilt, ticket);
-            match failed
+            let failure = failed
                 .iter()
-                .find(|(failed_ticket, _, _, _)| *failed_ticket == ticket)
-            {
-                Some((_, Kind::CrudOps | Kind::CrudPart, _, _)) => {
+                .find(|(failed_ticket, _, _, _)| *failed_ticket == ticket);
+            let replacement = replaced
+                .iter()
+                .find(|(replaced_ticket, _)| *replaced_ticket == ticket);
+            match (failure, replacement) {
+                (Some((_, Kind::CrudOps | Kind::CrudPart, _, _)), _) => {
                     rebuilt.push(crud::wire::WAL_REFUSED)
                 }
-                Some((_, _, sync, error)) => {
+                (Some((_, _, sync, error)), _) => {
                     encode_log_refused(&mut rebuilt, *sync, SCHEMA_VERSION, error)
                 }
-                None => rebuilt.extend_from_slice(bytes),
+                (None, Some((_, reply))) => rebuilt.extend_from_slice(reply),
+                (None, None) => rebuilt.extend_from_slice(bytes),
             }
             batch::finish_reply(&mut rebuilt, mark);
         }

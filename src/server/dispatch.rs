@@ -29,9 +29,11 @@ use crate::server::core::Core;
 use crate::server::crud::{self, on_shard, wire, CrudReply, Plan};
 use crate::server::decoded::{Decoded, DecodedAhead};
 use crate::server::inbox::Inbox;
+use crate::server::moved_key;
 use crate::server::schema::{self, SpacePlacement, SCHEMA_VERSION};
 use crate::server::session::{Access, AuthError};
 use crate::shard::prefetch::{Ahead, LookupPipeline, PointTarget};
+use crate::shard::{Awaiting, MovedKey};
 use crate::storage::key::SearchKeyBuf;
 use crate::storage::msgpack::{self, write_str, write_uint};
 use crate::storage::{FieldType, IteratorType};
@@ -44,6 +46,15 @@ struct Unacknowledged {
     start: usize,
     end: usize,
     sync: u64,
+}
+
+/// An UPDATE run here whose 94 reply, in `out` at `start..end`, may have to become a 3: the
+/// shard `owner` holds its new primary key (see [`moved_key`]).
+struct KeyCheck {
+    owner: usize,
+    moved: MovedKey,
+    start: usize,
+    end: usize,
 }
 
 /// A run of pipelined packets (what one socket read brings), submitted in order with
@@ -86,6 +97,8 @@ pub struct Session {
     /// Local writes not yet durable, in request order; [`Session::finish`] waits for them
     /// together, so a pipeline of writes shares one WAL write (and fsync).
     unacknowledged: Vec<Unacknowledged>,
+    /// Replies of local UPDATEs that wait on another core's word, in request order.
+    key_checks: Vec<KeyCheck>,
 }
 
 impl Session {
@@ -98,6 +111,7 @@ impl Session {
             inbox: Rc::default(),
             pending: Vec::new(),
             unacknowledged: Vec::new(),
+            key_checks: Vec::new(),
         }
     }
 
@@ -233,6 +247,11 @@ impl Session {
             // Watchers are not offered in IPROTO_ID; a WATCH gets no reply by definition.
             Request::Watch(_) | Request::Unwatch(_) => {}
             Request::Select(select) => {
+                // Tarantool's `box_select` checks the iterator before it looks for the space.
+                if !IteratorType::is_known_code(select.iterator) {
+                    invalid_iterator(out, sync, select.iterator);
+                    return None;
+                }
                 if !self.check_access(Access::Read, select.space_id, sync, out) {
                     return None;
                 }
@@ -263,6 +282,9 @@ impl Session {
     /// Returns at once when nothing is queued.
     pub async fn finish(&mut self, out: &mut Vec<u8>) {
         self.wait_for_commits(out).await;
+        if !self.key_checks.is_empty() {
+            self.run_key_checks(out).await;
+        }
         if self.pending.is_empty() {
             return;
         }
@@ -285,11 +307,46 @@ impl Session {
         for (start, end, sync, refusal) in failed.into_iter().rev() {
             let mut error = Vec::new();
             crate::shard::errors::encode_log_refused(&mut error, sync, SCHEMA_VERSION, &refusal);
-            let grown = error.len() as isize - (end - start) as isize;
-            out.splice(start..end, error);
-            for pending in self.pending.iter_mut().filter(|p| p.at >= end) {
-                pending.at = (pending.at as isize + grown) as usize;
+            self.replace_reply(out, start, end, error);
+        }
+    }
+
+    /// Asks the owners of the new keys of this round's local UPDATEs answered 94, and
+    /// turns each reply whose key is taken into Tarantool's 3.
+    async fn run_key_checks(&mut self, out: &mut Vec<u8>) {
+        let mut checks = std::mem::take(&mut self.key_checks);
+        let mut at = 0;
+        while at < checks.len() {
+            let check = &checks[at];
+            if let Some(reply) =
+                moved_key::reply_if_taken(&self.core, check.owner, &check.moved).await
+            {
+                let (start, end) = (check.start, check.end);
+                let grown = reply.len() as isize - (end - start) as isize;
+                self.replace_reply(out, start, end, reply);
+                for later in checks.iter_mut().filter(|later| later.start >= end) {
+                    later.start = (later.start as isize + grown) as usize;
+                    later.end = (later.end as isize + grown) as usize;
+                }
             }
+            at += 1;
+        }
+        checks.clear();
+        self.key_checks = checks;
+    }
+
+    /// Puts `reply` in place of `out[start..end]`, moving the places of the replies still
+    /// to come after it.
+    fn replace_reply(&mut self, out: &mut Vec<u8>, start: usize, end: usize, reply: Vec<u8>) {
+        let grown = reply.len() as isize - (end - start) as isize;
+        out.splice(start..end, reply);
+        let moved = |at: &mut usize| *at = (*at as isize + grown) as usize;
+        for pending in self.pending.iter_mut().filter(|p| p.at >= end) {
+            moved(&mut pending.at);
+        }
+        for check in self.key_checks.iter_mut().filter(|c| c.start >= end) {
+            moved(&mut check.start);
+            moved(&mut check.end);
         }
     }
 
@@ -302,6 +359,7 @@ impl Session {
     pub fn buffer_bytes(&self) -> usize {
         self.pending.capacity() * std::mem::size_of::<Pending>()
             + self.unacknowledged.capacity() * std::mem::size_of::<Unacknowledged>()
+            + self.key_checks.capacity() * std::mem::size_of::<KeyCheck>()
             + self.inbox.capacity_bytes()
     }
 
@@ -317,6 +375,9 @@ impl Session {
         if self.unacknowledged.is_empty() {
             self.unacknowledged
                 .shrink_to(kept_bytes / std::mem::size_of::<Unacknowledged>());
+        }
+        if self.key_checks.is_empty() {
+            self.key_checks.shrink_to(0);
         }
         self.inbox.shrink(kept_bytes);
     }
@@ -356,19 +417,24 @@ impl Session {
     /// Checks a grant; on refusal writes Tarantool's 42 reply and returns false. Everyone
     /// may read the views (`_vspace`, `_vindex`), as Tarantool's `public` role allows:
     /// connectors read them to resolve names, and they show each user only what it may
-    /// use ([`Session::select_view`]). `_space` and `_index` need the read grant.
+    /// use ([`Session::select_view`]). `_space` and `_index` need the read grant. A space
+    /// that does not exist is 36 before any grant is looked at, as in Tarantool (which
+    /// finds the space first); a granted request learns that where it runs.
     fn check_access(&self, access: Access, space_id: u32, sync: u64, out: &mut Vec<u8>) -> bool {
         if access.granted(self.grants()) || (access == Access::Read && schema::is_view(space_id)) {
             return true;
         }
-        let space_name = self
-            .core
-            .shard
-            .borrow()
-            .engine
-            .space(space_id)
-            .map(|space| space.name.to_string())
-            .unwrap_or_else(|_| space_id.to_string());
+        let space_name = match self.core.shard.borrow().engine.space(space_id) {
+            Ok(space) => space.name.to_string(),
+            Err(missing) => match schema::tarantool_system_space(space_id) {
+                // It exists in Tarantool, which refuses the grant first.
+                Some((name, _)) => name.to_string(),
+                None => {
+                    crate::shard::errors::encode_storage_error(out, sync, SCHEMA_VERSION, &missing);
+                    return false;
+                }
+            },
+        };
         access_denied(out, sync, access, "space", &space_name, self.user_name());
         false
     }
@@ -670,7 +736,12 @@ impl Session {
             Some(refused) => refused,
             None => {
                 let shard = self.core.shard.borrow();
-                CrudReply::Values(on_shard::finish_parts(&shard.engine, plan, parts))
+                CrudReply::Values(on_shard::finish_parts(
+                    &shard.engine,
+                    &self.core.crud,
+                    plan,
+                    parts,
+                ))
             }
         };
         crud::encode_reply(out, sync, SCHEMA_VERSION, &reply);
@@ -724,25 +795,29 @@ impl Session {
             return;
         }
         if schema::is_system_space(space_id) {
-            if schema::is_view(space_id) {
-                let name = if space_id == schema::SPACE_ID_VSPACE {
-                    "_vspace"
-                } else {
-                    "_vindex"
-                };
-                return reply::encode_error(
+            // As Tarantool 2.6 answers: a view refuses writes (113); an id below 512 that
+            // names no system space is a missing space (36). A write to any other system
+            // space would change the schema, which tarn takes from its config only.
+            return match schema::tarantool_system_space(space_id) {
+                Some((name, true)) => reply::encode_error(
                     out,
                     sync,
                     SCHEMA_VERSION,
                     ErrorCode::ER_VIEW_IS_RO,
                     &format!("View '{name}' is read-only"),
-                );
-            }
-            return unsupported(
-                out,
-                sync,
-                "schema changes over IPROTO (edit the config file)",
-            );
+                ),
+                Some((_, false)) => unsupported(
+                    out,
+                    sync,
+                    "schema changes over IPROTO (edit the config file)",
+                ),
+                None => crate::shard::errors::encode_storage_error(
+                    out,
+                    sync,
+                    SCHEMA_VERSION,
+                    &crate::storage::StorageError::NoSuchSpace(space_id.to_string().into()),
+                ),
+            };
         }
         let owner = known_owner.unwrap_or_else(|| self.write_owner(request));
         self.run_on(owner, packet, request, sync, out);
@@ -883,18 +958,27 @@ impl Session {
     ) {
         if owner == self.core.id() {
             let start = out.len();
-            let commit = {
-                let mut shard = self.core.shard.borrow_mut();
-                shard.execute(sync, SCHEMA_VERSION, request, out);
-                shard.take_commit()
-            };
-            if let Some(commit) = commit {
-                self.unacknowledged.push(Unacknowledged {
+            let mut shard = self.core.shard.borrow_mut();
+            shard.execute(sync, SCHEMA_VERSION, request, out);
+            // Every arm moves its value out, so nothing is left to drop.
+            match shard.take_awaiting() {
+                Awaiting::Nothing => {}
+                Awaiting::Commit(commit) => self.unacknowledged.push(Unacknowledged {
                     commit,
                     start,
                     end: out.len(),
                     sync,
-                });
+                }),
+                Awaiting::MovedKey(moved) => {
+                    if let Some(owner) = moved_key::owner_to_ask(&self.core, &shard, &moved) {
+                        self.key_checks.push(KeyCheck {
+                            owner,
+                            moved,
+                            start,
+                            end: out.len(),
+                        });
+                    }
+                }
             }
             return;
         }
@@ -1074,6 +1158,14 @@ fn unsupported(out: &mut Vec<u8>, sync: u64, what: &str) {
         ErrorCode::ER_UNSUPPORTED,
         &format!("tarn does not support {what}"),
     );
+}
+
+/// The reply to a select whose iterator Tarantool does not know.
+#[cold]
+fn invalid_iterator(out: &mut Vec<u8>, sync: u64, iterator: u32) {
+    if let Err(error) = IteratorType::from_code(iterator) {
+        crate::shard::errors::encode_storage_error(out, sync, SCHEMA_VERSION, &error);
+    }
 }
 
 fn access_denied(

@@ -66,6 +66,7 @@ pub mod durability;
 pub mod heap;
 pub mod inbox;
 pub mod layout;
+pub mod moved_key;
 pub mod scheduling;
 pub mod schema;
 pub mod session;

@@ -38,6 +38,47 @@ pub fn is_view(space_id: u32) -> bool {
     matches!(space_id, SPACE_ID_VSPACE | SPACE_ID_VINDEX)
 }
 
+/// A system space of Tarantool 2.6 (read from its `_space`, 2026-12-02): its id, its name,
+/// and whether it is a view (engine `sysview`, which answers writes with 113). tarn has four
+/// of them; the others name what a write there would change in Tarantool's schema, and a
+/// write to an id below 512 that is none of them is a write to a missing space (36).
+/// Tarantool 2.11 adds the view `_vspace_sequence` (341).
+pub const TARANTOOL_SYSTEM_SPACES: [(u32, &str, bool); 25] = [
+    (257, "_vinyl_deferred_delete", false),
+    (272, "_schema", false),
+    (276, "_collation", false),
+    (277, "_vcollation", true),
+    (280, "_space", false),
+    (281, "_vspace", true),
+    (284, "_sequence", false),
+    (285, "_sequence_data", false),
+    (286, "_vsequence", true),
+    (288, "_index", false),
+    (289, "_vindex", true),
+    (296, "_func", false),
+    (297, "_vfunc", true),
+    (304, "_user", false),
+    (305, "_vuser", true),
+    (312, "_priv", false),
+    (313, "_vpriv", true),
+    (320, "_cluster", false),
+    (328, "_trigger", false),
+    (330, "_truncate", false),
+    (340, "_space_sequence", false),
+    (356, "_fk_constraint", false),
+    (364, "_ck_constraint", false),
+    (372, "_func_index", false),
+    (380, "_session_settings", false),
+];
+
+/// The name of Tarantool's system space `space_id`, and whether it is a view.
+pub fn tarantool_system_space(space_id: u32) -> Option<(&'static str, bool)> {
+    TARANTOOL_SYSTEM_SPACES
+        .iter()
+        .find(|(id, _, _)| *id == space_id)
+        .map(|&(_, name, is_view)| (name, is_view))
+}
+
 pub fn placement_of(config: &Config, space_id: u32) -> SpacePlacement {
     if is_system_space(space_id) {
         return SpacePlacement::Everywhere;

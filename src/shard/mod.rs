@@ -13,7 +13,7 @@ use crate::protocol::reply::DataReply;
 use crate::protocol::request::{Request, Select};
 use crate::shard::prefetch::PointTarget;
 use crate::shard::undo::UndoLog;
-use crate::storage::{Change, Engine, Result};
+use crate::storage::{Change, Engine, Result, StorageError};
 use crate::wal::{Commit, RowKind, WalError, WalWriter};
 use bumpalo::Bump;
 use std::cell::Cell;
@@ -23,9 +23,10 @@ pub struct Shard {
     pub engine: Engine,
     /// The shard's write-ahead log; `None` with `wal_mode = "none"`.
     pub wal: Option<WalWriter>,
-    /// The WAL commit of the last write `execute` made, for the caller to await before
-    /// the reply leaves: a write is acknowledged only once its row is written.
-    pending_commit: Option<Commit>,
+    /// What the caller of the last `execute` must see to before its reply leaves: the WAL
+    /// commit of a write (acknowledged only once its row is written), or another shard's
+    /// word on a primary key (see [`Awaiting`]).
+    awaiting: Awaiting,
     /// The writes whose rows are not yet durable, for the rollback of a refused one.
     undo: UndoLog,
     /// Reused buffer for the primary key a delete row carries.
@@ -114,13 +115,36 @@ impl ScanSink for ArenaBytes<'_> {
     }
 }
 
+/// What a reply [`Shard::execute`] wrote waits on before it may leave.
+#[must_use = "a write's reply must wait for its commit"]
+pub enum Awaiting {
+    /// Nothing: the reply is final.
+    Nothing,
+    /// A write's WAL commit: the reply leaves once it is durable.
+    Commit(Commit),
+    /// An UPDATE answered 94 because its new tuple has another primary key, which this
+    /// shard does not hold. Tarantool answers 3 when another tuple holds that key; where
+    /// the key belongs to another shard, only that shard can tell (the server asks it).
+    MovedKey(MovedKey),
+}
+
+/// See [`Awaiting::MovedKey`].
+#[derive(Debug)]
+pub struct MovedKey {
+    pub space_id: u32,
+    /// The request's sync, for the reply that replaces the 94.
+    pub sync: u64,
+    /// The new tuple the update made (msgpack), which carries the new key.
+    pub new_tuple: Box<[u8]>,
+}
+
 impl Shard {
     pub fn new(id: usize, engine: Engine, wal: Option<WalWriter>) -> Shard {
         Shard {
             id,
             engine,
             wal,
-            pending_commit: None,
+            awaiting: Awaiting::Nothing,
             undo: UndoLog::default(),
             key_scratch: Vec::new(),
             fetched: None,
@@ -184,7 +208,17 @@ impl Shard {
 
     /// The commit of the last write, if it must be awaited before replying.
     pub fn take_commit(&mut self) -> Option<Commit> {
-        self.pending_commit.take()
+        match self.take_awaiting() {
+            Awaiting::Commit(commit) => Some(commit),
+            _ => None,
+        }
+    }
+
+    /// What the reply of the last [`Shard::execute`] waits on; the server's request paths
+    /// take it after every `execute`.
+    #[inline]
+    pub fn take_awaiting(&mut self) -> Awaiting {
+        std::mem::replace(&mut self.awaiting, Awaiting::Nothing)
     }
 
     /// Executes a data request (select or write) on this shard's slice and appends the
@@ -198,7 +232,10 @@ impl Shard {
         out: &mut Vec<u8>,
     ) {
         let start = out.len();
-        debug_assert!(self.pending_commit.is_none(), "a commit was not awaited");
+        debug_assert!(
+            matches!(self.awaiting, Awaiting::Nothing),
+            "what a reply awaited was not taken"
+        );
         // Taken whatever the request: a lookup handed over is for this request only.
         let fetched = self.fetched.take();
         // What each write answers with is the tuple it logs (UPSERT: nothing), so one
@@ -256,6 +293,13 @@ impl Shard {
             Ok(change) => change,
             Err(error) => {
                 errors::encode_storage_error(out, sync, schema_version, &error);
+                if let StorageError::CantUpdatePrimaryKey { new_tuple, .. } = error {
+                    self.awaiting = Awaiting::MovedKey(MovedKey {
+                        space_id,
+                        sync,
+                        new_tuple,
+                    });
+                }
                 return;
             }
         };
@@ -338,7 +382,7 @@ impl Shard {
                 self.undo
                     .release_durable(wal.lsn_durable_last(), &mut self.engine);
                 self.undo.push(commit.lsn(), space_id, change);
-                self.pending_commit = Some(commit);
+                self.awaiting = Awaiting::Commit(commit);
                 Ok(())
             }
             Err(error) => {

@@ -86,8 +86,13 @@ pub enum StorageError {
     FieldMissing(FieldLabel),
     #[error("Get() doesn't support partial keys and non-unique indexes")]
     MoreThanOneTuple,
+    /// `new_tuple` is the update's new tuple (msgpack): where its primary key may live on
+    /// another shard, the server asks that shard, and a key held there makes the answer 3.
     #[error("Attempt to modify a tuple field which is part of primary index in space '{space}'")]
-    CantUpdatePrimaryKey { space: Box<str> },
+    CantUpdatePrimaryKey {
+        space: Box<str>,
+        new_tuple: Box<[u8]>,
+    },
     #[error("Integer overflow when performing '{op}' operation on field {field}")]
     UpdateIntegerOverflow { op: char, field: Box<str> },
     #[error(

@@ -538,6 +538,14 @@ impl Index {
     /// Validates an iterator and key against this index's type, the checks Tarantool makes
     /// before iterating; `parts` is the number of key parts given.
     pub fn check_iterator(&self, iterator: IteratorType, parts: u32, space: &str) -> Result<()> {
+        self.check_partial_key(iterator, parts)?;
+        self.check_iterator_supported(iterator, space)
+    }
+
+    /// 136 for a HASH lookup by a key of fewer parts than the index has (an empty key is
+    /// fine for ALL and GT), as Tarantool's `key_validate`: it comes before the key's types
+    /// are checked.
+    pub fn check_partial_key(&self, iterator: IteratorType, parts: u32) -> Result<()> {
         let full = self.def.key_def.part_count();
         let partial_hash_lookup = self.def.kind == IndexKind::Hash
             && parts != full
@@ -549,6 +557,12 @@ impl Index {
                 actual: parts,
             });
         }
+        Ok(())
+    }
+
+    /// 112 for an iterator this index's type does not offer: Tarantool finds that when it
+    /// creates the iterator, after every check of the key.
+    pub fn check_iterator_supported(&self, iterator: IteratorType, space: &str) -> Result<()> {
         let supported = match self.def.kind {
             IndexKind::Tree => matches!(
                 iterator,

@@ -155,20 +155,72 @@ impl KeyDef {
         out: &mut SmallVec<A>,
     ) -> Result<u32> {
         let mut cursor = key;
-        let count = match msgpack::read_value(&mut cursor)? {
-            Value::Array(count) => count,
-            _ => return Err(StorageError::TupleNotArray),
-        };
+        let count = self.read_part_count(&mut cursor)?;
         if count > self.part_count() {
-            return Err(StorageError::KeyPartCount {
+            return Err(self.too_many_parts(count));
+        }
+        self.encode_parts(cursor, count, true, out)?;
+        Ok(count)
+    }
+
+    /// How many parts a search key (a msgpack array) has: 31 past this key's part count,
+    /// the first check Tarantool's `key_validate` makes of a select's key.
+    pub fn search_key_part_count(&self, key: &[u8]) -> Result<u32> {
+        let count = self.read_part_count(&mut &key[..])?;
+        if count > self.part_count() {
+            return Err(self.too_many_parts(count));
+        }
+        Ok(count)
+    }
+
+    /// Encodes the key of an exact match (DELETE, UPDATE, a get) in the order Tarantool's
+    /// `exact_key_validate` checks it: exactly `part_count` parts, else 19 whatever the
+    /// parts hold; then each part's type, 18, where nil is refused even in a nullable part
+    /// (an exact match never looks up nil).
+    pub fn encode_exact_key<A: Array<Item = u8>>(
+        &self,
+        key: &[u8],
+        out: &mut SmallVec<A>,
+    ) -> Result<()> {
+        let mut cursor = key;
+        let count = self.read_part_count(&mut cursor)?;
+        if count != self.part_count() {
+            return Err(StorageError::ExactMatch {
                 expected: self.part_count(),
                 actual: count,
             });
         }
+        self.encode_parts(cursor, count, false, out)
+    }
+
+    fn read_part_count(&self, cursor: &mut &[u8]) -> Result<u32> {
+        match msgpack::read_value(cursor)? {
+            Value::Array(count) => Ok(count),
+            _ => Err(StorageError::TupleNotArray),
+        }
+    }
+
+    fn too_many_parts(&self, count: u32) -> StorageError {
+        StorageError::KeyPartCount {
+            expected: self.part_count(),
+            actual: count,
+        }
+    }
+
+    /// Encodes the first `count` parts (at most `part_count`) of the values at `cursor`;
+    /// nil only where `nil_allowed` and the part is nullable.
+    fn encode_parts<A: Array<Item = u8>>(
+        &self,
+        mut cursor: &[u8],
+        count: u32,
+        nil_allowed: bool,
+        out: &mut SmallVec<A>,
+    ) -> Result<()> {
         for (part_no, part) in self.parts.iter().take(count as usize).enumerate() {
             let start = cursor;
             let value = msgpack::read_value(&mut cursor)?;
-            if !part.accepts(&value) {
+            let nil_refused = !nil_allowed && matches!(value, Value::Nil);
+            if nil_refused || !part.accepts(&value) {
                 return Err(StorageError::KeyPartType {
                     part: part_no as u32,
                     expected: part.field_type.name(),
@@ -180,7 +232,7 @@ impl KeyDef {
             }
             part.encode(&value, out);
         }
-        Ok(count)
+        Ok(())
     }
 }
 

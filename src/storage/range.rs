@@ -32,6 +32,13 @@ pub enum IteratorType {
 }
 
 impl IteratorType {
+    /// Whether `code` is an iterator type Tarantool knows (`from_code` accepts it): a
+    /// compare, for request paths that check it before anything else.
+    #[inline(always)]
+    pub fn is_known_code(code: u32) -> bool {
+        code <= IteratorType::Neighbor as u32
+    }
+
     pub fn from_code(code: u32) -> Result<IteratorType> {
         use IteratorType::*;
         Ok(match code {
@@ -252,6 +259,12 @@ mod tests {
     #[test]
     fn iterator_codes_beyond_neighbor_are_illegal() {
         assert_eq!(IteratorType::from_code(6), Ok(IteratorType::Gt));
+        for code in [0, 11, 12, u32::MAX] {
+            assert_eq!(
+                IteratorType::is_known_code(code),
+                IteratorType::from_code(code).is_ok()
+            );
+        }
         assert_eq!(
             IteratorType::from_code(12).unwrap_err().to_string(),
             "Illegal parameters, Invalid iterator type"

@@ -9,6 +9,7 @@
 use crate::storage::btree::LookupCursor;
 use crate::storage::change::Change;
 use crate::storage::error::{Result, StorageError};
+use crate::storage::field_type::FieldType;
 use crate::storage::index::{Index, IndexDef, IndexIter, IndexKey, IndexKind};
 use crate::storage::key::{prefix_successor, KeyBuf, SearchKeyBuf};
 use crate::storage::memory::MemoryQuota;
@@ -52,6 +53,9 @@ pub struct Space {
     quota_bytes: usize,
     /// Reused buffer for the new tuple of an update, so updates do not allocate twice.
     update_scratch: Vec<u8>,
+    /// `double_fields[n]`: field `n` is typed `double` (by the format or an index part), so
+    /// a float result of `+`/`-` is stored there as a float64 (see [`UpdateOps::apply`]).
+    double_fields: Box<[bool]>,
     /// See [`Space::instance`].
     instance: u64,
 }
@@ -110,6 +114,7 @@ impl Space {
                 .flat_map(|index| index.key_def.parts.iter().map(|part| part.field_no)),
         );
         let primary_key_def = primary.key_def.clone();
+        let double_fields = double_fields(&def.format, &def.indexes);
         let indexes = def
             .indexes
             .into_iter()
@@ -125,6 +130,7 @@ impl Space {
             tuple_bytes: 0,
             quota_bytes: 0,
             update_scratch: Vec::new(),
+            double_fields,
             instance: NEXT_INSTANCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         })
     }
@@ -167,21 +173,14 @@ impl Space {
             })
     }
 
-    /// Encodes an exact-match key for a unique index: 41 for a non-unique index, 19 for a
-    /// key of the wrong length.
+    /// Encodes an exact-match key for a unique index, checked in Tarantool's order: 41 for a
+    /// non-unique index, then 19 for a key of the wrong length (whatever its parts hold),
+    /// then 18 for a part of the wrong type or a nil.
     fn encode_exact_key(&self, index: &Index, key: &[u8], out: &mut SearchKeyBuf) -> Result<()> {
         if !index.def.unique {
             return Err(StorageError::MoreThanOneTuple);
         }
-        let parts = index.def.key_def.encode_search_key(key, out)?;
-        let expected = index.def.key_def.part_count();
-        if parts != expected {
-            return Err(StorageError::ExactMatch {
-                expected,
-                actual: parts,
-            });
-        }
-        Ok(())
+        index.def.key_def.encode_exact_key(key, out)
     }
 
     /// `[id]` looked up in a unique index keyed by one unsigned part, without encoding the
@@ -266,17 +265,21 @@ impl Space {
         key: &[u8],
         fetched: Option<(u64, &LookupCursor)>,
     ) -> Result<IndexIter<'_>> {
-        let index = self.index(index_id)?;
+        // Tarantool's order: the iterator (1), the index (35), the key's part count (31),
+        // a partial HASH key (136), the parts' types (18), what the index supports (112).
         let iterator = IteratorType::from_code(iterator)?;
+        let index = self.index(index_id)?;
         if matches!(iterator, IteratorType::Eq | IteratorType::Req) {
             if let Some(found) = Self::lookup_unsigned(index, key, fetched) {
                 index.check_iterator(iterator, 1, &self.name)?;
                 return Ok(IndexIter::One(found));
             }
         }
+        let key_def = &index.def.key_def;
+        index.check_partial_key(iterator, key_def.search_key_part_count(key)?)?;
         let mut encoded = SearchKeyBuf::new();
-        let parts = index.def.key_def.encode_search_key(key, &mut encoded)?;
-        index.check_iterator(iterator, parts, &self.name)?;
+        let parts = key_def.encode_search_key(key, &mut encoded)?;
+        index.check_iterator_supported(iterator, &self.name)?;
         let exact = index.def.unique && parts == index.def.key_def.part_count();
         if exact && matches!(iterator, IteratorType::Eq | IteratorType::Req) {
             // At most one tuple matches: a lookup, not a range walk.
@@ -389,16 +392,33 @@ impl Space {
         let ops = UpdateOps::decode(ops, index_base, &|name| format.field_no_by_name(name))?;
         let mut scratch = std::mem::take(&mut self.update_scratch);
         scratch.clear();
-        let applied = ops.apply(old.data(), &mut scratch);
+        let applied = ops.apply(old.data(), &mut scratch, &self.double_fields);
         let built = applied.and_then(|()| self.format.build_tuple(&self.field_map, &scratch));
         self.update_scratch = scratch;
         let new = built?;
         if !self.same_primary_key(&old, &new)? {
-            return Err(StorageError::CantUpdatePrimaryKey {
-                space: self.name.clone(),
-            });
+            return Err(self.primary_key_moved(&new));
         }
         self.put(new, WriteMode::Replace)
+    }
+
+    /// The error of an update whose new tuple has another primary key: Tarantool replaces
+    /// in the primary index first, so a key another tuple holds is 3 (that tuple is the old
+    /// one in the message), a free key 94.
+    fn primary_key_moved(&self, new: &Tuple) -> StorageError {
+        let primary = &self.indexes[0];
+        let mut key = KeyBuf::new();
+        let holder = primary
+            .encode_tuple_key(new, &self.field_map, &self.format, &mut key)
+            .ok()
+            .and_then(|()| primary.get(&key));
+        match holder {
+            Some(holder) => self.duplicate(primary, holder, new),
+            None => StorageError::CantUpdatePrimaryKey {
+                space: self.name.clone(),
+                new_tuple: new.data().into(),
+            },
+        }
     }
 
     /// Inserts `data` if its primary key is absent, else applies `ops` to the stored tuple,
@@ -437,9 +457,14 @@ impl Space {
         let mut scratch = std::mem::take(&mut self.update_scratch);
         scratch.clear();
         let space_name = &self.name;
-        let applied = ops.apply_skipping_failures(old.data(), &mut scratch, &mut |error| {
-            tracing::warn!(space = %space_name, %error, "UPSERT operation skipped");
-        });
+        let applied = ops.apply_skipping_failures(
+            old.data(),
+            &mut scratch,
+            &self.double_fields,
+            &mut |error| {
+                tracing::warn!(space = %space_name, %error, "UPSERT operation skipped");
+            },
+        );
         let built = applied.and_then(|()| self.format.build_tuple(&self.field_map, &scratch));
         self.update_scratch = scratch;
         let new = built?;
@@ -447,7 +472,10 @@ impl Space {
             tracing::warn!(
                 space = %self.name,
                 "UPSERT skipped: {}",
-                StorageError::CantUpdatePrimaryKey { space: self.name.clone() }
+                StorageError::CantUpdatePrimaryKey {
+                    space: self.name.clone(),
+                    new_tuple: Box::default(),
+                }
             );
             return Ok(Change::NONE);
         }
@@ -544,6 +572,13 @@ impl Space {
             .collect::<Result<Vec<Tuple>>>()?;
         let primary_key_def = self.indexes[0].def.key_def.clone();
         let old_field_map = std::mem::replace(&mut self.field_map, field_map);
+        let old_double_fields = std::mem::replace(
+            &mut self.double_fields,
+            double_fields(
+                &self.format,
+                self.indexes.iter().map(|index| &index.def).chain([&def]),
+            ),
+        );
         self.indexes.push(Index::new(def, &primary_key_def));
         let mut result = Ok(0);
         for position in 0..self.indexes.len() {
@@ -562,6 +597,7 @@ impl Space {
         };
         self.indexes.pop();
         self.field_map = old_field_map;
+        self.double_fields = old_double_fields;
         let tuples: Vec<Tuple> = tuples
             .iter()
             .filter_map(|t| self.format.build_tuple(&self.field_map, t.data()).ok())
@@ -936,6 +972,31 @@ impl PrimaryKey {
             PrimaryKey::Encoded(key) => index.remove(key),
         }
     }
+}
+
+/// Which fields Tarantool's format types `double`: those the space format declares so, and
+/// those an index part compares as doubles (a part's type narrows its field's).
+fn double_fields<'d>(
+    format: &SpaceFormat,
+    indexes: impl IntoIterator<Item = &'d IndexDef>,
+) -> Box<[bool]> {
+    let mut doubles: Vec<bool> = format
+        .fields
+        .iter()
+        .map(|field| field.field_type == FieldType::Double)
+        .collect();
+    for index in indexes {
+        for part in &index.key_def.parts {
+            if part.field_type == FieldType::Double {
+                let field_no = part.field_no as usize;
+                if doubles.len() <= field_no {
+                    doubles.resize(field_no + 1, false);
+                }
+                doubles[field_no] = true;
+            }
+        }
+    }
+    doubles.into_boxed_slice()
 }
 
 /// The unsigned integer in field `field_no` of the msgpack array `data` when every field

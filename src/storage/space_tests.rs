@@ -183,6 +183,160 @@ fn select_errors_are_tarantools() {
     );
 }
 
+/// A HASH primary index on (unsigned, string), as `hash2` in tests/tarantool_replies.rs.
+fn hash_two_part_space() -> Space {
+    let def = SpaceDef {
+        id: 601,
+        name: "hash2".into(),
+        format: SpaceFormat::new(vec![
+            FieldDef::new("a", FieldType::Unsigned),
+            FieldDef::new("b", FieldType::String),
+        ]),
+        indexes: vec![IndexDef {
+            id: 0,
+            name: "pk".into(),
+            kind: IndexKind::Hash,
+            unique: true,
+            key_def: KeyDef::new([
+                KeyPart::new(0, FieldType::Unsigned),
+                KeyPart::new(1, FieldType::String),
+            ]),
+        }],
+    };
+    let mut space = Space::new(def, Rc::new(MemoryQuota::unlimited())).unwrap();
+    space.insert(&mp(&[V::U(1), V::S("a")])).unwrap();
+    space
+}
+
+#[test]
+fn select_checks_come_in_tarantools_order() {
+    // Expected texts as Tarantool 2.6 answered them (2026-12-02, docs/tarantool-reference.md):
+    // the iterator, the index, the key's part count, a partial HASH key, the key's types,
+    // and only then whether the index offers the iterator.
+    let tree = two_part_space();
+    let hash = hash_two_part_space();
+    let invalid_iterator = "Illegal parameters, Invalid iterator type";
+    assert_eq!(select_err(&tree, 7, 12, &[]), invalid_iterator);
+    assert_eq!(select_err(&tree, 0, 12, &[V::S("x")]), invalid_iterator);
+    assert_eq!(select_err(&tree, 0, u32::MAX, &[]), invalid_iterator);
+    let partial = |got| {
+        format!("HASH index  does not support selects via a partial key (expected 2 parts, got {got}). Please Consider changing index type to TREE.")
+    };
+    assert_eq!(select_err(&hash, 0, 0, &[V::S("x")]), partial(1));
+    assert_eq!(select_err(&hash, 0, 5, &[V::U(1)]), partial(1));
+    assert_eq!(select_err(&hash, 0, 5, &[]), partial(0));
+    assert_eq!(select_err(&hash, 0, 2, &[V::U(1)]), partial(1));
+    assert_eq!(
+        select_err(&hash, 0, 0, &[V::S("x"), V::S("a"), V::S("b")]),
+        "Invalid key part count (expected [0..2], got 3)"
+    );
+    assert_eq!(
+        select_err(&hash, 0, 5, &[V::S("x"), V::S("a")]),
+        "Supplied key type of part 0 does not match index part type: expected unsigned"
+    );
+    assert_eq!(
+        select_err(&hash, 0, 5, &[V::U(1), V::S("a")]),
+        "Index 'pk' (HASH) of space 'hash2' (memtx) does not support requested iterator type"
+    );
+    assert_eq!(
+        select_err(&tree, 0, 7, &[V::S("x")]),
+        "Supplied key type of part 0 does not match index part type: expected unsigned"
+    );
+    assert_eq!(
+        select_err(&tree, 0, 7, &[V::U(1), V::S("a"), V::U(3)]),
+        "Invalid key part count (expected [0..2], got 3)"
+    );
+    // An empty key is fine for ALL, and for GT on HASH (2.6 answers the whole space).
+    assert_eq!(hash.select(0, 2, &mp(&[])).unwrap().count(), 1);
+    assert_eq!(hash.select(0, 6, &mp(&[])).unwrap().count(), 1);
+}
+
+#[test]
+fn exact_matches_check_the_part_count_before_the_types() {
+    // Tarantool 2.6 (2026-12-02): DELETE and UPDATE answer 19 for a key of the wrong length
+    // whatever its parts hold, and 18 for a nil even in a nullable part of a unique index.
+    let mut tree = two_part_space();
+    let mut hash = hash_two_part_space();
+    let exact = |got| format!("Invalid key part count in an exact match (expected 2, got {got})");
+    let wrong_type =
+        "Supplied key type of part 0 does not match index part type: expected unsigned";
+    for space in [&mut tree, &mut hash] {
+        for (key, expected) in [
+            (vec![V::S("x")], exact(1)),
+            (vec![V::U(1)], exact(1)),
+            (vec![], exact(0)),
+            (vec![V::U(1), V::S("a"), V::U(3)], exact(3)),
+            (vec![V::S("x"), V::S("a"), V::S("b")], exact(3)),
+            (vec![V::S("x"), V::S("a")], wrong_type.to_string()),
+        ] {
+            let key = mp(&key);
+            assert_eq!(space.get(0, &key).unwrap_err().to_string(), expected);
+            assert_eq!(space.delete(0, &key).unwrap_err().to_string(), expected);
+            let update = space.update(0, &key, &mp(&[]), 0);
+            assert_eq!(update.unwrap_err().to_string(), expected);
+        }
+    }
+    let mut nullable = people_with_unique_nullable_age();
+    nullable.insert(&mp(&[V::U(1), V::S("a"), V::Nil])).unwrap();
+    let nil_key = mp(&[V::Nil]);
+    assert_eq!(nullable.select(2, 0, &nil_key).unwrap().count(), 1);
+    for error in [
+        nullable.get(2, &nil_key).unwrap_err(),
+        nullable.delete(2, &nil_key).unwrap_err(),
+        nullable.update(2, &nil_key, &mp(&[]), 0).unwrap_err(),
+    ] {
+        assert_eq!(error.to_string(), wrong_type);
+    }
+    assert_eq!(nullable.len(), 1);
+}
+
+/// [`people`] with its `age` index unique.
+fn people_with_unique_nullable_age() -> Space {
+    let mut def = people_def();
+    def.indexes[2].unique = true;
+    Space::new(def, Rc::new(MemoryQuota::unlimited())).unwrap()
+}
+
+#[test]
+fn update_moving_the_primary_key_onto_a_taken_key_is_3() {
+    // Tarantool 2.6 (2026-12-02) replaces in the primary index first: a taken key is 3 with
+    // the tuple holding it as the old tuple, a free one 94; a secondary conflict comes after.
+    let mut space = people();
+    space.insert(&mp(&[V::U(1), V::S("a"), V::U(10)])).unwrap();
+    space.insert(&mp(&[V::U(2), V::S("b"), V::U(20)])).unwrap();
+    let set = |field: u64, value: V| V::A(vec![V::S("="), V::U(field), value]);
+    let update = |space: &mut Space, ops: Vec<V>| {
+        space
+            .update(0, &mp(&[V::U(1)]), &mp(&ops), 0)
+            .unwrap_err()
+            .to_string()
+    };
+    let taken = "Duplicate key exists in unique index \"primary\" in space \"people\" with old tuple - [2, \"b\", 20] and new tuple - [2, \"a\", 10]";
+    assert_eq!(update(&mut space, vec![set(0, V::U(2))]), taken);
+    assert_eq!(
+        update(&mut space, vec![V::A(vec![V::S("+"), V::U(0), V::U(1)])]),
+        taken
+    );
+    let moved = "Attempt to modify a tuple field which is part of primary index in space 'people'";
+    assert_eq!(update(&mut space, vec![set(0, V::U(3))]), moved);
+    // The primary index first: a free key with a taken name is still 94, a taken key 3.
+    assert_eq!(
+        update(&mut space, vec![set(0, V::U(3)), set(1, V::S("b"))]),
+        moved
+    );
+    assert!(update(&mut space, vec![set(0, V::U(2)), set(1, V::S("b"))]).contains("\"primary\""));
+    // The new tuple is checked against the format before any index.
+    assert_eq!(
+        update(&mut space, vec![set(0, V::U(2)), set(1, V::U(7))]),
+        "Tuple field 2 (name) type does not match one required by operation: expected string, got unsigned"
+    );
+    assert_eq!(
+        text(space.get(0, &mp(&[V::U(1)])).unwrap().unwrap()),
+        "[1, \"a\", 10]"
+    );
+    assert_eq!(space.len(), 2);
+}
+
 /// kv-like space with a unique HASH on `name` and a non-unique TREE on nullable `age`.
 fn people() -> Space {
     Space::new(people_def(), Rc::new(MemoryQuota::unlimited())).unwrap()

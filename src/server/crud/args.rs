@@ -1,11 +1,13 @@
 //! The crud functions, their positional arguments and their options, validated as crud
-//! validates them with the `checks` module: a wrong type or an unknown option is *raised*
-//! (IPROTO error 32, LuajitError), never returned as a crud error object.
+//! 1.7.5 validates them with the `checks` module ([`parse`]); the caller places a refusal
+//! as crud does: raised (IPROTO error 32, LuajitError) after the position of the `checks`
+//! call ([`Func::checks_site`]), or, for crud.select, returned inside a SelectError.
 //!
-//! Message texts follow `checks`: `bad argument #2 to nil (table expected, got number)`,
+//! Message texts follow `checks` 3.4: `bad argument #2 to nil (table expected, got number)`,
 //! `bad argument opts.timeout to nil (?number expected, got string)`,
 //! `unexpected argument opts.badopt to nil` (the function name is `nil` because crud's
-//! functions are called through a wrapper; spec §18.1 verified the last one).
+//! functions are reached through a tail call; min/max's checked function is `func`).
+//! `docs/crud-reference.md` cites each.
 
 use super::mp;
 use crate::protocol::ErrorCode;
@@ -163,6 +165,8 @@ const SELECT_OPTIONS: &[&str] = &[
     "yield_every",
     "request_timeout",
     "fetch_latest_metadata",
+    "readview",
+    "readview_info",
 ];
 const PAIRS_OPTIONS: &[&str] = &[
     "timeout",
@@ -196,6 +200,7 @@ const COUNT_OPTIONS: &[&str] = &[
 ];
 const LEN_OPTIONS: &[&str] = &[
     "timeout",
+    "request_timeout",
     "vshard_router",
     "mode",
     "prefer_replica",
@@ -203,11 +208,10 @@ const LEN_OPTIONS: &[&str] = &[
 ];
 const BORDER_OPTIONS: &[&str] = &[
     "timeout",
+    "request_timeout",
     "vshard_router",
     "fields",
     "mode",
-    "prefer_replica",
-    "balance",
     "fetch_latest_metadata",
 ];
 const TIMEOUT_OPTIONS: &[&str] = &["timeout", "vshard_router"];
@@ -438,24 +442,33 @@ impl Func {
     }
 }
 
-/// The `checks` type of an option, as printed in its message.
-fn option_type(name: &str) -> &'static str {
+/// The `checks` type of an option of `func`, as printed in its message.
+fn option_type(func: Func, name: &str) -> &'static str {
     match name {
         "timeout" | "request_timeout" | "first" | "batch_size" | "yield_every" => "?number",
-        "bucket_id" => "?number|cdata",
-        "after" | "fields" => "?table",
+        // Any value passes `checks`; crud validates it later (a BucketIDError).
+        "bucket_id" => "?",
+        "after" => "?table|cdata",
+        "fields" | "readview_info" => "?table",
+        // crud.select declares its own checker: "read" or "write".
+        "mode" if func == Func::Select => "?vshard_call_mode",
         "mode" => "?string",
         "vshard_router" => "?string|table",
         _ => "?boolean",
     }
 }
 
-fn option_accepts(expected: &str, lua_type: &str) -> bool {
-    lua_type == "nil"
-        || expected
+fn option_accepts(expected: &str, raw: &[u8]) -> bool {
+    let lua_type = mp::lua_type(raw);
+    match expected {
+        _ if lua_type == "nil" => true,
+        "?" => true,
+        "?vshard_call_mode" => matches!(mp::as_str(raw), Some("read" | "write")),
+        _ => expected
             .trim_start_matches('?')
             .split('|')
-            .any(|ty| ty == lua_type)
+            .any(|ty| ty == lua_type),
+    }
 }
 
 /// The options crud acts on; the others are accepted and ignored (timeouts, replica
@@ -474,6 +487,10 @@ pub struct Opts<'a> {
     pub rollback_on_error: bool,
     pub skip_nullability_check_on_flatten: bool,
     pub yield_every: Option<f64>,
+    pub batch_size: Option<f64>,
+    /// `opts.mode` when it is a string (crud routes by it: anything but "read" and
+    /// "write" is a CallError).
+    pub mode: Option<&'a str>,
 }
 
 /// The most positional arguments a crud function takes (upsert's and update's three).
@@ -494,34 +511,109 @@ impl<'a> Args<'a> {
     }
 }
 
-fn bad_argument(argument: &str, expected: &str, got: &str) -> Raised {
-    Raised::lua(format!(
-        "bad argument {argument} to nil ({expected} expected, got {got})"
+/// Why the arguments were refused. crud checks them with `checks`, whose message the
+/// caller places: raised after the position of the `checks` call for most functions,
+/// returned inside a SelectError by crud.select (see `mod.rs`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArgError {
+    /// A `checks` message, without its position.
+    Checks(String),
+    /// crud.select indexed `opts` before checking it: a number or `true` is raised as Lua's
+    /// "attempt to index" error; this is the value's Lua type.
+    SelectOpts(&'static str),
+}
+
+impl Func {
+    /// Where the function's `checks` call is: the position of its raised messages.
+    pub fn checks_site(self) -> super::sites::Site {
+        use super::sites::{self as s, site};
+        use Func::*;
+        match self {
+            Insert => site(s::INSERT, 191),
+            InsertObject => site(s::INSERT, 230),
+            InsertMany => site(s::INSERT_MANY, 277),
+            InsertObjectMany => site(s::INSERT_MANY, 321),
+            Replace => site(s::REPLACE, 189),
+            ReplaceObject => site(s::REPLACE, 228),
+            ReplaceMany => site(s::REPLACE_MANY, 277),
+            ReplaceObjectMany => site(s::REPLACE_MANY, 321),
+            Upsert => site(s::UPSERT, 198),
+            UpsertObject => site(s::UPSERT, 241),
+            UpsertMany => site(s::UPSERT_MANY, 296),
+            UpsertObjectMany => site(s::UPSERT_MANY, 341),
+            Update => site(s::UPDATE, 249),
+            Delete => site(s::DELETE, 223),
+            Get => site(s::GET, 236),
+            Select => s::SELECT_CHECKS,
+            Pairs => site(s::SELECT, 205),
+            Count => site(s::COUNT, 329),
+            Len => site(s::LEN, 44),
+            Min | Max => site(s::BORDERS, 66),
+            Truncate => site(s::TRUNCATE, 48),
+            StorageInfo | Stats => site(s::STORAGE_INFO, 39),
+        }
+    }
+
+    /// How many arguments crud's checked function takes before the caller's first one
+    /// (select's and min/max's checked functions take the router, min/max also the border
+    /// name), and the name `checks` prints for it (`debug.getinfo`: `func` where
+    /// `schema.wrap_func_reload` calls it, `nil` after a tail call).
+    fn checked_as(self) -> (usize, &'static str) {
+        match self {
+            Func::Select => (1, "nil"),
+            Func::Min | Func::Max => (2, "func"),
+            _ => (0, "nil"),
+        }
+    }
+}
+
+fn bad_argument(func: Func, argument: &str, expected: &str, got: &str) -> ArgError {
+    let (_, name) = func.checked_as();
+    ArgError::Checks(format!(
+        "bad argument {argument} to {name} ({expected} expected, got {got})"
     ))
 }
 
+fn positional_name(func: Func, position: usize) -> String {
+    format!("#{}", position + func.checked_as().0)
+}
+
 /// Splits and checks the arguments of `func` (a msgpack array, the CALL's TUPLE).
-pub fn parse<'a>(func: Func, args: &'a [u8]) -> Result<Args<'a>, Raised> {
+pub fn parse<'a>(func: Func, args: &'a [u8]) -> Result<Args<'a>, ArgError> {
     let positional_types = func.positional();
     debug_assert!(positional_types.len() <= MAX_POSITIONAL);
     // The positional arguments, then the options; arguments past those are ignored, but
     // must still be readable (a torn array is rejected as a whole).
     let mut items = [mp::NIL; MAX_POSITIONAL + 1];
     if !split_args(args, &mut items) {
-        return Err(Raised::lua(
-            "bad argument #1 to nil (string expected, got no value)",
-        ));
+        return Err(bad_argument(func, "#1", "string", "no value"));
+    }
+    let opts_position = positional_types.len();
+    let opts_raw = items[opts_position];
+    if func == Func::Select {
+        // `opts = opts or {}; opts.vshard_router` runs before `checks`: false is no options,
+        // and a string indexes as the string library does.
+        match mp::lua_type(opts_raw) {
+            "number" => return Err(ArgError::SelectOpts("number")),
+            "boolean" if opts_raw == [0xc3] => return Err(ArgError::SelectOpts("boolean")),
+            "boolean" => items[opts_position] = mp::NIL,
+            _ => {}
+        }
     }
     let mut positional = [mp::NIL; MAX_POSITIONAL];
     for (at, expected) in positional_types.iter().enumerate() {
         let raw = items[at];
         let got = mp::lua_type(raw);
         if !expected.accepts(got) {
-            return Err(bad_argument(&format!("#{}", at + 1), expected.name(), got));
+            return Err(bad_argument(
+                func,
+                &positional_name(func, at + 1),
+                expected.name(),
+                got,
+            ));
         }
         positional[at] = raw;
     }
-    let opts_position = positional_types.len();
     let opts = parse_opts(func, items[opts_position], opts_position + 1)?;
     Ok(Args { positional, opts })
 }
@@ -545,46 +637,73 @@ fn split_args<'a>(args: &'a [u8], items: &mut [&'a [u8]]) -> bool {
     true
 }
 
-fn parse_opts(func: Func, raw: &[u8], position: usize) -> Result<Opts<'_>, Raised> {
+/// `checks`' name of a table key: `.key` for a string, `[n]` for a number, `[?]` else.
+fn key_name(key: &[u8]) -> String {
+    if let Some(name) = mp::as_str(key) {
+        return format!(".{name}");
+    }
+    if mp::lua_type(key) == "number" {
+        let mut text = Vec::new();
+        super::bucket::lua_tostring(key, &mut text);
+        return format!("[{}]", String::from_utf8_lossy(&text));
+    }
+    "[?]".to_string()
+}
+
+fn parse_opts(func: Func, raw: &[u8], position: usize) -> Result<Opts<'_>, ArgError> {
     let mut opts = Opts::default();
     // No options (as the connector sends most calls): nil, `{}`, or an empty table sent
     // as an array.
     if matches!(raw, [0xc0 | 0x80 | 0x90, ..]) || mp::is_nil(raw) {
         return Ok(opts);
     }
-    let Some(pairs) = mp::map_pairs(raw) else {
-        // An empty Lua table may arrive as an empty array.
-        if matches!(mp::value(raw), crate::storage::msgpack::Value::Array(0)) {
-            return Ok(opts);
-        }
-        return Err(bad_argument(
-            &format!("#{position}"),
-            "?table",
-            mp::lua_type(raw),
-        ));
+    let (_, name) = func.checked_as();
+    let pairs: Vec<(&[u8], &[u8])> = match mp::map_pairs(raw) {
+        Some(pairs) => pairs.collect(),
+        None => match mp::array_items(raw) {
+            // A Lua table with keys 1, 2, ...: none of them is an option.
+            Some(_) => {
+                return Err(ArgError::Checks(format!(
+                    "unexpected argument opts[1] to {name}"
+                )))
+            }
+            None => {
+                return Err(bad_argument(
+                    func,
+                    &positional_name(func, position),
+                    "?table",
+                    mp::lua_type(raw),
+                ))
+            }
+        },
     };
+    // `checks` looks at the declared options first, then at the keys it does not know.
+    for &(key, value) in &pairs {
+        let Some(option) = mp::as_str(key).filter(|key| func.options().contains(key)) else {
+            continue;
+        };
+        let expected = option_type(func, option);
+        if !option_accepts(expected, value) {
+            return Err(bad_argument(
+                func,
+                &format!("opts.{option}"),
+                expected,
+                mp::lua_type(value),
+            ));
+        }
+    }
     for (key, value) in pairs {
-        let Some(name) = mp::as_str(key) else {
-            return Err(Raised::lua(format!(
-                "unexpected argument opts.{} to nil",
-                crate::storage::text::msgpack_to_text(key)
+        let Some(option) = mp::as_str(key).filter(|key| func.options().contains(key)) else {
+            return Err(ArgError::Checks(format!(
+                "unexpected argument opts{} to {name}",
+                key_name(key)
             )));
         };
-        if !func.options().contains(&name) {
-            return Err(Raised::lua(format!(
-                "unexpected argument opts.{name} to nil"
-            )));
-        }
-        let expected = option_type(name);
-        let got = mp::lua_type(value);
-        if !option_accepts(expected, got) {
-            return Err(bad_argument(&format!("opts.{name}"), expected, got));
-        }
-        if got == "nil" {
+        if mp::is_nil(value) {
             continue;
         }
         let flag = matches!(mp::value(value), crate::storage::msgpack::Value::Bool(true));
-        match name {
+        match option {
             "bucket_id" => opts.bucket_id = Some(value),
             "fields" => opts.fields = Some(value),
             "after" => opts.after = Some(value),
@@ -594,6 +713,8 @@ fn parse_opts(func: Func, raw: &[u8], position: usize) -> Result<Opts<'_>, Raise
             "skip_nullability_check_on_flatten" => opts.skip_nullability_check_on_flatten = flag,
             "first" => opts.first = Some(number(value).round() as i64),
             "yield_every" => opts.yield_every = Some(number(value)),
+            "batch_size" => opts.batch_size = Some(number(value)),
+            "mode" => opts.mode = mp::as_str(value),
             _ => {}
         }
     }

@@ -1,9 +1,10 @@
 //! Objects to tuples (`*_object` functions) and the `bucket_id` field of a tuple.
 //!
-//! Flattening follows crud's `utils.flatten`: fields in format order, a missing
-//! non-nullable field is an error unless `skip_nullability_check_on_flatten` (checked
-//! first), then a key that names no field is an error; `bucket_id` may always be omitted.
-//! Trailing nils are dropped, as Tarantool's Lua encoder drops a table's trailing holes.
+//! Flattening follows crud's `utils.flatten` (`crud/common/utils.lua:412`, 1.7.5): a key
+//! that names no field is an error first, then, in format order, a missing non-nullable
+//! field unless `skip_nullability_check_on_flatten`; `bucket_id` may always be omitted.
+//! The tuple has every field of the format, absent ones nil (crud fills a table of
+//! `box.NULL`s, which msgpack keeps).
 
 use super::bucket::bucket_id_of_parts;
 use super::mp;
@@ -39,17 +40,21 @@ pub fn flatten(
             .map(|(at, value)| ((at + 1).to_string(), value))
             .collect(),
     };
+    // Keys that name no field first, then the fields in format order.
+    if let Some((name, _)) = pairs
+        .iter()
+        .find(|(name, _)| space.format.field_no_by_name(name).is_none())
+    {
+        return Err(format!("Unknown field \"{name}\" is specified"));
+    }
     let format = &space.format.fields;
     let mut values: Vec<&[u8]> = Vec::with_capacity(format.len());
-    let mut used = 0usize;
     for field in format {
-        let found = pairs.iter().find(|(name, _)| name.as_str() == &*field.name);
-        let value = found
+        let value = pairs
+            .iter()
+            .find(|(name, _)| name.as_str() == &*field.name)
             .map(|(_, value)| *value)
             .filter(|value| !mp::is_nil(value));
-        if found.is_some() {
-            used += 1;
-        }
         if value.is_none()
             && !field.is_nullable
             && !skip_nullability_check
@@ -62,19 +67,8 @@ pub fn flatten(
         }
         values.push(value.unwrap_or(mp::NIL));
     }
-    if used != pairs.len() {
-        if let Some((name, _)) = pairs
-            .iter()
-            .find(|(name, _)| space.format.field_no_by_name(name).is_none())
-        {
-            return Err(format!("Unknown field \"{name}\" is specified"));
-        }
-    }
-    let len = values
-        .iter()
-        .rposition(|value| !mp::is_nil(value))
-        .map_or(0, |at| at + 1);
-    Ok(mp::array_of(values[..len].iter().copied()))
+    // Every field of the format, absent ones nil: crud builds the tuple that long.
+    Ok(mp::array_of(values.iter().copied()))
 }
 
 fn key_text(raw: &[u8]) -> String {
@@ -88,17 +82,15 @@ fn key_text(raw: &[u8]) -> String {
     }
 }
 
-/// The full error text of a failed flatten, as crud wraps it.
+/// The FlattenError's text of a failed flatten (the caller wraps it in its own class).
 pub fn flatten_error_text(message: &str) -> String {
-    format!(
-        "Failed to flatten object: FlattenError: Object is specified in bad format: FlattenError: {message}"
-    )
+    format!("Object is specified in bad format: FlattenError: {message}")
 }
 
 /// Fills the tuple's `bucket_id` field when the space has one: from `opts.bucket_id`, else
 /// crud's formula over the primary key. A tuple that already holds a different bucket_id
-/// than `opts.bucket_id` is crud's ShardingError. Spaces without the field pass unchanged.
-/// Errors are the full `err` text.
+/// than `opts.bucket_id`, or an invalid bucket_id, is crud's BucketIDError; a bucket_id past
+/// `bucket_count` has no route. Spaces without the field pass unchanged.
 ///
 /// A tuple that needs no change is returned as the caller's bytes; a filled one is the
 /// caller's bytes with only the field (and the array header) rewritten.
@@ -107,7 +99,7 @@ pub fn set_bucket_id<'t>(
     tuple: &'t [u8],
     opts_bucket_id: Option<&[u8]>,
     bucket_count: u32,
-) -> Result<OpBytes<'t>, String> {
+) -> Result<OpBytes<'t>, BucketError> {
     let Some(bucket_field) = bucket_field_of(space) else {
         return Ok(tuple.into());
     };
@@ -123,7 +115,43 @@ pub fn set_bucket_id<'t>(
         // Not an array: storage will name the problem.
         return Ok(tuple.into());
     };
-    with_bucket_id(tuple, &fields, bucket_field, opts_bucket_id, bucket_count)
+    let filled = with_bucket_id(tuple, &fields, bucket_field, opts_bucket_id, bucket_count)
+        .map_err(BucketError::Invalid)?;
+    let present = fields
+        .bucket_id
+        .map(|(start, end)| &tuple[start..end])
+        .filter(|raw| !is_nil_field(raw));
+    if let Some(chosen) = present.or(opts_bucket_id) {
+        if !bucket_id_routes(chosen, bucket_count) {
+            let mut text = Vec::new();
+            super::bucket::lua_tostring(chosen, &mut text);
+            return Err(BucketError::NoRoute(
+                String::from_utf8_lossy(&text).into_owned(),
+            ));
+        }
+    }
+    Ok(filled)
+}
+
+/// Why a tuple's bucket_id could not be set.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BucketError {
+    /// A BucketIDError's text.
+    Invalid(String),
+    /// vshard has no bucket of this id (its Lua text).
+    NoRoute(String),
+}
+
+/// Whether the present bucket_id at `field` of `tuple` is one a point call may use as it
+/// is: valid and routed (otherwise the general path names the error).
+#[inline]
+fn present_bucket_usable(tuple: &[u8], field: Option<(usize, usize)>, bucket_count: u32) -> bool {
+    match field.map(|(start, end)| &tuple[start..end]) {
+        Some(raw) if !is_nil_field(raw) => {
+            validate_bucket_id(raw, "data").is_ok() && bucket_id_routes(raw, bucket_count)
+        }
+        _ => true,
+    }
 }
 
 /// `tuple` with the field at `field` (its nil) replaced by `bucket_id`, as pieces.
@@ -188,6 +216,9 @@ pub fn take_with_bucket_id<'t>(
         }
         let mut again = tuple;
         let fields = TupleFields::take(space, &mut again, bucket_field)?;
+        if !present_bucket_usable(tuple, fields.bucket_id, bucket_count) {
+            return None;
+        }
         return with_bucket_id(tuple, &fields, bucket_field as u32, None, bucket_count).ok();
     }
     let fields = TupleFields::take(space, cursor, bucket_field as usize)?;
@@ -201,11 +232,16 @@ pub fn take_with_bucket_id<'t>(
             return Some(splice_bucket_id(tuple, (start, end), bucket_id));
         }
     }
+    if !present_bucket_usable(tuple, fields.bucket_id, bucket_count) {
+        return None;
+    }
     // Without opts.bucket_id there is no disagreement to report.
     with_bucket_id(tuple, &fields, bucket_field, None, bucket_count).ok()
 }
 
-/// The bucket_id step of [`set_bucket_id`] once the tuple's fields are found.
+/// The bucket_id step of [`set_bucket_id`] once the tuple's fields are found, in the order
+/// of crud's `tuple_set_and_return_bucket_id`: the tuple's own bucket_id is validated,
+/// then `opts.bucket_id`, then the two compared. Errors are BucketIDError texts.
 fn with_bucket_id<'t>(
     tuple: &'t [u8],
     fields: &TupleFields<'t>,
@@ -216,13 +252,24 @@ fn with_bucket_id<'t>(
     let present = fields
         .bucket_id
         .filter(|&(start, end)| !is_nil_field(&tuple[start..end]));
+    if let Some((start, end)) = present {
+        validate_bucket_id(&tuple[start..end], "data")?;
+    }
+    if let Some(given) = opts_bucket_id {
+        validate_bucket_id(given, "opts")?;
+    }
     let mut computed = [0u8; 9];
     let bucket_id: &[u8] = match (present, opts_bucket_id) {
         (Some((start, end)), Some(given)) if !same_number(&tuple[start..end], given) => {
+            let text = |raw: &[u8]| {
+                let mut out = Vec::new();
+                super::bucket::lua_tostring(raw, &mut out);
+                String::from_utf8_lossy(&out).into_owned()
+            };
             return Err(format!(
-                "Failed to get bucket ID: ShardingError: Tuple and opts.bucket_id contain different bucket_id values: {} and {}",
-                crate::storage::text::msgpack_to_text(&tuple[start..end]),
-                crate::storage::text::msgpack_to_text(given)
+                "Tuple and opts.bucket_id contain different bucket_id values: {} and {}",
+                text(&tuple[start..end]),
+                text(given)
             ));
         }
         (Some(_), _) => return Ok(tuple.into()),
@@ -380,6 +427,37 @@ fn encode_uint(value: u64, buffer: &mut [u8; 9]) -> &[u8] {
         9
     };
     &buffer[..len]
+}
+
+/// crud's `validate_bucket_id`: a bucket_id is an integral number of at least 1.
+/// `where_` is `data` (the tuple's) or `opts`.
+pub fn validate_bucket_id(raw: &[u8], where_: &str) -> Result<(), String> {
+    let valid = match mp::value(raw) {
+        Value::Uint(u) => u >= 1,
+        Value::Int(i) => i >= 1,
+        Value::F32(f) => f >= 1.0 && f.floor() == f,
+        Value::F64(f) => f >= 1.0 && f.floor() == f,
+        _ => false,
+    };
+    if valid {
+        return Ok(());
+    }
+    Err(format!(
+        "Invalid bucket_id in {where_}: expected unsigned, got {}",
+        mp::lua_type(raw)
+    ))
+}
+
+/// Whether a valid bucket_id names a bucket vshard has (1 to `bucket_count`); vshard has
+/// no route to any other.
+pub fn bucket_id_routes(raw: &[u8], bucket_count: u32) -> bool {
+    match mp::value(raw) {
+        Value::Uint(u) => u <= u64::from(bucket_count),
+        Value::Int(i) => i <= i64::from(bucket_count),
+        Value::F32(f) => f as f64 <= f64::from(bucket_count),
+        Value::F64(f) => f <= f64::from(bucket_count),
+        _ => false,
+    }
 }
 
 fn same_number(a: &[u8], b: &[u8]) -> bool {

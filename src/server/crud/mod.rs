@@ -65,6 +65,7 @@ pub mod mp;
 pub mod on_shard;
 pub mod result;
 pub mod select;
+pub mod sites;
 pub mod wire;
 pub mod write;
 
@@ -77,7 +78,7 @@ use crate::protocol::ErrorCode;
 use crate::storage::msgpack::{write_array_len, write_str, write_uint};
 use crate::storage::{Engine, Space};
 pub use args::{Func, Raised};
-use error::CrudError;
+use error::{by_func, CrudError};
 use result::Columns;
 use select::{Planned, SelectPlan, ShardRows};
 use write::{BatchItem, OpBytes, PointOp};
@@ -230,16 +231,12 @@ fn many_errors(result: Option<&[u8]>, errors: &[CrudError]) -> Vec<u8> {
     two(result.unwrap_or(mp::NIL), &list)
 }
 
-fn func_error(func: Func, err: impl Into<String>) -> CrudError {
-    CrudError::new(func.error_class(), func.source_file(), err)
-}
-
-fn space_or_error<'e>(engine: &'e Engine, func: Func, name: &[u8]) -> Result<&'e Space, CrudError> {
-    if let Some(space) = mp::str_bytes(name).and_then(|name| engine.space_named(name)) {
-        return Ok(space);
+/// The space a call names, or its name when there is none.
+fn space_named<'e, 'n>(engine: &'e Engine, name: &'n [u8]) -> Result<&'e Space, &'n str> {
+    match mp::str_bytes(name).and_then(|name| engine.space_named(name)) {
+        Some(space) => Ok(space),
+        None => Err(mp::as_str(name).unwrap_or_default()),
     }
-    let name = mp::as_str(name).unwrap_or_default();
-    Err(func_error(func, error::no_such_space(name)))
 }
 
 /// Step 1: decodes and checks the call, and plans it against the schema. The common
@@ -274,6 +271,30 @@ pub(super) fn func_or_raised(function_name: &str) -> Result<Func, Raised> {
     })
 }
 
+/// What crud makes of arguments `checks` refused: a Lua error raised at the position of the
+/// `checks` call; crud.select runs its checks inside `SelectError:pcall`, so it returns
+/// them (positions and all) as a SelectError.
+fn refused_arguments(func: Func, error: args::ArgError) -> Result<Plan<'static>, Raised> {
+    match error {
+        args::ArgError::Checks(message) if func == Func::Select => {
+            let text = format!(
+                "{}{}{message}",
+                sites::position(sites::SELECT_RERAISE),
+                sites::position(func.checks_site())
+            );
+            Ok(Plan::Reply(returned_error(&by_func::select_raised(&text))))
+        }
+        args::ArgError::Checks(message) => Err(Raised::lua(format!(
+            "{}{message}",
+            sites::position(func.checks_site())
+        ))),
+        args::ArgError::SelectOpts(lua_type) => Err(Raised::lua(format!(
+            "{}attempt to index local 'opts' (a {lua_type} value)",
+            sites::position(sites::site(sites::SELECT, 459))
+        ))),
+    }
+}
+
 pub(super) fn plan_func<'a>(
     engine: &Engine,
     config: &CrudConfig,
@@ -292,7 +313,10 @@ pub(super) fn plan_func<'a>(
         // Statistics are disabled: crud answers an empty table.
         return Ok(Plan::Reply(vec![0x91, 0x90]));
     }
-    let parsed = args::parse(func, args)?;
+    let parsed = match args::parse(func, args) {
+        Ok(parsed) => parsed,
+        Err(error) => return refused_arguments(func, error),
+    };
     if func == Func::Pairs {
         // crud.pairs returns a Lua iterator, which IPROTO cannot encode.
         return Err(Raised::lua("unsupported Lua type 'cdata'"));
@@ -309,44 +333,114 @@ pub(super) fn plan_func<'a>(
         info.push(0xc3);
         return Ok(Plan::Reply(info));
     }
-    Ok(plan_data(engine, config, func, &parsed).unwrap_or_else(Plan::Reply))
+    match plan_data(engine, config, func, &parsed) {
+        Ok(plan) => Ok(plan),
+        Err(Refusal::Returned(values)) => Ok(Plan::Reply(values)),
+        Err(Refusal::Raised(raised)) => Err(raised),
+    }
 }
 
-/// Plans a call on a space; `Err` is the finished answer (a returned error).
+/// How a call that cannot be planned is answered.
+enum Refusal {
+    /// Returned values (`[nil, err]` and the like).
+    Returned(Vec<u8>),
+    /// A Lua error raised out of crud.
+    Raised(Raised),
+}
+
+impl From<Vec<u8>> for Refusal {
+    fn from(values: Vec<u8>) -> Refusal {
+        Refusal::Returned(values)
+    }
+}
+
+fn returned(error: CrudError) -> Refusal {
+    Refusal::Returned(returned_error(&error))
+}
+
+/// A point op's bucket_id error, as the function reports it.
+fn bucket_refusal(func: Func, error: flatten::BucketError) -> Refusal {
+    match error {
+        flatten::BucketError::Invalid(message) => {
+            returned(by_func::bucket_id_failed(func, &message))
+        }
+        flatten::BucketError::NoRoute(bucket_id) => returned(by_func::no_route(func, &bucket_id)),
+    }
+}
+
+/// `opts.bucket_id` of get, update and delete: validated, and routed.
+fn check_key_bucket_id(func: Func, opts: &args::Opts, bucket_count: u32) -> Result<(), Refusal> {
+    let Some(given) = opts.bucket_id else {
+        return Ok(());
+    };
+    if let Err(message) = flatten::validate_bucket_id(given, "opts") {
+        return Err(returned(by_func::bucket_id_failed(func, &message)));
+    }
+    if !flatten::bucket_id_routes(given, bucket_count) {
+        let mut text = Vec::new();
+        bucket::lua_tostring(given, &mut text);
+        return Err(returned(by_func::no_route(
+            func,
+            &String::from_utf8_lossy(&text),
+        )));
+    }
+    Ok(())
+}
+
+/// Plans a call on a space; `Err` is the finished answer (returned values or a raise).
 fn plan_data<'a>(
     engine: &Engine,
     config: &CrudConfig,
     func: Func,
     parsed: &args::Args<'a>,
-) -> Result<Plan<'a>, Vec<u8>> {
+) -> Result<Plan<'a>, Refusal> {
     use Func::*;
     let opts = &parsed.opts;
     if func.is_many() && mp::array_items(parsed.get(1)).is_some_and(|items| items.is_empty()) {
-        return Err(many_errors(
-            None,
-            &[func_error(func, "At least one tuple expected")],
-        ));
+        return Err(many_errors(None, &[by_func::empty_batch(func)]).into());
     }
-    let space =
-        space_or_error(engine, func, parsed.get(0)).map_err(|error| match func.is_many() {
-            true => many_errors(None, &[error]),
-            false => returned_error(&error),
-        })?;
-    let exact_columns =
-        || result::resolve_fields(&space.format, opts.fields).map_err(|e| returned_error(&e));
+    match func {
+        Select | Count => return plan_scan(engine, config, func, parsed),
+        InsertMany | InsertObjectMany | ReplaceMany | ReplaceObjectMany | UpsertMany
+        | UpsertObjectMany => return plan_many(engine, config, func, parsed),
+        _ => {}
+    }
+    let space = match space_named(engine, parsed.get(0)) {
+        Ok(space) => space,
+        Err(name) if func == Truncate => {
+            return Err(returned(by_func::truncate_no_such_space(
+                &config.instance_uuid,
+                name,
+            )))
+        }
+        Err(name) if func.is_object() => {
+            return Err(returned(by_func::flatten_failed(
+                func,
+                &format!(
+                    "Failed to get space format: GetSpaceFormatError: {}",
+                    error::no_such_space(name)
+                ),
+            )))
+        }
+        Err(name) => return Err(returned(by_func::no_such_space(func, name))),
+    };
+    let exact_columns = || result::resolve_fields(&space.format, opts.fields).map_err(returned);
     let with_bucket = |tuple: &'a [u8]| {
         flatten::set_bucket_id(space, tuple, opts.bucket_id, config.bucket_count)
-            .map_err(|err| returned_error(&func_error(func, err)))
+            .map_err(|error| bucket_refusal(func, error))
     };
     let flat_with_bucket = |object: &[u8]| {
         let flat = flatten::flatten(space, object, opts.skip_nullability_check_on_flatten)
             .map_err(|message| {
-                returned_error(&func_error(func, flatten::flatten_error_text(&message)))
+                returned(by_func::flatten_failed(
+                    func,
+                    &flatten::flatten_error_text(&message),
+                ))
             })?;
         owned_with_bucket(space, flat, opts.bucket_id, config.bucket_count)
-            .map_err(|err| returned_error(&func_error(func, err)))
+            .map_err(|error| bucket_refusal(func, error))
     };
-    let point = |op: PointOp<'a>| -> Result<Plan<'a>, Vec<u8>> {
+    let point = |op: PointOp<'a>| -> Result<Plan<'a>, Refusal> {
         Ok(Plan::Point(PointPlan {
             func,
             space_id: space.id,
@@ -355,6 +449,21 @@ fn plan_data<'a>(
             noreturn: opts.noreturn,
         }))
     };
+    if matches!(func, Get | Update | Delete) {
+        if mp::is_nil(parsed.get(1)) && opts.bucket_id.is_none() {
+            // The bucket of a nil key: vshard refuses to hash it.
+            return Err(Refusal::Raised(Raised::lua(format!(
+                "{}Usage: vshard.router.bucket_id_strcrc32(key)",
+                sites::position(sites::site(sites::VSHARD_ROUTER, 1637))
+            ))));
+        }
+        check_key_bucket_id(func, opts, config.bucket_count)?;
+        if let Some(mode) = opts.mode.filter(|mode| !matches!(*mode, "read" | "write")) {
+            if func == Get {
+                return Err(returned(by_func::unknown_call_mode(func, mode)));
+            }
+        }
+    }
     match func {
         Insert => point(PointOp::Insert {
             tuple: with_bucket(parsed.get(1))?,
@@ -386,42 +495,80 @@ fn plan_data<'a>(
         Get => point(PointOp::Get {
             key: select::key_array(parsed.get(1)),
         }),
-        InsertMany | InsertObjectMany | ReplaceMany | ReplaceObjectMany | UpsertMany
-        | UpsertObjectMany => plan_many(space, config, func, parsed),
-        Select | Count => {
-            if opts.yield_every.is_some_and(|every| every <= 0.0) {
-                return Err(returned_error(&func_error(
-                    func,
-                    "yield_every should be > 0",
-                )));
-            }
-            let (fields, first, after) = match func {
-                Select => (opts.fields, opts.first, opts.after),
-                _ => (None, None, None),
-            };
-            let planned = select::plan_select(space, parsed.get(1), fields, first, after).map_err(
-                |error| match error {
-                    select::PlanError::Text(text) => returned_error(&func_error(func, text)),
-                    select::PlanError::Error(error) => returned_error(&error),
-                },
-            )?;
-            Ok(match func {
-                Select => Plan::Select(planned),
-                _ => Plan::Count(planned.plan),
-            })
-        }
         Min | Max => {
             let plan = select::plan_border(space, parsed.get(1), func == Max)
-                .map_err(|text| returned_error(&func_error(func, text)))?;
-            Ok(Plan::Border {
-                plan,
-                columns: exact_columns()?,
-            })
+                .map_err(|text| returned(by_func::border_failed(func, text)))?;
+            let index = space.index(plan.index_id).ok();
+            if let Some(index) =
+                index.filter(|index| index.def.kind != crate::storage::IndexKind::Tree)
+            {
+                // The storage's `index:min()` of a HASH index.
+                let border = if func == Max { "max" } else { "min" };
+                let message = format!(
+                    "Index '{}' (HASH) of space '{}' (memtx) does not support {border}()",
+                    index.def.name, space.name
+                );
+                return Err(returned(by_func::storage_failed(func, &message)));
+            }
+            let columns = result::resolve_fields(&space.format, opts.fields).map_err(|_| {
+                // crud 1.7.5 indexes the nil result of its own failed field filter.
+                Refusal::Raised(Raised::lua(format!(
+                    "{}attempt to index local 'result' (a nil value)",
+                    sites::position(sites::site(sites::BORDERS, 172))
+                )))
+            })?;
+            Ok(Plan::Border { plan, columns })
         }
         Len => Ok(Plan::Len { space_id: space.id }),
         Truncate => Ok(Plan::Truncate { space_id: space.id }),
-        Pairs | StorageInfo | Stats => unreachable!("answered before planning"),
+        Select | Count | Pairs | StorageInfo | Stats | InsertMany | InsertObjectMany
+        | ReplaceMany | ReplaceObjectMany | UpsertMany | UpsertObjectMany => {
+            unreachable!("planned elsewhere")
+        }
     }
+}
+
+/// crud.select and crud.count, their checks in crud's order: select's negative `first`,
+/// then `batch_size` and `yield_every`, the conditions, the space, the plan.
+fn plan_scan<'a>(
+    engine: &Engine,
+    config: &CrudConfig,
+    func: Func,
+    parsed: &args::Args<'a>,
+) -> Result<Plan<'a>, Refusal> {
+    let opts = &parsed.opts;
+    let is_select = func == Func::Select;
+    if is_select && opts.first.is_some_and(|first| first < 0) && opts.after.is_none() {
+        return Err(returned(by_func::negative_first()));
+    }
+    if is_select && opts.batch_size.is_some_and(|size| size < 1.0) {
+        return Err(returned(by_func::below_one(func, "batch_size")));
+    }
+    if opts.yield_every.is_some_and(|every| every < 1.0) {
+        return Err(returned(by_func::below_one(func, "yield_every")));
+    }
+    let (fields, first, after) = match is_select {
+        true => (opts.fields, opts.first, opts.after),
+        false => (None, None, None),
+    };
+    let space = space_named(engine, parsed.get(0));
+    let planned =
+        select::plan_select(func, space, parsed.get(1), fields, first, after).map_err(|error| {
+            match error {
+                select::PlanError::Error(error) => returned(error),
+                select::PlanError::Storage(message) if is_select => {
+                    returned(by_func::select_raised(&message))
+                }
+                select::PlanError::Storage(message) => returned(by_func::count_storage_failed(
+                    &config.instance_uuid,
+                    &message,
+                )),
+            }
+        })?;
+    Ok(match func {
+        Func::Select => Plan::Select(planned),
+        _ => Plan::Count(planned.plan),
+    })
 }
 
 /// [`flatten::set_bucket_id`] of a tuple built here (a flattened object): kept as it is
@@ -431,7 +578,7 @@ fn owned_with_bucket(
     tuple: Vec<u8>,
     opts_bucket_id: Option<&[u8]>,
     bucket_count: u32,
-) -> Result<OpBytes<'static>, String> {
+) -> Result<OpBytes<'static>, flatten::BucketError> {
     let filled = match flatten::set_bucket_id(space, &tuple, opts_bucket_id, bucket_count)? {
         OpBytes::Borrowed(_) => None,
         filled => Some(filled.into_owned()),
@@ -440,15 +587,44 @@ fn owned_with_bucket(
 }
 
 fn plan_many<'a>(
-    space: &Space,
+    engine: &Engine,
     config: &CrudConfig,
     func: Func,
     parsed: &args::Args<'a>,
-) -> Result<Plan<'a>, Vec<u8>> {
+) -> Result<Plan<'a>, Refusal> {
     let opts = &parsed.opts;
-    let columns =
-        result::resolve_fields(&space.format, opts.fields).map_err(|e| many_errors(None, &[e]))?;
     let items = mp::array_items(parsed.get(1)).unwrap_or_default();
+    let is_upsert = matches!(func, Func::UpsertMany | Func::UpsertObjectMany);
+    let split = |item: &'a [u8]| -> (&'a [u8], &'a [u8]) {
+        if !is_upsert {
+            return (item, &[][..]);
+        }
+        let pair = mp::array_items(item).unwrap_or_default();
+        (
+            pair.first().copied().unwrap_or(mp::NIL),
+            pair.get(1).copied().unwrap_or(&[0x90][..]),
+        )
+    };
+    let space = match space_named(engine, parsed.get(0)) {
+        Ok(space) => space,
+        Err(name) if func.is_object() => {
+            // Every object fails to flatten, each reported with its object.
+            let text = format!(
+                "Failed to get space format: GetSpaceFormatError: {}",
+                error::no_such_space(name)
+            );
+            let mut errors = Vec::new();
+            for item in items {
+                errors
+                    .push(by_func::flatten_failed(func, &text).with_operation_data(split(item).0));
+                if opts.stop_on_error {
+                    break;
+                }
+            }
+            return Err(many_errors(None, &errors).into());
+        }
+        Err(name) => return Err(many_errors(None, &[by_func::no_such_space(func, name)]).into()),
+    };
     let mut plan = ManyPlan {
         func,
         space_id: space.id,
@@ -458,35 +634,53 @@ fn plan_many<'a>(
         stop_on_error: opts.stop_on_error,
         rollback_on_error: opts.rollback_on_error,
         noreturn: opts.noreturn,
-        columns,
+        columns: Columns::All,
     };
-    let is_upsert = matches!(func, Func::UpsertMany | Func::UpsertObjectMany);
     for item in items {
-        let (data, ops) = if is_upsert {
-            let pair = mp::array_items(item).unwrap_or_default();
-            (
-                pair.first().copied().unwrap_or(mp::NIL),
-                pair.get(1).copied().unwrap_or(&[0x90][..]),
-            )
-        } else {
-            (item, &[][..])
-        };
+        let (data, ops) = split(item);
+        if !func.is_object() && mp::lua_type(data) != "table" {
+            // crud indexes each tuple to find its bucket_id.
+            return Err(Refusal::Raised(Raised::lua(format!(
+                "{}attempt to index local 'tuple' (a {} value)",
+                sites::position(sites::site(sites::SHARDING, 138)),
+                mp::lua_type(data)
+            ))));
+        }
         let tuple = if func.is_object() {
-            flatten::flatten(space, data, opts.skip_nullability_check_on_flatten)
-                .map_err(|message| flatten::flatten_error_text(&message))
-                .and_then(|tuple| owned_with_bucket(space, tuple, None, config.bucket_count))
+            match flatten::flatten(space, data, opts.skip_nullability_check_on_flatten) {
+                Ok(tuple) => owned_with_bucket(space, tuple, None, config.bucket_count),
+                Err(message) => {
+                    let error =
+                        by_func::flatten_failed(func, &flatten::flatten_error_text(&message))
+                            .with_operation_data(data);
+                    if opts.stop_on_error {
+                        return Err(many_errors(None, &[error]).into());
+                    }
+                    plan.early_errors.push(error);
+                    continue;
+                }
+            }
         } else {
             flatten::set_bucket_id(space, data, None, config.bucket_count)
         };
         let tuple = match tuple {
             Ok(tuple) => tuple,
-            Err(text) => {
-                let error = func_error(func, text).with_operation_data(data);
-                if opts.stop_on_error {
-                    return Err(many_errors(None, &[error]));
-                }
-                plan.early_errors.push(error);
-                continue;
+            // The batch is split by bucket before anything runs: one bad bucket_id fails
+            // the whole call.
+            Err(flatten::BucketError::Invalid(message)) => {
+                return Err(
+                    many_errors(None, &[by_func::split_tuples_failed(func, &message)]).into(),
+                );
+            }
+            Err(flatten::BucketError::NoRoute(bucket_id)) => {
+                return Err(many_errors(
+                    None,
+                    &[by_func::split_tuples_failed(
+                        func,
+                        &format!("Bucket {bucket_id} cannot be found. Is rebalancing in progress?"),
+                    )],
+                )
+                .into());
             }
         };
         plan.ops.push(match func {
@@ -503,11 +697,13 @@ fn plan_many<'a>(
         });
         plan.tuples.push(tuple);
     }
+    // The fields are checked once the tuples are split by bucket (in the router method).
+    plan.columns = result::resolve_fields(&space.format, opts.fields)
+        .map_err(|error| Refusal::from(many_errors(None, &[error])))?;
+    if plan.ops.is_empty() {
+        return Err(many_errors(None, &plan.early_errors).into());
+    }
     Ok(Plan::Many(plan))
-}
-
-fn box_error(func: Func, error: &dyn std::fmt::Display) -> CrudError {
-    func_error(func, format!("Failed to {}: {error}", func.verb()))
 }
 
 /// Step 3 of a point op: `[{metadata, rows}, nil]`, `[nil, nil]` with noreturn, or
@@ -534,7 +730,10 @@ pub fn write_point_values<R: AsRef<[u8]>, E: std::fmt::Display>(
 ) {
     let row = match outcome {
         Ok(row) => row,
-        Err(error) => return out.extend_from_slice(&returned_error(&box_error(plan.func, &error))),
+        Err(error) => {
+            let error = by_func::storage_failed(plan.func, &error.to_string());
+            return out.extend_from_slice(&returned_error(&error));
+        }
     };
     write_array_len(out, 2);
     if plan.noreturn {
@@ -554,8 +753,9 @@ pub fn write_point_values<R: AsRef<[u8]>, E: std::fmt::Display>(
 }
 
 /// Step 3 of a `*_many` call; `items` are the batch outcomes in the order of `plan.ops`.
-/// Errors are listed as crud lists them: planning failures, then failed ops, then the
-/// ops not performed, then the ops rolled back.
+/// Errors are listed as crud's batch postprocessor collects them: each op that failed on
+/// its storage, then the ops not performed, then those rolled back; then the objects that
+/// could not be flattened.
 pub fn finish_many(
     space: &Space,
     config: &CrudConfig,
@@ -564,17 +764,10 @@ pub fn finish_many(
 ) -> Vec<u8> {
     debug_assert_eq!(items.len(), plan.ops.len());
     let call_error = |tuple: &OpBytes, message: &str| {
-        CrudError::new(
-            "CallError",
-            "crud/common/call.lua",
-            format!(
-                "Failed for {}: Function returned an error: {message}",
-                config.instance_uuid
-            ),
-        )
-        .with_operation_data(&tuple.bytes())
+        by_func::many_op_failed(plan.func, &config.instance_uuid, message)
+            .with_operation_data(&tuple.bytes())
     };
-    let mut errors = plan.early_errors.clone();
+    let mut errors = Vec::new();
     let mut rows: Vec<&[u8]> = Vec::new();
     let mut done = 0usize;
     for (item, tuple) in items.iter().zip(&plan.tuples) {
@@ -599,6 +792,7 @@ pub fn finish_many(
             errors.push(call_error(tuple, "Operation with tuple was rollback"));
         }
     }
+    errors.extend(plan.early_errors.iter().cloned());
     let mut result = Vec::new();
     if done > 0 && !plan.noreturn {
         let is_upsert = matches!(plan.func, Func::UpsertMany | Func::UpsertObjectMany);
@@ -617,7 +811,8 @@ pub fn finish_many(
     }
 }
 
-/// Step 3 of a select: merges the shards' runs.
+/// Step 3 of a select: merges the shards' runs. A shard's error is raised out of crud's
+/// merger and returned as a SelectError.
 pub fn finish_select<E: std::fmt::Display>(
     space: &Space,
     planned: &Planned,
@@ -627,7 +822,7 @@ pub fn finish_select<E: std::fmt::Display>(
     for shard in shards {
         match shard {
             Ok(rows) => runs.push(rows),
-            Err(error) => return returned_error(&func_error(Func::Select, error.to_string())),
+            Err(error) => return returned_error(&by_func::select_raised(&error.to_string())),
         }
     }
     let tuples = select::merge_rows(&planned.plan, runs);
@@ -637,7 +832,7 @@ pub fn finish_select<E: std::fmt::Display>(
     two(&result, mp::NIL)
 }
 
-/// Step 3 of min / max.
+/// Step 3 of min / max: a storage's error is `Failed to get min: <message>`.
 pub fn finish_border<E: std::fmt::Display>(
     space: &Space,
     func: Func,
@@ -649,7 +844,9 @@ pub fn finish_border<E: std::fmt::Display>(
     for shard in shards {
         match shard {
             Ok(rows) => runs.push(rows),
-            Err(error) => return returned_error(&func_error(func, error.to_string())),
+            Err(error) => {
+                return returned_error(&by_func::storage_failed(func, &error.to_string()))
+            }
         }
     }
     let tuples = select::merge_rows(plan, runs);
@@ -659,15 +856,21 @@ pub fn finish_border<E: std::fmt::Display>(
     two(&result, mp::NIL)
 }
 
-/// Step 3 of count: `[n, nil]`.
+/// Step 3 of count: `[n, nil]`; a storage's error wrapped as crud wraps it.
 pub fn finish_count<E: std::fmt::Display>(
+    config: &CrudConfig,
     counts: impl IntoIterator<Item = Result<u64, E>>,
 ) -> Vec<u8> {
     let mut total = 0u64;
     for count in counts {
         match count {
             Ok(count) => total += count,
-            Err(error) => return returned_error(&func_error(Func::Count, error.to_string())),
+            Err(error) => {
+                return returned_error(&by_func::count_storage_failed(
+                    &config.instance_uuid,
+                    &error.to_string(),
+                ))
+            }
         }
     }
     let mut value = Vec::new();
@@ -741,7 +944,7 @@ fn run_on_engine(engine: &mut Engine, config: &CrudConfig, plan: Plan<'_>) -> Ve
             };
             finish_border(space, func, &plan, &columns, vec![rows])
         }
-        Plan::Count(plan) => finish_count([select::count_shard(engine, &plan)]),
+        Plan::Count(plan) => finish_count(config, [select::count_shard(engine, &plan)]),
         Plan::Len { space_id } => {
             finish_len(engine.space(space_id).map_or(0, |space| space.len() as u64))
         }

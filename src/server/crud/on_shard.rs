@@ -135,7 +135,12 @@ fn truncate_logged(shard: &mut Shard, space_id: u32) -> Result<(), WalError> {
 }
 
 /// Step 3 of a fanned-out call, from every shard's part (any order: the merge sorts).
-pub fn finish_parts(engine: &Engine, plan: &Plan, parts: Vec<Part>) -> Vec<u8> {
+pub fn finish_parts(
+    engine: &Engine,
+    config: &CrudConfig,
+    plan: &Plan,
+    parts: Vec<Part>,
+) -> Vec<u8> {
     let rows = |parts: Vec<Part>| -> Vec<Result<ShardRows, String>> {
         parts
             .into_iter()
@@ -169,7 +174,7 @@ pub fn finish_parts(engine: &Engine, plan: &Plan, parts: Vec<Part>) -> Vec<u8> {
             };
             finish_border(space_of(plan.space_id), func, plan, columns, rows(parts))
         }
-        Plan::Count(_) => finish_count(counts(parts)),
+        Plan::Count(_) => finish_count(config, counts(parts)),
         Plan::Len { .. } => finish_len(counts(parts).into_iter().flatten().sum()),
         Plan::Truncate { .. } => finish_truncate(),
         Plan::Reply(_) | Plan::Point(_) | Plan::Many(_) => {
@@ -211,7 +216,7 @@ pub fn run_planned(shard: &mut Shard, config: &CrudConfig, plan: &Plan) -> CrudR
             }
         }
         _ => match run_part(shard, plan) {
-            Ok(part) => finish_parts(&shard.engine, plan, vec![part]),
+            Ok(part) => finish_parts(&shard.engine, config, plan, vec![part]),
             Err(error) => {
                 return wal_refused(&error);
             }

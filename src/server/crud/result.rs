@@ -23,13 +23,7 @@ pub fn resolve_fields(format: &SpaceFormat, fields: Option<&[u8]>) -> Result<Col
     let Some(raw) = fields else {
         return Ok(Columns::All);
     };
-    let unknown = |name: &str| {
-        CrudError::new(
-            "FilterFieldsError",
-            "crud/common/schema.lua",
-            format!("Space format doesn't contain field named \"{name}\""),
-        )
-    };
+    let unknown = super::error::by_func::unknown_field;
     let names =
         mp::array_items(raw).ok_or_else(|| unknown(&crate::storage::text::msgpack_to_text(raw)))?;
     let mut numbers = Vec::with_capacity(names.len());

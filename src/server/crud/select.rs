@@ -13,10 +13,11 @@
 //! Tarantool's class order, and nil first; multi-part (index) conditions compare
 //! lexicographically over the parts given, as crud's generated filters do.
 
-use super::error::CrudError;
+use super::error::{by_func, CrudError};
 use super::mp;
 use super::result::Columns;
 use super::write::OpBytes;
+use super::Func;
 use crate::storage::index::{Index, IndexIter, IndexKey};
 use crate::storage::key::{prefix_successor, KeyBuf, SearchKeyBuf};
 use crate::storage::range::{flags, KeyRange};
@@ -76,8 +77,10 @@ pub struct Condition<'a> {
     pub value: &'a [u8],
 }
 
-/// Parses the conditions argument (nil or an array); errors are ParseConditionError texts.
-pub fn parse_conditions(raw: &[u8]) -> Result<Vec<Condition<'_>>, String> {
+/// Parses the conditions argument (nil or an array). An error is a ParseConditionError's
+/// text and the line of `crud/compare/conditions.lua` that creates it (crud 1.7.5 checks a
+/// condition's shape, its operator's type, the operator, then the operand's type).
+pub fn parse_conditions(raw: &[u8]) -> Result<Vec<Condition<'_>>, (String, u32)> {
     if mp::is_nil(raw) {
         return Ok(Vec::new());
     }
@@ -85,34 +88,55 @@ pub fn parse_conditions(raw: &[u8]) -> Result<Vec<Condition<'_>>, String> {
     let mut conditions = Vec::with_capacity(items.len());
     for (at, item) in items.into_iter().enumerate() {
         let number = at + 1;
-        let Some(parts) = mp::array_items(item) else {
-            return Err(format!(
-                "Each condition should be table, got {}",
-                mp::lua_type(item)
+        if mp::lua_type(item) != "table" {
+            return Err((
+                format!(
+                    "Each condition should be table, got \"{}\" (condition {number})",
+                    mp::lua_type(item)
+                ),
+                93,
             ));
-        };
-        if parts.len() > 3 {
-            return Err(
-                "Each condition should be {\"<operator>\", \"<operand>\", <value>}".to_string(),
-            );
         }
-        let symbol_raw = parts.first().copied().unwrap_or(mp::NIL);
-        let Some(symbol) = mp::as_str(symbol_raw) else {
-            return Err(format!(
-                "condition[1] should be string, got {} (condition {number})",
-                mp::lua_type(symbol_raw)
+        // A map's `#` is 0: as short as a condition can not be.
+        let parts = mp::array_items(item).unwrap_or_default();
+        let length = parts
+            .iter()
+            .rposition(|part| !mp::is_nil(part))
+            .map_or(0, |last| last + 1);
+        if !(2..=3).contains(&length) {
+            return Err((
+                format!(
+                    "Each condition should be {{\"<operator>\", \"<operand>\", <value>}} (condition {number})"
+                ),
+                100,
             ));
-        };
-        let operand_raw = parts.get(1).copied().unwrap_or(mp::NIL);
-        let Some(operand) = mp::as_str(operand_raw) else {
-            return Err(format!(
-                "condition[2] should be string, got {} (condition {number})",
-                mp::lua_type(operand_raw)
+        }
+        let symbol_raw = parts[0];
+        let Some(symbol) = mp::as_str(symbol_raw) else {
+            return Err((
+                format!(
+                    "condition[1] should be string, got \"{}\" (condition {number})",
+                    mp::lua_type(symbol_raw)
+                ),
+                108,
             ));
         };
         let Some(operator) = Operator::parse(symbol) else {
-            return Err(format!(
-                "condition[1] \"{symbol}\" isn't a valid condition operator, (condition {number})"
+            return Err((
+                format!(
+                    "condition[1] \"{symbol}\" isn't a valid condition operator, (condition {number})"
+                ),
+                115,
+            ));
+        };
+        let operand_raw = parts[1];
+        let Some(operand) = mp::as_str(operand_raw) else {
+            return Err((
+                format!(
+                    "condition[2] should be string, got \"{}\" (condition {number})",
+                    mp::lua_type(operand_raw)
+                ),
+                123,
             ));
         };
         conditions.push(Condition {
@@ -297,31 +321,36 @@ fn entry_key_parts(space: &Space, index: &Index) -> Vec<KeyPart> {
     parts
 }
 
-/// Errors are `err` texts of the caller's class (SelectError / CountError), except the
-/// FilterFieldsError of an unknown `fields` entry, which is returned whole.
+/// Why a select or count was not planned.
+#[derive(Debug)]
 pub enum PlanError {
-    Text(String),
+    /// The router's own error.
     Error(CrudError),
+    /// What every storage would answer (the scan key or the cursor does not fit the scan
+    /// index): the caller wraps it as its storage errors are wrapped.
+    Storage(String),
+}
+
+impl From<CrudError> for PlanError {
+    fn from(error: CrudError) -> PlanError {
+        PlanError::Error(error)
+    }
 }
 
 /// Plans `crud.select` (and `crud.count`, with `first`, `after` and `fields` absent).
+/// Conditions are parsed before the space is looked up (`space` is `Err` with its name
+/// when it is missing), as crud does.
 pub fn plan_select(
-    space: &Space,
+    func: Func,
+    space: Result<&Space, &str>,
     conditions: &[u8],
     fields: Option<&[u8]>,
     first: Option<i64>,
     after: Option<&[u8]>,
 ) -> Result<Planned, PlanError> {
-    let conditions = parse_conditions(conditions).map_err(|message| {
-        PlanError::Text(format!(
-            "Failed to parse conditions: ParseConditionError: {message}"
-        ))
-    })?;
-    if first.is_some_and(|first| first < 0) && after.is_none() {
-        return Err(PlanError::Text(
-            "Negative first should be specified only with after option".into(),
-        ));
-    }
+    let conditions = parse_conditions(conditions)
+        .map_err(|(message, line)| by_func::parse_conditions_failed(func, &message, line))?;
+    let space = space.map_err(|name| by_func::no_such_space(func, name))?;
     let scan = conditions
         .iter()
         .enumerate()
@@ -342,10 +371,7 @@ pub fn plan_select(
             (index, condition.operator.iterator(), key, Some(at))
         }
         None if primary.def.kind != IndexKind::Tree => {
-            return Err(PlanError::Text(format!(
-                "Failed to get index for scan: IndexTypeError: Index \"{}\" of space \"{}\" isn't TREE",
-                primary.def.name, space.name
-            )));
+            return Err(by_func::no_tree_index(func).into());
         }
         None => (primary, IteratorType::Ge, vec![0x90], None),
     };
@@ -354,18 +380,18 @@ pub fn plan_select(
         .def
         .key_def
         .encode_search_key(&key, &mut encoded)
-        .map_err(|error| PlanError::Text(error.to_string()))?;
+        .map_err(|error| PlanError::Storage(error.to_string()))?;
     let filters = conditions
         .iter()
         .enumerate()
         .filter(|(at, _)| Some(*at) != scan_at)
         .map(|(_, condition)| Filter::new(space, condition))
         .collect();
-    let columns = super::result::resolve_fields(&space.format, fields).map_err(PlanError::Error)?;
+    let columns = super::result::resolve_fields(&space.format, fields)?;
     let entry_parts = entry_key_parts(space, index);
     let columns = columns.enriched(entry_parts.iter().map(|part| part.field_no));
     let after = match after {
-        Some(after) => Some(after_key(&entry_parts, &columns, after).map_err(PlanError::Text)?),
+        Some(after) => Some(after_key(&entry_parts, &columns, after).map_err(PlanError::Storage)?),
         None => None,
     };
     Ok(Planned {
@@ -387,16 +413,16 @@ pub fn plan_select(
 fn after_key(parts: &[KeyPart], columns: &Columns, after: &[u8]) -> Result<KeyBuf, String> {
     let values = mp::array_items(after).unwrap_or_default();
     let mut key = KeyBuf::new();
-    for part in parts {
+    for (part_no, part) in parts.iter().enumerate() {
         let raw = columns
             .position_of(part.field_no)
             .and_then(|at| values.get(at).copied())
             .unwrap_or(mp::NIL);
         let value = mp::value(raw);
         if !part.accepts(&value) {
+            // The storage refuses the cursor as a key of the scan index.
             return Err(format!(
-                "Failed to generate cursor: after tuple field {} does not match index part type: expected {}",
-                part.field_no + 1,
+                "Supplied key type of part {part_no} does not match index part type: expected {}",
                 part.field_type.name()
             ));
         }

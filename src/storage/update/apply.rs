@@ -105,12 +105,21 @@ impl<'x> Fields<'x> {
         })
     }
 
-    fn write(&self, out: &mut Vec<u8>) -> Result<(), StorageError> {
+    /// Writes the new tuple; `double_fields[n]` says whether the space types field `n` of
+    /// the result `double`.
+    fn write(&self, out: &mut Vec<u8>, double_fields: &[bool]) -> Result<(), StorageError> {
         let count = u32::try_from(self.count())
             .map_err(|_| StorageError::IllegalParams("too many fields in tuple".into()))?;
         write_array_len(out, count);
-        for slot in &self.slots {
-            write_content(out, &slot.content);
+        for (position, slot) in self.slots.iter().enumerate() {
+            match slot.content {
+                // Tarantool's `xrow_update_op_store_arith`: a float result goes out as a
+                // float64 where the format (at the field's final position) wants a double.
+                Content::F32(value) if double_fields.get(position) == Some(&true) => {
+                    write_f64(out, f64::from(value))
+                }
+                content => write_content(out, &content),
+            }
         }
         out.extend_from_slice(self.tail);
         Ok(())
@@ -137,6 +146,7 @@ pub(super) fn apply(
     ops: &[UpdateOp<'_>],
     tuple: &[u8],
     out: &mut Vec<u8>,
+    double_fields: &[bool],
     mut on_skip: Option<&mut dyn FnMut(&StorageError)>,
 ) -> Result<(), StorageError> {
     let mut fields = Fields::new(tuple)?;
@@ -151,7 +161,7 @@ pub(super) fn apply(
             }
         }
     }
-    fields.write(out)
+    fields.write(out, double_fields)
 }
 
 /// Applies one op. On error `fields` is unchanged in meaning (it may be split further).
@@ -181,7 +191,7 @@ fn apply_op<'x>(op: &UpdateOp<'x>, fields: &mut Fields<'x>) -> Result<(), Storag
         }
         OpKind::Delete(count) => {
             let position = fields.resolve(target, fields.count())?;
-            let count = count.min((fields.count() - position) as u64) as usize;
+            let count = (count as usize).min(fields.count() - position);
             fields.split_until(position + count)?;
             fields.slots.drain(position..position + count);
         }
@@ -268,8 +278,11 @@ fn compute<'x>(
 }
 
 /// `+`/`-` per spec §12: integers stay integers if the result fits in i64 ∪ u64 (`None`
-/// on overflow); with any float or double the result is a double, stored as float when
-/// float32 holds it exactly. Decimals are filtered out before this point.
+/// on overflow); with any float or double the result is a double, kept as a float when it
+/// lies within ±`f32::MAX` and float32 holds it exactly (Tarantool's
+/// `xrow_update_arith_make`: so ±inf and NaN stay doubles). Whether a float is written as
+/// one is decided at the end, by the field it lands in (see [`Fields::write`]). Decimals
+/// are filtered out before this point.
 fn arith(field: Number, arg: Number, subtract: bool) -> Option<Content<'static>> {
     let as_int = |n: Number| match n {
         Number::Uint(u) => Some(i128::from(u)),
@@ -288,18 +301,59 @@ fn arith(field: Number, arg: Number, subtract: bool) -> Option<Content<'static>>
     let as_f64 = |n: Number| match n {
         Number::Uint(u) => u as f64,
         Number::Int(i) => i as f64,
-        Number::F32(x) => f64::from(x),
+        Number::F32(x) => f32_to_f64(x),
         Number::F64(x) => x,
     };
     let (a, b) = (as_f64(field), as_f64(arg));
-    let result = if subtract { a - b } else { a + b };
+    let result = x86_nan(a, b).unwrap_or_else(|| {
+        let sum = if subtract { a - b } else { a + b };
+        if sum.is_nan() {
+            // inf - inf: the x86 default NaN, negative.
+            f64::from_bits(X86_DEFAULT_NAN)
+        } else {
+            sum
+        }
+    });
     let narrow = result as f32;
-    // NaN never compares equal, so it stays a double (as Tarantool 2.6 stores it).
-    Some(if f64::from(narrow) == result {
+    // NaN fails both comparisons, so it stays a double, its sign and payload as computed.
+    let within_float = (-f64::from(f32::MAX)..=f64::from(f32::MAX)).contains(&result);
+    Some(if within_float && f64::from(narrow) == result {
         Content::F32(narrow)
     } else {
         Content::F64(result)
     })
+}
+
+/// The quiet bit of a float64 NaN.
+const QUIET_NAN_BIT: u64 = 1 << 51;
+/// The NaN x86's SSE unit makes of an invalid operation (`inf - inf`).
+const X86_DEFAULT_NAN: u64 = 0xfff8_0000_0000_0000;
+
+/// The NaN `a ± b` gives on x86 when an operand is one, as Tarantool (built for x86-64)
+/// computes it: the first NaN operand, quieted, sign and payload kept (`x - NaN` is that
+/// NaN, not its negation). Spelled out because Rust leaves a NaN result's sign and payload
+/// unspecified, and the optimiser may rewrite `a - b` as `a + -b`.
+fn x86_nan(a: f64, b: f64) -> Option<f64> {
+    let quiet = |x: f64| f64::from_bits(x.to_bits() | QUIET_NAN_BIT);
+    if a.is_nan() {
+        Some(quiet(a))
+    } else if b.is_nan() {
+        Some(quiet(b))
+    } else {
+        None
+    }
+}
+
+/// A float32 widened as x86's `cvtss2sd` does: exactly, and a NaN quieted with its sign and
+/// its payload moved to the top of the wider fraction.
+fn f32_to_f64(x: f32) -> f64 {
+    if !x.is_nan() {
+        return f64::from(x);
+    }
+    let bits = x.to_bits();
+    let sign = u64::from(bits >> 31) << 63;
+    let fraction = u64::from(bits & 0x007f_ffff) << 29;
+    f64::from_bits(sign | 0x7ff0_0000_0000_0000 | fraction | QUIET_NAN_BIT)
 }
 
 /// Splice bounds on a string of `len` bytes, as Tarantool's `xrow_update_op_do_splice`:

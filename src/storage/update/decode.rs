@@ -145,7 +145,7 @@ fn decode_target<'a>(
             path: None,
         });
     }
-    let adjusted = i64::from(field_no) - i64::from(index_base);
+    let adjusted = i64::from(field_no) - i64::from(index_base as i32);
     match i32::try_from(adjusted) {
         Ok(adjusted) if adjusted >= 0 => Ok(Target {
             field_no: adjusted,
@@ -166,12 +166,14 @@ fn decode_args<'a>(
     match opcode {
         b'=' => Ok(OpKind::Set(take_value(buf).map_err(packet_body)?)),
         b'!' => Ok(OpKind::Insert(take_value(buf).map_err(packet_body)?)),
+        // Tarantool keeps the low 32 bits of the count, and refuses what is then 0: 2^32
+        // deletes nothing (29), 2^32 + 1 deletes one field.
         b'#' => match read_value(buf).map_err(packet_body)? {
-            Value::Uint(0) => Err(StorageError::UpdateField {
+            Value::Uint(count) if count as u32 == 0 => Err(StorageError::UpdateField {
                 field: target.label(),
                 reason: "cannot delete 0 fields".into(),
             }),
-            Value::Uint(count) => Ok(OpKind::Delete(count)),
+            Value::Uint(count) => Ok(OpKind::Delete(count as u32)),
             _ => Err(arg_type(opcode, target, "a positive integer")),
         },
         b'+' | b'-' => {
@@ -225,7 +227,7 @@ fn decode_splice<'a>(
     let mut offset = read_int32(buf, opcode, target)?;
     if offset >= 0 {
         // Offset 0 with base 1 names no character; Tarantool calls that out of bound.
-        match i32::try_from(i64::from(offset) - i64::from(index_base)) {
+        match i32::try_from(i64::from(offset) - i64::from(index_base as i32)) {
             Ok(adjusted) if adjusted >= 0 => offset = adjusted,
             _ => {
                 return Err(StorageError::UpdateSplice {

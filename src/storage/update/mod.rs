@@ -26,7 +26,6 @@
 //!   decimal field at execution, with an `Illegal parameters` error saying so.
 //!
 //! Deliberate differences from Tarantool, on input no client sends:
-//! * `#` counts above `u32::MAX` delete to the end; Tarantool truncates them to 32 bits.
 //! * A field id outside int32 is 26 `… expected an integer` naming the number as sent;
 //!   Tarantool names whatever field number was left in its op struct.
 //! * `"invalid JSON in position N"` counts bytes; Tarantool counts UTF-8 characters.
@@ -77,8 +76,9 @@ enum OpKind<'a> {
     Set(&'a [u8]),
     /// `!`: the argument's msgpack bytes, stored verbatim.
     Insert(&'a [u8]),
-    /// `#`: how many fields to delete, > 0.
-    Delete(u64),
+    /// `#`: how many fields to delete, > 0: the low 32 bits of the count sent, as Tarantool
+    /// keeps them (`(uint32_t) mp_decode_uint`).
+    Delete(u32),
     /// An op that computes a field's new value from its old one.
     Scalar(ScalarOp<'a>),
 }
@@ -144,7 +144,8 @@ impl<'a> UpdateOps<'a> {
     ///
     /// `index_base`: 0 → integer field numbers (and splice offsets) are 0-based, the wire
     /// default; 1 → 1-based (`IPROTO_INDEX_BASE = 1`, crud/Lua). Negative numbers count
-    /// from the end and are never adjusted. `field_no_by_name` maps a format field name to
+    /// from the end and are never adjusted. Tarantool keeps the base in an `int`, so a base
+    /// of 2^31 or more is negative (`0xffff_ffff` is -1: field numbers shift up by one). `field_no_by_name` maps a format field name to
     /// its 0-based number.
     ///
     /// Errors: ops not an array or truncated ⇒ `InvalidMsgpack("packet body")`; more than
@@ -168,8 +169,17 @@ impl<'a> UpdateOps<'a> {
 
     /// Applies the ops in order to `tuple` (a msgpack array) and appends the new tuple to
     /// `out`. On the first failing op returns its error; `out` is then left as it was.
-    pub fn apply(&self, tuple: &[u8], out: &mut Vec<u8>) -> Result<(), StorageError> {
-        apply::apply(&self.ops, tuple, out, None)
+    ///
+    /// `double_fields[n]` says whether the space types field `n` (0-based, in the new
+    /// tuple) `double`: a `+`/`-` result that fits a float32 is written as a float64 there,
+    /// as Tarantool does; elsewhere as a float32. Fields past its end are not doubles.
+    pub fn apply(
+        &self,
+        tuple: &[u8],
+        out: &mut Vec<u8>,
+        double_fields: &[bool],
+    ) -> Result<(), StorageError> {
+        apply::apply(&self.ops, tuple, out, double_fields, None)
     }
 
     /// UPSERT semantics: an op that fails at execution is skipped and handed to `on_skip`
@@ -178,9 +188,10 @@ impl<'a> UpdateOps<'a> {
         &self,
         tuple: &[u8],
         out: &mut Vec<u8>,
+        double_fields: &[bool],
         on_skip: &mut dyn FnMut(&StorageError),
     ) -> Result<(), StorageError> {
-        apply::apply(&self.ops, tuple, out, Some(on_skip))
+        apply::apply(&self.ops, tuple, out, double_fields, Some(on_skip))
     }
 
     /// The lowest 0-based field number whose value or position the ops may change in a
@@ -205,7 +216,7 @@ impl<'a> UpdateOps<'a> {
                     as u32
             };
             if let OpKind::Delete(count) = op.kind {
-                deleted_max = deleted_max.saturating_add(count);
+                deleted_max = deleted_max.saturating_add(u64::from(count));
             }
             lowest = Some(lowest.map_or(position, |low| low.min(position)));
         }

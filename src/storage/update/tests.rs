@@ -73,7 +73,7 @@ fn run_base(base: u32, tuple: &V, ops: &V) -> Result<Vec<u8>, String> {
     let decoded = UpdateOps::decode(&ops_bytes, base, &names).map_err(|e| e.to_string())?;
     let mut out = Vec::new();
     decoded
-        .apply(&enc(tuple), &mut out)
+        .apply(&enc(tuple), &mut out, &[])
         .map_err(|e| e.to_string())?;
     Ok(out)
 }
@@ -185,6 +185,25 @@ fn index_base_one_shifts_numbers_but_not_negatives() {
 // ---------------------------------------------------------------- `!`
 
 #[test]
+fn index_base_is_a_signed_32_bit_number() {
+    // [2.6, 2026-12-02: kv [1, 1, "abc"], INDEX_BASE 0xffffffff, ['=', 0, "zz"] ⇒ 23 on
+    // field 2; INDEX_BASE 0x80000000, ['=', 0, ..] ⇒ 37 "Field 0 was not found"]
+    let tuple = t(&[U(1), U(1), s("abc")]);
+    assert_eq!(
+        run_base(u32::MAX, &tuple, &ops(&[op("=", U(0), &[s("zz")])])),
+        ok(&[U(1), s("zz"), s("abc")])
+    );
+    assert_eq!(
+        run_base(0x8000_0000, &tuple, &ops(&[op("=", U(0), &[s("ww")])])),
+        err("Field 0 was not found in the tuple")
+    );
+    assert_eq!(
+        run_base(0x8000_0000, &tuple, &ops(&[op("=", U(5), &[s("ww")])])),
+        err("Field 5 was not found in the tuple")
+    );
+}
+
+#[test]
 fn insert_before_position_and_at_ends() {
     let tuple = t(&[U(1), U(5)]);
     assert_eq!(
@@ -268,6 +287,25 @@ fn delete_errors() {
             err("Argument type in operation '#' on field 2 does not match field type: expected a positive integer")
         );
     }
+}
+
+#[test]
+fn delete_keeps_the_low_32_bits_of_its_count() {
+    // [2.6, 2026-12-02: `#` with 2^32 ⇒ 29 "cannot delete 0 fields"; with 2^32 + 1 it
+    // deletes one field] Tarantool reads the count into a uint32_t.
+    let tuple = t(&[U(1), U(5), U(6), U(7)]);
+    assert_eq!(
+        run(&tuple, &ops(&[op("#", U(1), &[U(1 << 32)])])),
+        err("Field 2 UPDATE error: cannot delete 0 fields")
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("#", U(1), &[U((1 << 32) + 1)])])),
+        ok(&[U(1), U(6), U(7)])
+    );
+    assert_eq!(
+        run(&tuple, &ops(&[op("#", U(1), &[U((5 << 32) + 2)])])),
+        ok(&[U(1), U(7)])
+    );
 }
 
 // ---------------------------------------------------------------- `+` `-`
@@ -376,6 +414,180 @@ fn float_arithmetic_narrows_to_float_when_exact() {
     assert_eq!(
         run(&t(&[U(1), F64(2.5)]), &ops(&[op("-", U(1), &[I(-3)])])),
         ok(&[U(1), F32(5.5)])
+    );
+}
+
+/// Runs `ops` on `tuple` with the fields of `double_fields` typed `double`; the raw bytes.
+fn run_typed(tuple: &V, ops: &V, double_fields: &[bool]) -> Result<Vec<u8>, String> {
+    let ops_bytes = enc(ops);
+    let decoded = UpdateOps::decode(&ops_bytes, 0, &names).map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    decoded
+        .apply(&enc(tuple), &mut out, double_fields)
+        .map_err(|e| e.to_string())?;
+    Ok(out)
+}
+
+/// The bytes of field 1 of a two-field result `[1, x]`.
+fn second_field(out: Result<Vec<u8>, String>) -> Vec<u8> {
+    let out = out.expect("the update applies");
+    assert_eq!(out[..2], [0x92, 0x01]);
+    out[2..].to_vec()
+}
+
+fn f64_bits(bits: u64) -> V {
+    F64(f64::from_bits(bits))
+}
+
+#[test]
+fn float_results_beyond_float32_range_stay_doubles() {
+    // [2.6, 2026-12-02, field of type number: 2.5 + inf ⇒ cb 7f f0 ..; 2.5 - inf ⇒
+    // cb ff f0 ..; 2.5 + 1e300 ⇒ cb; 2.5 + f32::MAX ⇒ ca 7f 7f ff ff]
+    let field = t(&[U(1), F64(2.5)]);
+    let plus = |arg: V| second_field(run(&field, &ops(&[op("+", U(1), &[arg])])));
+    let minus = |arg: V| second_field(run(&field, &ops(&[op("-", U(1), &[arg])])));
+    assert_eq!(plus(F64(f64::INFINITY)), enc(&F64(f64::INFINITY)));
+    assert_eq!(minus(F64(f64::INFINITY)), enc(&F64(f64::NEG_INFINITY)));
+    assert_eq!(plus(F32(f32::INFINITY)), enc(&F64(f64::INFINITY)));
+    assert_eq!(plus(F64(1e300)), enc(&F64(1e300 + 2.5)));
+    assert_eq!(
+        second_field(run(
+            &t(&[U(1), U(0)]),
+            &ops(&[op("+", U(1), &[F64(f64::from(f32::MAX))])])
+        )),
+        vec![0xca, 0x7f, 0x7f, 0xff, 0xff]
+    );
+    // [2.6: float 3e38 + float 3e38 ⇒ cb 47 fc 36 3c c0 00 00 00]: computed in double.
+    assert_eq!(
+        second_field(run(
+            &t(&[U(1), F32(3e38)]),
+            &ops(&[op("+", U(1), &[F32(3e38)])])
+        )),
+        vec![0xcb, 0x47, 0xfc, 0x36, 0x3c, 0xc0, 0x00, 0x00, 0x00]
+    );
+    // [2.6: -0.0 + -0.0 ⇒ ca 80 00 00 00; 0.0 - 0.0 ⇒ ca 00 00 00 00]
+    assert_eq!(
+        second_field(run(
+            &t(&[U(1), F64(-0.0)]),
+            &ops(&[op("+", U(1), &[F64(-0.0)])])
+        )),
+        vec![0xca, 0x80, 0x00, 0x00, 0x00]
+    );
+}
+
+#[test]
+fn nan_results_keep_the_nan_operand_as_x86_tarantool_does() {
+    // Every expected value observed on Tarantool 2.6 (x86-64), 2026-12-02.
+    let on = |field: V, opcode: &str, arg: V| {
+        second_field(run(&t(&[U(1), field]), &ops(&[op(opcode, U(1), &[arg])])))
+    };
+    let bits = |out: Vec<u8>| {
+        assert_eq!(out[0], 0xcb, "a NaN result is a double");
+        u64::from_be_bytes(out[1..9].try_into().expect("8 bytes"))
+    };
+    // x - NaN is that NaN, not its negation.
+    assert_eq!(
+        bits(on(F64(1.5), "-", f64_bits(0x7ff8_0000_0000_0001))),
+        0x7ff8_0000_0000_0001
+    );
+    assert_eq!(
+        bits(on(F64(1.5), "-", f64_bits(0xfff8_0000_0000_0001))),
+        0xfff8_0000_0000_0001
+    );
+    // Both NaN: the field's wins.
+    assert_eq!(
+        bits(on(
+            f64_bits(0x7ff8_0000_0000_0001),
+            "-",
+            f64_bits(0xfff8_0000_0000_0002)
+        )),
+        0x7ff8_0000_0000_0001
+    );
+    assert_eq!(
+        bits(on(
+            f64_bits(0xfff8_0000_0000_0001),
+            "+",
+            f64_bits(0x7ff8_0000_0000_0002)
+        )),
+        0xfff8_0000_0000_0001
+    );
+    // A signalling NaN comes out quiet.
+    assert_eq!(
+        bits(on(f64_bits(0x7ff0_0000_0000_0001), "+", U(1))),
+        0x7ff8_0000_0000_0001
+    );
+    assert_eq!(
+        bits(on(F64(1.5), "+", f64_bits(0x7ff0_0000_0000_0001))),
+        0x7ff8_0000_0000_0001
+    );
+    // A float32 NaN widens with its payload on top.
+    assert_eq!(
+        bits(on(F64(1.5), "-", F32(f32::from_bits(0x7f80_0001)))),
+        0x7ff8_0000_2000_0000
+    );
+    assert_eq!(
+        bits(on(F64(1.5), "-", F32(f32::from_bits(0xffc0_0001)))),
+        0xfff8_0000_2000_0000
+    );
+    assert_eq!(
+        bits(on(F32(f32::from_bits(0x7fc0_0003)), "+", U(1))),
+        0x7ff8_0000_6000_0000
+    );
+    // inf - inf: the default NaN, negative.
+    assert_eq!(
+        bits(on(F64(f64::INFINITY), "-", F64(f64::INFINITY))),
+        0xfff8_0000_0000_0000
+    );
+    assert_eq!(
+        bits(on(F64(f64::NEG_INFINITY), "-", F64(f64::NEG_INFINITY))),
+        0xfff8_0000_0000_0000
+    );
+}
+
+#[test]
+fn float_results_in_double_fields_are_written_as_doubles() {
+    // [2.6, 2026-12-02, space format {unsigned, double, number}: tuple [1, 1.5, 2.5]]
+    let tuple = t(&[U(1), F64(1.5), F64(2.5)]);
+    let doubles = [false, true, false];
+    // d + 1 ⇒ cb 40 04 ..; d + float 1.0 ⇒ the same; d - 1.5 ⇒ cb 00 ..
+    for arg in [U(1), F32(1.0)] {
+        assert_eq!(
+            run_typed(&tuple, &ops(&[op("+", U(1), &[arg])]), &doubles),
+            ok(&[U(1), F64(2.5), F64(2.5)])
+        );
+    }
+    assert_eq!(
+        run_typed(&tuple, &ops(&[op("-", U(1), &[F64(1.5)])]), &doubles),
+        ok(&[U(1), F64(0.0), F64(2.5)])
+    );
+    // The number field keeps the float32: n + 1 ⇒ ca 40 60 00 00
+    assert_eq!(
+        run_typed(&tuple, &ops(&[op("+", U(2), &[U(1)])]), &doubles),
+        ok(&[U(1), F64(1.5), F32(3.5)])
+    );
+    // Where the result lands decides, not where it was computed: y + 1, then `#` of x
+    // moves it into the double field ⇒ [1, cb 3.5]; x + 1, then `!` before it moves it
+    // into the number field ⇒ [1, cb 7.0, ca 2.5, cb 2.5].
+    assert_eq!(
+        run_typed(
+            &tuple,
+            &ops(&[op("+", U(2), &[U(1)]), op("#", U(1), &[U(1)])]),
+            &doubles
+        ),
+        ok(&[U(1), F64(3.5)])
+    );
+    assert_eq!(
+        run_typed(
+            &tuple,
+            &ops(&[op("+", U(1), &[U(1)]), op("!", U(1), &[F64(7.0)])]),
+            &doubles
+        ),
+        ok(&[U(1), F64(7.0), F32(2.5), F64(2.5)])
+    );
+    // An integer result stays an integer (the format then refuses it, not the update).
+    assert_eq!(
+        run_typed(&t(&[U(1), U(2)]), &ops(&[op("+", U(1), &[U(1)])]), &doubles),
+        ok(&[U(1), U(3)])
     );
 }
 
@@ -874,7 +1086,9 @@ fn op_list_errors() {
     let bytes = enc(&many(4000));
     let decoded = UpdateOps::decode(&bytes, 0, &names).expect("4000 ops decode");
     let mut out = Vec::new();
-    decoded.apply(&tuple, &mut out).expect("4000 sets apply");
+    decoded
+        .apply(&tuple, &mut out, &[])
+        .expect("4000 sets apply");
     assert_eq!(out, enc(&t(&[U(1)])));
     // An empty list is a no-op.
     assert_eq!(run(&t(&[U(1), s("x")]), &ops(&[])), ok(&[U(1), s("x")]));
@@ -888,15 +1102,15 @@ fn bad_tuples_are_reported_not_panicked_on() {
     let decoded = UpdateOps::decode(&bytes, 0, &names).expect("valid ops");
     let mut out = Vec::new();
     assert_eq!(
-        decoded.apply(&enc(&U(1)), &mut out),
+        decoded.apply(&enc(&U(1)), &mut out, &[]),
         Err(StorageError::TupleNotArray)
     );
     assert_eq!(
-        decoded.apply(&[0x92, 0x01], &mut out),
+        decoded.apply(&[0x92, 0x01], &mut out, &[]),
         Err(StorageError::InvalidMsgpack("tuple"))
     );
     assert_eq!(
-        decoded.apply(&[], &mut out),
+        decoded.apply(&[], &mut out, &[]),
         Err(StorageError::InvalidMsgpack("tuple"))
     );
     assert!(out.is_empty(), "a failed apply leaves out untouched");
@@ -909,7 +1123,7 @@ fn apply_appends_to_out_and_keeps_untouched_tail_verbatim() {
     let bytes = enc(&ops(&[op("+", U(1), &[U(100)])]));
     let decoded = UpdateOps::decode(&bytes, 0, &names).expect("valid ops");
     let mut out = vec![0xaa];
-    decoded.apply(&enc(&tuple), &mut out).expect("applies");
+    decoded.apply(&enc(&tuple), &mut out, &[]).expect("applies");
     let mut expected_fields = fields.clone();
     expected_fields[1] = U(101);
     let mut expected = vec![0xaa];
@@ -945,7 +1159,7 @@ fn skipping_mode_skips_failed_ops_and_applies_the_rest() {
     let mut skipped = Vec::new();
     let mut out = Vec::new();
     decoded
-        .apply_skipping_failures(&enc(&t(&[U(1), U(5), s("a")])), &mut out, &mut |e| {
+        .apply_skipping_failures(&enc(&t(&[U(1), U(5), s("a")])), &mut out, &[], &mut |e| {
             skipped.push(e.to_string())
         })
         .expect("applies");
@@ -965,7 +1179,7 @@ fn skipping_mode_still_reports_broken_tuples() {
     let bytes = enc(&ops(&[op("=", U(1), &[U(1)])]));
     let decoded = UpdateOps::decode(&bytes, 0, &names).expect("valid ops");
     let mut out = Vec::new();
-    let result = decoded.apply_skipping_failures(&[0x92, 0x01], &mut out, &mut |_| {});
+    let result = decoded.apply_skipping_failures(&[0x92, 0x01], &mut out, &[], &mut |_| {});
     assert_eq!(result, Err(StorageError::InvalidMsgpack("tuple")));
 }
 
@@ -1130,11 +1344,11 @@ mod props {
             if let Ok(decoded) = &decoded {
                 let tuple = enc(&t(&tuple));
                 let mut out = Vec::new();
-                let strict = decoded.apply(&tuple, &mut out);
+                let strict = decoded.apply(&tuple, &mut out, &[]);
                 let mut lenient = Vec::new();
                 let mut skipped = 0;
                 decoded
-                    .apply_skipping_failures(&tuple, &mut lenient, &mut |_| skipped += 1)
+                    .apply_skipping_failures(&tuple, &mut lenient, &[], &mut |_| skipped += 1)
                     .expect("a valid tuple never fails in skipping mode");
                 // Without failures both modes agree; with one, strict mode reports it.
                 prop_assert_eq!(strict.is_ok(), skipped == 0);
@@ -1155,8 +1369,8 @@ mod props {
                 op("!", V::I(-1), &[V::U(1)])]));
             let decoded = UpdateOps::decode(&valid, 0, &names).expect("valid ops");
             let mut out = Vec::new();
-            let _ = decoded.apply(&tuple_bytes, &mut out);
-            let _ = decoded.apply_skipping_failures(&tuple_bytes, &mut out, &mut |_| {});
+            let _ = decoded.apply(&tuple_bytes, &mut out, &[]);
+            let _ = decoded.apply_skipping_failures(&tuple_bytes, &mut out, &[], &mut |_| {});
         }
 
         #[test]
@@ -1170,7 +1384,7 @@ mod props {
             let bytes = enc(&wire(&list, base));
             let decoded = UpdateOps::decode(&bytes, base, &names).expect("model ops are valid");
             let mut out = Vec::new();
-            let actual = decoded.apply(&enc(&t(&tuple)), &mut out).map(|()| out).map_err(|e| e.to_string());
+            let actual = decoded.apply(&enc(&t(&tuple)), &mut out, &[]).map(|()| out).map_err(|e| e.to_string());
             prop_assert_eq!(actual, expected);
         }
     }
