@@ -29,7 +29,9 @@
 //! Runs bounded under `cargo test` (20 seeds x 500 ops per shard count); longer by hand:
 //! `DIFF_SEEDS=100 DIFF_OPS=2000 DIFF_SEED_FIRST=1 cargo test --release --test integration
 //! differential:: -- --nocapture` (`DIFF_EXAMPLES=N`: examples printed per mismatch class;
-//! `DIFF_VERBOSE=1`: every request and both replies).
+//! `DIFF_VERBOSE=1`: every request and both replies; `DIFF_PARANOID=1`: after every write,
+//! Tarantool's own indexes must hold the same rows, or the test stops naming the batch, since
+//! Tarantool 2.6 can corrupt itself, see `gen::Use`).
 //! Needs `tarantool` 2.6 on PATH (or `TARN_TARANTOOL`); `.ci/run` installs Debian's.
 
 use crate::common;
@@ -474,7 +476,7 @@ fn exchange_one(conn: &mut Conn, requests: &[Request], first_sync: u64) -> Vec<R
 /// Every row of `space` on one server, in primary key order (a HASH primary key's rows
 /// sorted by their bytes).
 fn rows(conn: &mut Conn, space: &Space) -> Result<Vec<V>, String> {
-    let request = select_all(space);
+    let request = select_all(space, 0);
     let reply = conn.call(&request, 1 << 40)?;
     let mut rows = reply
         .data()
@@ -486,12 +488,24 @@ fn rows(conn: &mut Conn, space: &Space) -> Result<Vec<V>, String> {
     Ok(rows)
 }
 
-fn select_all(space: &Space) -> Request {
+/// Every row of `space` through index `index_id`, sorted by their bytes.
+fn rows_by(conn: &mut Conn, space: &Space, index_id: u32) -> Result<Vec<V>, String> {
+    let request = select_all(space, index_id);
+    let reply = conn.call(&request, 1 << 40)?;
+    let mut rows = reply
+        .data()
+        .ok_or_else(|| format!("SELECT ALL of {} index {index_id}: {reply}", space.name))?
+        .to_vec();
+    rows.sort_by_key(V::sort_key);
+    Ok(rows)
+}
+
+fn select_all(space: &Space, index_id: u32) -> Request {
     request_of(
         iproto::SELECT,
         vec![
             (iproto::SPACE_ID, V::Uint(u64::from(space.id))),
-            (iproto::INDEX_ID, V::Uint(0)),
+            (iproto::INDEX_ID, V::Uint(u64::from(index_id))),
             (iproto::LIMIT, V::Uint(u64::from(u32::MAX))),
             (iproto::ITERATOR, V::Uint(2)),
             (iproto::KEY, V::Array(Vec::new())),
@@ -654,6 +668,9 @@ struct Harness<'s> {
     tally: Tally,
     /// `DIFF_VERBOSE=1`: every request and both replies on stderr.
     verbose: bool,
+    /// `DIFF_PARANOID=1`: Tarantool's indexes checked against each other after every write
+    /// (`Harness::check_reference`).
+    paranoid: bool,
 }
 
 impl Harness<'_> {
@@ -743,6 +760,15 @@ impl Harness<'_> {
                     );
                 }
             }
+            if self.paranoid {
+                for space_id in written.keys() {
+                    let space = self
+                        .schema
+                        .space(u64::from(*space_id))
+                        .expect("a known space");
+                    self.check_reference(pair, space, seed, op, &requests);
+                }
+            }
             // Where each space's rows may have diverged within the batch, and the class that
             // made them: the first write to it whose replies differ, else (when its rows
             // differ afterwards) its first write.
@@ -814,6 +840,47 @@ impl Harness<'_> {
         }
     }
 
+    /// `DIFF_PARANOID=1`: whether Tarantool's own indexes of `space` still hold the same rows
+    /// after a batch of `requests` (from op `op`) wrote to it; panics, naming the batch, when
+    /// they do not. Tarantool 2.6 corrupts its memory when a TREE index's comparisons are not
+    /// a total order (a dangling tuple stays in a secondary index after its DELETE, see
+    /// `gen::Use`); every later reply of it is then suspect, the harness's verdicts with it.
+    fn check_reference(
+        &self,
+        pair: &mut Pair,
+        space: &Space,
+        seed: u64,
+        op: u64,
+        requests: &[Request],
+    ) {
+        let by_primary = rows_by(&mut pair.tarantool, space, 0);
+        for index_id in 1..space.indexes.len() as u32 {
+            let by_index = rows_by(&mut pair.tarantool, space, index_id);
+            let problem = match (&by_primary, &by_index) {
+                (Ok(want), Ok(have)) if want == have => continue,
+                (Ok(_), Ok(have)) => format!(
+                    "index {index_id} holds {} rows, the primary {}: {}",
+                    have.len(),
+                    by_primary.as_ref().map_or(0, Vec::len),
+                    V::Array(have.clone())
+                ),
+                (Err(why), _) | (_, Err(why)) => why.clone(),
+            };
+            let sent: Vec<String> = requests
+                .iter()
+                .enumerate()
+                .map(|(at, request)| format!("  op {}: {request}", op + at as u64))
+                .collect();
+            panic!(
+                "Tarantool's own indexes of {} disagree after seed {seed}'s ops {op}..{} (the \
+                 reference is corrupt): {problem}\n{}",
+                space.name,
+                op + requests.len() as u64,
+                sent.join("\n")
+            );
+        }
+    }
+
     fn space_of(&self, request: &Request) -> Option<&Space> {
         request.space_id().and_then(|id| self.schema.space(id))
     }
@@ -880,10 +947,20 @@ impl Harness<'_> {
             rows(&mut pair.tarn, space),
         ) {
             (Ok(want), Ok(have)) => (want, have),
-            (want, have) => panic!(
-                "the rows of {} could not be read: {want:?} / {have:?}",
-                space.name
-            ),
+            (want, have) => {
+                let show = |rows: Result<Vec<V>, String>| match rows {
+                    Ok(rows) => V::Array(rows).to_string(),
+                    Err(why) => why,
+                };
+                let (index, request, _) = writes.last().expect("a write");
+                panic!(
+                    "after seed {seed} op {index} ({mode}, {request}) the rows of {} could not \
+                     be read:\n  tarantool: {}\n  tarn: {}",
+                    space.name,
+                    show(want),
+                    show(have)
+                )
+            }
         };
         if want == have {
             return None;
@@ -1082,6 +1159,7 @@ fn run(shards: u32) {
     let mut harness = Harness {
         tarantool_dir: tarantool.dir.path().to_path_buf(),
         verbose: env_u64("DIFF_VERBOSE", 0) != 0,
+        paranoid: env_u64("DIFF_PARANOID", 0) != 0,
         schema: &schema,
         tally: Tally {
             shards,

@@ -213,7 +213,7 @@ pub struct Case<'a> {
 
 /// A mismatch class tarn is known to have, counted but not failed on until it is fixed.
 pub struct Allowed {
-    /// The issue-19 item ("1" .. "7"), or "new" with the finding's heading in
+    /// The issue-19 item ("6"), or "new: " with the finding's heading in
     /// /work/notes/i19-diff-findings.md.
     pub item: &'static str,
     pub what: &'static str,
@@ -221,89 +221,10 @@ pub struct Allowed {
 }
 
 /// The known mismatch classes. Each predicate is as narrow as the class: a request shape and
-/// the two replies it gets. Items 1-7 are issue 19's; "new" ones are written up in
-/// /work/notes/i19-diff-findings.md under the same name.
+/// the two replies it gets. Item 6 is issue 19's (items 1-5 and 7 are fixed: a mismatch of
+/// theirs fails the test now); "new" ones are written up in /work/notes/i19-diff-findings.md
+/// under the same name.
 pub const ALLOWED: &[Allowed] = &[
-    Allowed {
-        item: "1",
-        what: "`+`/`-` with a float result: on a double field a result that fits in float32 \
-               fails with 23 (`expected double, got float`; inside UPSERT the operation is \
-               dropped), elsewhere ±inf comes back as float32 where Tarantool writes float64, \
-               and NaNs differ in their bits",
-        matches: |case| {
-            let Some(space) = case.request.space_id().and_then(|id| case.schema.space(id)) else {
-                return false;
-            };
-            let has_arith = case.request.ops().is_some_and(|ops| {
-                ops.iter().any(|op| {
-                    matches!(op.as_array(), Some([V::Str(name), _, _])
-                        if matches!(name.as_slice(), b"+" | b"-"))
-                })
-            });
-            // Whatever Tarantool said: tarn stopped at this operation.
-            let refused = arith_ops_on(case, |kind| kind == Kind::Double)
-                && case.tarn.error_code() == Some(23)
-                && case
-                    .tarn
-                    .message()
-                    .is_some_and(|text| text.ends_with("expected double, got float"));
-            let replies_differ_in_floats = codes(case) == (None, None)
-                && match (case.tarantool.data(), case.tarn.data()) {
-                    (Some([want]), Some([have])) => floats_apart(want, have, space),
-                    _ => false,
-                };
-            let rows_differ_in_floats = !case.rows.is_empty()
-                && case.rows.iter().all(|pair| match pair {
-                    (Some(want), Some(have)) => floats_apart(want, have, space),
-                    _ => false,
-                });
-            has_arith && (refused || replies_differ_in_floats || rows_differ_in_floats)
-        },
-    },
-    Allowed {
-        item: "2",
-        what: "DELETE/UPDATE with a key of the wrong part count: 31 (or 18 when a part's type \
-               is wrong too) where Tarantool checks the exact match's count first, 19",
-        matches: |case| {
-            (is(case.request, iproto::DELETE) || is(case.request, iproto::UPDATE))
-                && matches!(codes(case), (Some(19), Some(31 | 18)))
-        },
-    },
-    Allowed {
-        item: "3",
-        what: "UPDATE that moves the primary key onto an existing key: 94 where Tarantool \
-               finds the duplicate first, 3",
-        matches: |case| is(case.request, iproto::UPDATE) && codes(case) == (Some(3), Some(94)),
-    },
-    Allowed {
-        item: "4",
-        what: "`#` with a count of 2^32 or more: tarn deletes that many fields, Tarantool the \
-               count's low 32 bits",
-        matches: |case| {
-            case.request.ops().is_some_and(|ops| {
-                ops.iter().any(|op| {
-                    matches!(op.as_array(), Some([V::Str(name), _, V::Uint(count)])
-                        if name.as_slice() == b"#" && *count >= 1 << 32)
-                })
-            })
-        },
-    },
-    Allowed {
-        item: "5",
-        what: "SELECT check order: an invalid iterator on a missing space or index is 1 in \
-               Tarantool (35/36 in tarn); a partial HASH key of a wrong type 136 (18)",
-        matches: |case| {
-            is(case.request, iproto::SELECT)
-                && match codes(case) {
-                    (Some(1), Some(35 | 36)) => {
-                        case.tarantool.message()
-                            == Some("Illegal parameters, Invalid iterator type")
-                    }
-                    (Some(136), Some(18)) => true,
-                    _ => false,
-                }
-        },
-    },
     Allowed {
         item: "6",
         what: "update operations on a nested JSON path are refused as not supported",
@@ -311,16 +232,6 @@ pub const ALLOWED: &[Allowed] = &[
             case.tarn.message()
                 == Some("Illegal parameters, update of a nested JSON path is not supported")
                 && has_path_op(case.request, case.schema)
-        },
-    },
-    Allowed {
-        item: "7",
-        what: "writes to a missing space id below 512: 5 (schema changes) where Tarantool \
-               says 36",
-        matches: |case| {
-            case.request.is_write()
-                && case.request.space_id().is_some_and(|id| id < 512)
-                && codes(case) == (Some(36), Some(5))
         },
     },
     Allowed {
@@ -490,32 +401,6 @@ fn arith_ops_on(case: &Case<'_>, kind: impl Fn(Kind) -> bool) -> bool {
                     .is_some_and(|field| kind(field.kind))
         })
     })
-}
-
-/// Whether tuples `want` (Tarantool's) and `have` (tarn's) differ only in floats: the same
-/// number as float64 and float32, two NaNs, or two float64s in a double field (an operation
-/// tarn dropped).
-fn floats_apart(want: &V, have: &V, space: &Space) -> bool {
-    let (V::Array(want), V::Array(have)) = (want, have) else {
-        return false;
-    };
-    want.len() == have.len()
-        && want
-            .iter()
-            .zip(have)
-            .enumerate()
-            .all(|(at, pair)| match pair {
-                (a, b) if a == b => true,
-                (V::F64(a), V::F32(b)) => f64::from_bits(*a) == f32::from_bits(*b) as f64,
-                (V::F64(a), V::F64(b)) if f64::from_bits(*a).is_nan() => {
-                    f64::from_bits(*b).is_nan()
-                }
-                (V::F64(_), V::F64(_)) => space
-                    .fields
-                    .get(at)
-                    .is_some_and(|field| field.kind == Kind::Double),
-                _ => false,
-            })
 }
 
 /// Whether every differing row is there on both servers and differs only where Tarantool's
