@@ -769,6 +769,24 @@ impl Harness<'_> {
                     self.check_reference(pair, space, seed, op, &requests);
                 }
             }
+            // Each mismatch's own class: the allow-list's for its request, else that of an
+            // earlier write of the batch that left the rows apart while both servers answered
+            // it alike (`silent_cause`); and whether it is silent-caused.
+            let own: BTreeMap<u64, (Option<&'static known::Allowed>, bool)> = mismatches
+                .iter()
+                .map(|(index, _)| {
+                    let at = (index - op) as usize;
+                    let class =
+                        match self.allowed(&requests[at], &replies[at], &[], &requests[at + 1..]) {
+                            Some(allowed) => (Some(allowed), false),
+                            None => match self.silent_cause(&requests[..=at], &replies[..=at]) {
+                                Some(allowed) => (Some(allowed), true),
+                                None => (None, false),
+                            },
+                        };
+                    (*index, class)
+                })
+                .collect();
             // Where each space's rows may have diverged within the batch, and the class that
             // made them: the first write to it whose replies differ, else (when its rows
             // differ afterwards) its first write.
@@ -784,10 +802,7 @@ impl Harness<'_> {
                 if let (true, true, Some(space)) =
                     (one_wrote, request.is_write(), self.space_of(request))
                 {
-                    let later = &requests[(index - op) as usize + 1..];
-                    diverged
-                        .entry(space.id)
-                        .or_insert((*index, self.allowed(request, replies, &[], later)));
+                    diverged.entry(space.id).or_insert((*index, own[index].0));
                 }
             }
             for (space_id, indexes) in written {
@@ -814,50 +829,26 @@ impl Harness<'_> {
                     .space_of(request)
                     .and_then(|space| diverged.get(&space.id))
                     .filter(|(root, _)| *root < index);
-                let (signature, allowed) = match root {
+                let kind = iproto::type_name(request.kind);
+                let space = space_label(self.schema, request);
+                let (signature, allowed) = match (root, own[&index]) {
                     // A consequence of an earlier divergence in the same batch: its class.
-                    Some((_, allowed)) => (
-                        format!(
-                            "{} on {} after a divergence earlier in its batch",
-                            iproto::type_name(request.kind),
-                            space_label(self.schema, request),
-                        ),
+                    (Some((_, allowed)), _) => (
+                        format!("{kind} on {space} after a divergence earlier in its batch"),
                         *allowed,
                     ),
-                    None => match self.allowed(request, &replies[at], &[], &requests[at + 1..]) {
-                        Some(allowed) => (
-                            format!(
-                                "{} on {}: tarantool {} / tarn {} ({why})",
-                                iproto::type_name(request.kind),
-                                space_label(self.schema, request),
-                                status_name(tarantool),
-                                status_name(tarn),
-                            ),
-                            Some(allowed),
+                    (None, (allowed, true)) => (
+                        format!("{kind} on {space} after a silent divergence earlier in its batch"),
+                        allowed,
+                    ),
+                    (None, (allowed, false)) => (
+                        format!(
+                            "{kind} on {space}: tarantool {} / tarn {} ({why})",
+                            status_name(tarantool),
+                            status_name(tarn),
                         ),
-                        None => match self.silent_cause(&requests[..=at], &replies[..=at]) {
-                            // Rows that an earlier write of the batch left apart although
-                            // both servers answered it alike: that write's class.
-                            Some(allowed) => (
-                                format!(
-                                    "{} on {} after a silent divergence earlier in its batch",
-                                    iproto::type_name(request.kind),
-                                    space_label(self.schema, request),
-                                ),
-                                Some(allowed),
-                            ),
-                            None => (
-                                format!(
-                                    "{} on {}: tarantool {} / tarn {} ({why})",
-                                    iproto::type_name(request.kind),
-                                    space_label(self.schema, request),
-                                    status_name(tarantool),
-                                    status_name(tarn),
-                                ),
-                                None,
-                            ),
-                        },
-                    },
+                        allowed,
+                    ),
                 };
                 self.tally.record(signature, allowed, report);
             }

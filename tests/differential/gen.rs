@@ -1024,7 +1024,7 @@ impl<'s> Generator<'s> {
                 if edge && self.rng.chance(30) {
                     V::str(&"long-".repeat(60))
                 } else {
-                    V::str(*self.rng.pick(&STRINGS))
+                    self.pick_str(&STRINGS)
                 }
             }
             Kind::Boolean => V::Bool(self.rng.chance(50)),
@@ -1131,6 +1131,11 @@ impl<'s> Generator<'s> {
         }
     }
 
+    fn pick_str(&mut self, texts: &[&str]) -> V {
+        let text: &&str = self.rng.pick(texts);
+        V::str(text)
+    }
+
     fn decimal(&mut self) -> V {
         V::Ext(1, self.rng.pick(&DECIMALS).to_vec())
     }
@@ -1224,7 +1229,7 @@ impl<'s> Generator<'s> {
                     _ => V::str("1"),
                 };
                 let text = match self.rng.weighted(&[85, 15]) {
-                    0 => V::str(*self.rng.pick(&["", "X", "yz"])),
+                    0 => self.pick_str(&["", "X", "yz"]),
                     _ => self.any_value(usage, 0),
                 };
                 op_array.extend([position, cut, text]);
@@ -1302,7 +1307,7 @@ impl<'s> Generator<'s> {
             Kind::String if self.rng.chance(60) => {
                 let position = V::int(self.rng.range(-3, 4));
                 let cut = V::int(self.rng.range(-1, 3));
-                let text = V::str(*self.rng.pick(&["", "X", "yz"]));
+                let text = self.pick_str(&["", "X", "yz"]);
                 return V::Array(vec![V::str(":"), target, position, cut, text]);
             }
             _ => ("=", self.value(field.kind, usage, false)),
