@@ -10,6 +10,8 @@ mod common;
 mod crud_errors;
 #[path = "data_dir.rs"]
 mod data_dir;
+#[path = "differential.rs"]
+mod differential;
 #[path = "durability.rs"]
 mod durability;
 #[path = "durability_disk_full.rs"]

@@ -10,6 +10,9 @@
 --   TARANTOOL_LOG            log destination (default <work_dir>/tarantool.log)
 --   TARANTOOL_NET_MSG_MAX    requests in flight the network thread admits (default 768,
 --                            Tarantool's own default)
+--   TARANTOOL_EXTRA_SCHEMA   a Lua file run once after the schema below, before the ready
+--                            marker (tests/differential/schema.lua: the differential test's
+--                            spaces beyond the shipped ones)
 --
 -- Schema (identical to what tarn exposes to its tests):
 --   kv        id 512: id unsigned, bucket_id unsigned, value string
@@ -29,6 +32,7 @@ local memtx_memory = tonumber(os.getenv('TARANTOOL_MEMTX_MEMORY') or '')
     or 1024 * 1024 * 1024
 local log = os.getenv('TARANTOOL_LOG') or fio.pathjoin(work_dir, 'tarantool.log')
 local net_msg_max = tonumber(os.getenv('TARANTOOL_NET_MSG_MAX') or '') or 768
+local extra_schema = os.getenv('TARANTOOL_EXTRA_SCHEMA')
 
 if not fio.path.is_dir(work_dir) then
     assert(fio.mktree(work_dir), 'cannot create work dir ' .. work_dir)
@@ -81,6 +85,10 @@ box.once('tarn_reference_schema_v1', function()
     box.schema.user.create('bench', {password = 'secret'})
     box.schema.user.grant('bench', 'read,write,execute', 'universe')
 end)
+
+if extra_schema ~= nil and extra_schema ~= '' then
+    box.once('tarn_extra_schema:' .. extra_schema, function() dofile(extra_schema) end)
+end
 
 -- Make the `bench` password authoritative even on an existing work dir.
 box.schema.user.passwd('bench', 'secret')

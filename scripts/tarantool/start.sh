@@ -3,7 +3,8 @@
 # its port answers with an IPROTO greeting.
 # Usage: scripts/tarantool/start.sh PORT [DIR]
 #   DIR defaults to a fresh directory under ${TMPDIR:-/tmp}.
-# Prints the work dir on stdout. Env knobs: see instance.lua.
+# Prints the work dir on stdout. Env knobs: see instance.lua; TARANTOOL names the binary
+# (default: tarantool on PATH).
 set -euo pipefail
 
 if [[ $# -lt 1 ]]; then
@@ -14,7 +15,8 @@ port=$1
 dir=${2:-$(mktemp -d "${TMPDIR:-/tmp}/tarantool-ref.XXXXXX")}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
-command -v tarantool >/dev/null || { echo "tarantool not installed" >&2; exit 1; }
+tarantool=${TARANTOOL:-tarantool}
+command -v "$tarantool" >/dev/null || { echo "$tarantool not installed" >&2; exit 1; }
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 
@@ -24,7 +26,7 @@ if [[ -f "$dir/tarantool.pid" ]] && kill -0 "$(cat "$dir/tarantool.pid")" 2>/dev
 fi
 
 rm -f "$dir/ready"
-nohup tarantool "$here/instance.lua" "$port" "$dir" \
+nohup "$tarantool" "$here/instance.lua" "$port" "$dir" \
     >"$dir/stdout.log" 2>&1 </dev/null &
 pid=$!
 echo "$pid" >"$dir/launcher.pid"

@@ -426,3 +426,36 @@ pub fn snapshot(addr: SocketAddr) -> Result<(), String> {
         None => Ok(()),
     }
 }
+
+/// The `tarantool` binary the differential test starts as its reference (Tarantool 2.6):
+/// `$TARN_TARANTOOL`, else `tarantool` on PATH. Its absence is an error saying how to install
+/// it, never a skipped test.
+pub fn tarantool() -> Result<PathBuf, String> {
+    let binary = match std::env::var_os("TARN_TARANTOOL") {
+        Some(path) => PathBuf::from(path),
+        None => std::env::var_os("PATH")
+            .iter()
+            .flat_map(std::env::split_paths)
+            .map(|dir| dir.join("tarantool"))
+            .find(|path| path.is_file())
+            .ok_or(
+                "the differential test needs Tarantool 2.6 as its reference and found no \
+                 `tarantool` on PATH: install Debian's (`apt-get install tarantool`, 2.6.0 on \
+                 Debian 12; `bash .ci/run` does it), or set TARN_TARANTOOL to a 2.6 binary",
+            )?,
+    };
+    let output = Command::new(&binary)
+        .arg("--version")
+        .output()
+        .map_err(|error| format!("{} --version: {error}", binary.display()))?;
+    let version = String::from_utf8_lossy(&output.stdout);
+    if !version.starts_with("Tarantool 2.6.") {
+        return Err(format!(
+            "{} is {:?}; the differential test's known differences are Tarantool 2.6's: \
+             install Debian 12's tarantool (2.6.0) or set TARN_TARANTOOL to a 2.6 binary",
+            binary.display(),
+            version.lines().next().unwrap_or("")
+        ));
+    }
+    Ok(binary)
+}
