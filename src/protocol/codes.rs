@@ -23,6 +23,11 @@ pub mod request_type {
     pub const COMMIT: u64 = 15;
     pub const ROLLBACK: u64 = 16;
     pub const PING: u64 = 64;
+    /// Replication requests tarn does not serve; only their body-less form is answered as
+    /// Tarantool answers it (see `decode_body`).
+    pub const JOIN: u64 = 65;
+    pub const SUBSCRIBE: u64 = 66;
+    pub const REGISTER: u64 = 70;
     pub const ID: u64 = 73;
     pub const WATCH: u64 = 74;
     pub const UNWATCH: u64 = 75;

@@ -214,6 +214,13 @@ pub fn decode_body(type_code: u64, body: &[u8]) -> Result<Request<'_>, ProtocolE
         t::UNWATCH => Request::Unwatch(decode_watch(body)?),
         // A NOP is not supposed to have a body: Tarantool's header decoder refuses any.
         t::NOP if !body.is_empty() => return Err(BODY_ERROR),
+        // Tarantool decodes a replication request's body first (`xrow_decode_join`,
+        // `_subscribe`, `_register`), so one without a body is 20 "request body" whatever
+        // the server's state. With a body it goes on to replication, which tarn does not
+        // serve: 48 below (docs/tarantool-reference.md, (k)).
+        t::JOIN | t::SUBSCRIBE | t::REGISTER if body.is_empty() => {
+            return Err(ProtocolError::InvalidMsgpack(invalid_msgpack::REQUEST_BODY))
+        }
         other => {
             // Tarantool checks the body's msgpack before it looks at the type.
             check_whole_value(body)?;

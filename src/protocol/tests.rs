@@ -263,6 +263,31 @@ fn missing_bodies() {
     );
 }
 
+/// Tarantool 2.6 (docs/tarantool-reference.md (m)): JOIN, SUBSCRIBE and REGISTER decode
+/// their body before anything else, so without one they are 20 "request body"; with one
+/// they reach replication, which tarn does not serve (48). VOTE (67, 68) and
+/// FETCH_SNAPSHOT (69) never read a body: 48 either way.
+#[test]
+fn replication_requests_without_a_body_are_request_body_errors() {
+    for request_type in [65, 66, 70] {
+        assert_eq!(
+            body_error(request_type, &[]),
+            (20, "Invalid MsgPack - request body".to_string()),
+            "{request_type}"
+        );
+        assert_eq!(
+            body_error(request_type, &hex("80")),
+            (48, format!("Unknown request type {request_type}")),
+        );
+    }
+    for request_type in [67, 68, 69, 71] {
+        assert_eq!(
+            body_error(request_type, &[]),
+            (48, format!("Unknown request type {request_type}")),
+        );
+    }
+}
+
 #[test]
 fn wrong_types_and_trailing_bytes_are_packet_body_errors() {
     use request_type as t;
