@@ -574,7 +574,7 @@ fn is_path_op(op: &V, space: &Space) -> bool {
 /// 0 and 0.0, that are equal to decimal 0. A TREE index holding such a float, a decimal 0
 /// and a 0 is then not a total order, a DELETE misses the tuple in it, and the freed tuple
 /// stays in the index: Tarantool 2.6.0 then answers with garbage rows or crashes in
-/// mempool_alloc (/work/notes/i19-diff-findings.md, "Tarantool corrupts itself").
+/// mempool_alloc (docs/tarantool-reference.md (l), its last row).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Use {
     Free,
