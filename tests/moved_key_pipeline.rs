@@ -129,9 +129,11 @@ fn pipelined(client: &mut Client, steps: &[Step]) -> Vec<(u32, String)> {
         .collect()
 }
 
-/// The sequences for moving key `a` onto `b`: (rows before, the pipeline, codes wanted,
-/// rows after).
-fn sequences(a: u64, b: u64) -> Vec<(Vec<u64>, Vec<Step>, Vec<u32>, Vec<u64>)> {
+/// One sequence: the keys present before, the pipeline, the codes wanted, the keys after.
+type Sequence = (Vec<u64>, Vec<Step>, Vec<u32>, Vec<u64>);
+
+/// The sequences for moving key `a` onto `b`.
+fn sequences(a: u64, b: u64) -> Vec<Sequence> {
     let mv = Step::MoveKey { from: a, to: b };
     let both = || vec![a.min(b), a.max(b)];
     vec![

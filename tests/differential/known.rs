@@ -209,7 +209,9 @@ pub struct Case<'a> {
     /// For a difference of rows after the request: the rows that differ, Tarantool's and
     /// tarn's (either may be absent); empty for a difference of replies.
     pub rows: &'a [(Option<V>, Option<V>)],
-    /// The requests after this one in its pipelined batch (none in lockstep).
+    /// The requests after this one in its pipelined batch (none in lockstep). No entry
+    /// reads it since the moved-key race was fixed; kept for classes that depend on order.
+    #[allow(dead_code)]
     pub later_in_batch: &'a [Request],
 }
 
@@ -234,22 +236,6 @@ pub const ALLOWED: &[Allowed] = &[
             case.tarn.message()
                 == Some("Illegal parameters, update of a nested JSON path is not supported")
                 && has_path_op(case.request, case.schema)
-        },
-    },
-    Allowed {
-        item: "new: moved key in a pipeline",
-        what: "on 2 shards, an UPDATE that moves the primary key onto a key another shard \
-               owns answers as if a later write of the same pipelined batch to that space had \
-               already run (94 for a key it deletes, 3 for one it inserts): the other shard \
-               runs that write before tarn asks it whether the key is taken \
-               (src/server/moved_key.rs); Tarantool checks in order",
-        matches: |case| {
-            is(case.request, iproto::UPDATE)
-                && matches!(codes(case), (Some(3), Some(94)) | (Some(94), Some(3)))
-                && case
-                    .later_in_batch
-                    .iter()
-                    .any(|later| later.is_write() && later.space_id() == case.request.space_id())
         },
     },
     Allowed {
