@@ -10,8 +10,9 @@
 //! core (the new key's owner asked from there) and forwarded to another (the new key on the
 //! client's core, or with three shards on a third one).
 //!
-//! Tarantool 2.6 answered the same sequences so on loopback (docs/tarantool-reference.md,
-//! "UPDATE moving the primary key, pipelined").
+//! The expected codes are Tarantool's order of execution; the differential test saw 2.6
+//! answer so for the first two sequences (UPDATE then DELETE: 3; UPDATE then UPSERT creating
+//! the key: 94). The rest were not sent to Tarantool by hand.
 
 use crate::common::{self, kv_key, kv_tuple, Client, Server, KV};
 use tarn::protocol::client::{self, decode_reply};
