@@ -24,6 +24,8 @@ mod durability_model;
 mod fuzz_seeds;
 #[path = "load_generator.rs"]
 mod load_generator;
+#[path = "moved_key_pipeline.rs"]
+mod moved_key_pipeline;
 #[path = "python_connector.rs"]
 mod python_connector;
 #[path = "recovery_damage.rs"]

@@ -16,7 +16,9 @@
 //! The packets of one socket read go through as a [`Run`]: each is decoded and placed once,
 //! a few packets before its turn, so that its lookup is fetched ahead
 //! ([`Session::prefetch_before`]); [`Session::submit_in`] then runs it without an await,
-//! except the few requests that must wait ([`Deferred`]: a CALL, a fan-out select).
+//! except the few requests that must wait ([`Deferred`]: a CALL, a fan-out select, and on
+//! several shards an UPDATE that may move its primary key to another shard, which must learn
+//! whether the new key is taken before the client's next request runs: see [`moved_key`]).
 //!
 //! On the local path nothing allocates: decoding borrows from the packet, keys are encoded
 //! on the stack, the reply is written in place. Only error replies format their messages.
@@ -66,12 +68,27 @@ pub struct Run<'p> {
     decoded: DecodedAhead<(Decoded<'p>, Option<usize>)>,
 }
 
-/// A request that waits before its reply is complete: a CALL, or a select every core scans.
+/// A request that waits before its reply is complete: a CALL, a select every core scans, or
+/// an UPDATE that may move its tuple's primary key to another shard (see [`moved_key`]).
 /// Run it with [`Session::run_deferred`] before the next packet of the run.
 #[must_use = "a deferred request has no reply until it is run"]
 pub struct Deferred<'p> {
     sync: u64,
     request: Request<'p>,
+    wait: Wait,
+}
+
+/// What a [`Deferred`] request waits for.
+#[derive(Clone, Copy)]
+enum Wait {
+    /// Nothing ran yet: a CALL or a fan-out select, run in [`Session::run_deferred`].
+    Run,
+    /// An UPDATE ran here and answered 94; the owner of its new key is asked (its
+    /// [`KeyCheck`]) before the next request, so that no later one runs first.
+    KeyCheck,
+    /// An UPDATE for core `owner` that may move its key: it runs alone, after the requests
+    /// queued before it and before the next, so that its key check sees exactly theirs.
+    Alone { owner: usize },
 }
 
 /// Decodes a packet: crud calls in one pass; every other packet the protocol's way.
@@ -169,10 +186,18 @@ impl Session {
     /// core scans.
     pub async fn run_deferred(&mut self, packet: &[u8], deferred: Deferred<'_>, out: &mut Vec<u8>) {
         let sync = deferred.sync;
-        match &deferred.request {
-            Request::Call(call) => self.call(packet, call, sync, out).await,
-            Request::Select(select) => self.fan_out_select(packet, select, sync, out).await,
-            _ => unreachable!("only calls and fan-out selects are deferred"),
+        match (deferred.wait, &deferred.request) {
+            (Wait::Run, Request::Call(call)) => self.call(packet, call, sync, out).await,
+            (Wait::Run, Request::Select(select)) => {
+                self.fan_out_select(packet, select, sync, out).await
+            }
+            (Wait::Run, _) => unreachable!("only calls and fan-out selects are run deferred"),
+            (Wait::KeyCheck, _) => self.finish(out).await,
+            (Wait::Alone { owner }, request) => {
+                self.finish(out).await;
+                self.run_on(owner, packet, request, sync, out);
+                self.finish(out).await;
+            }
         }
     }
 
@@ -227,6 +252,7 @@ impl Session {
                 return Some(Deferred {
                     sync,
                     request: *request,
+                    wait: Wait::Run,
                 })
             }
             Request::Eval(_) => unsupported(out, sync, "Lua (EVAL)"),
@@ -264,6 +290,7 @@ impl Session {
                             return Some(Deferred {
                                 sync,
                                 request: *request,
+                                wait: Wait::Run,
                             })
                         }
                     }
@@ -273,7 +300,15 @@ impl Session {
             | Request::Replace(_)
             | Request::Update(_)
             | Request::Delete(_)
-            | Request::Upsert(_) => self.write(packet, request, known_owner, sync, out),
+            | Request::Upsert(_) => {
+                if let Some(wait) = self.write(packet, request, known_owner, sync, out) {
+                    return Some(Deferred {
+                        sync,
+                        request: *request,
+                        wait,
+                    });
+                }
+            }
         }
         None
     }
@@ -311,8 +346,10 @@ impl Session {
         }
     }
 
-    /// Asks the owners of the new keys of this round's local UPDATEs answered 94, and
-    /// turns each reply whose key is taken into Tarantool's 3.
+    /// Asks the owners of the new keys of local UPDATEs answered 94 (one at most: each is
+    /// run as [`Wait::KeyCheck`] before the next request), and turns each reply whose key is
+    /// taken into Tarantool's 3. The ask is queued behind the requests queued to the same
+    /// owner before it, so it sees their writes and none of a later request's.
     async fn run_key_checks(&mut self, out: &mut Vec<u8>) {
         let mut checks = std::mem::take(&mut self.key_checks);
         let mut at = 0;
@@ -776,6 +813,8 @@ impl Session {
         reply::finish_packet(out, mark);
     }
 
+    /// Runs or queues a write; what it must wait for before the next request when it is an
+    /// UPDATE that may move its primary key to another shard (see [`Wait`]).
     fn write(
         &mut self,
         packet: &[u8],
@@ -783,22 +822,22 @@ impl Session {
         known_owner: Option<usize>,
         sync: u64,
         out: &mut Vec<u8>,
-    ) {
+    ) -> Option<Wait> {
         let space_id = match request {
             Request::Insert(r) | Request::Replace(r) => r.space_id,
             Request::Upsert(r) => r.space_id,
             Request::Update(r) => r.space_id,
             Request::Delete(r) => r.space_id,
-            _ => return,
+            _ => return None,
         };
         if !self.check_access(Access::Write, space_id, sync, out) {
-            return;
+            return None;
         }
         if schema::is_system_space(space_id) {
             // As Tarantool 2.6 answers: a view refuses writes (113); an id below 512 that
             // names no system space is a missing space (36). A write to any other system
             // space would change the schema, which tarn takes from its config only.
-            return match schema::tarantool_system_space(space_id) {
+            match schema::tarantool_system_space(space_id) {
                 Some((name, true)) => reply::encode_error(
                     out,
                     sync,
@@ -817,10 +856,23 @@ impl Session {
                     SCHEMA_VERSION,
                     &crate::storage::StorageError::NoSuchSpace(space_id.to_string().into()),
                 ),
-            };
+            }
+            return None;
         }
         let owner = known_owner.unwrap_or_else(|| self.write_owner(request));
+        if let Request::Update(update) = request {
+            // Another core's update that may move the key runs alone; the ops of every other
+            // one are read only here, and only when it goes to another core.
+            if owner != self.core.id() && moved_key::may_move_key(&self.core, update) {
+                return Some(Wait::Alone { owner });
+            }
+            self.run_on(owner, packet, request, sync, out);
+            // Only an update run here that answered 94 leaves a key check (and each is
+            // finished before the next request starts).
+            return (!self.key_checks.is_empty()).then_some(Wait::KeyCheck);
+        }
         self.run_on(owner, packet, request, sync, out);
+        None
     }
 
     /// The core that runs a write request.
