@@ -234,56 +234,51 @@ pub struct Allowed {
 /// rows, a moved key in a pipeline) are fixed: a mismatch of theirs fails the test now. The
 /// one class left cannot be matched by an ordered key (docs/tarantool-reference.md (i)), and
 /// the generator keeps its values out of indexes, since they corrupt Tarantool 2.6 (l).
-pub const ALLOWED: &[Allowed] = &[
-    Allowed {
-        item: "new: decimal vs double",
-        what: "a double too small for a decimal (5e-324, 2.2e-308) compares above decimal 0; \
+pub const ALLOWED: &[Allowed] = &[Allowed {
+    item: "new: decimal vs double",
+    what: "a double too small for a decimal (5e-324, 2.2e-308) compares above decimal 0; \
                Tarantool turns the double into a decimal first (decimal_from_double(), \
                decimal.c: its `%.15g` text, in 38 digits), so the two are equal there",
-        matches: |case| {
-            let Some(index) = case
-                .request
-                .space_id()
-                .and_then(|id| case.schema.space(id))
-                .and_then(|space| space.indexes.get(case.request.index_id() as usize))
-            else {
-                return false;
+    matches: |case| {
+        let Some(index) = case
+            .request
+            .space_id()
+            .and_then(|id| case.schema.space(id))
+            .and_then(|space| space.indexes.get(case.request.index_id() as usize))
+        else {
+            return false;
+        };
+        let (Some(want), Some(have)) = (case.tarantool.data(), case.tarn.data()) else {
+            return false;
+        };
+        let key = case
+            .request
+            .get(iproto::KEY)
+            .and_then(V::as_array)
+            .unwrap_or(&[]);
+        let tiny = |value: &V| {
+            let number = match value {
+                V::F64(bits) => f64::from_bits(*bits),
+                V::F32(bits) => f32::from_bits(*bits) as f64,
+                _ => return false,
             };
-            let (Some(want), Some(have)) = (case.tarantool.data(), case.tarn.data()) else {
-                return false;
-            };
-            let key = case
-                .request
-                .get(iproto::KEY)
-                .and_then(V::as_array)
-                .unwrap_or(&[]);
-            let tiny = |value: &V| {
-                let number = match value {
-                    V::F64(bits) => f64::from_bits(*bits),
-                    V::F32(bits) => f32::from_bits(*bits) as f64,
-                    _ => return false,
+            number != 0.0 && number.abs() < 1e-38
+        };
+        is(case.request, iproto::SELECT)
+            && index.parts.iter().enumerate().any(|(at, part)| {
+                // The part's values in the key and in the rows either server returned.
+                let values = || {
+                    want.iter()
+                        .chain(have)
+                        .filter_map(|row| row.as_array()?.get(part.field))
+                        .chain(key.get(at))
                 };
-                number != 0.0 && number.abs() < 1e-38
-            };
-            is(case.request, iproto::SELECT)
-                && index.parts.iter().enumerate().any(|(at, part)| {
-                    // The part's values in the key and in the rows either server returned.
-                    let values = || {
-                        want.iter()
-                            .chain(have)
-                            .filter_map(|row| row.as_array()?.get(part.field))
-                            .chain(key.get(at))
-                    };
-                    matches!(part.kind, Kind::Number | Kind::Scalar)
-                        && values().any(|value| matches!(value, V::Ext(1, _)))
-                        && values().any(tiny)
-                })
-        },
+                matches!(part.kind, Kind::Number | Kind::Scalar)
+                    && values().any(|value| matches!(value, V::Ext(1, _)))
+                    && values().any(tiny)
+            })
     },
-];
-
-
-
+}];
 
 /// The first allow-list entry that `case` belongs to.
 pub fn allowed(case: &Case<'_>) -> Option<&'static Allowed> {
@@ -292,8 +287,4 @@ pub fn allowed(case: &Case<'_>) -> Option<&'static Allowed> {
 
 fn is(request: &Request, kind: u64) -> bool {
     request.kind == kind
-}
-
-fn codes(case: &Case<'_>) -> (Option<u64>, Option<u64>) {
-    (case.tarantool.error_code(), case.tarn.error_code())
 }
