@@ -125,6 +125,20 @@ pub mod by_func {
         CrudError::new(func.error_class(), at(func, line), err)
     }
 
+    /// `Failed to call <verb> on storage-side: <call>`: how crud's router wraps the error of
+    /// its call to a storage (`call` is that error, a CallError) at `func`'s `line`.
+    fn storage_side(func: Func, line: u32, call: &CrudError) -> CrudError {
+        of(
+            func,
+            line,
+            format!(
+                "Failed to call {} on storage-side: {}",
+                func.verb(),
+                call.tostring()
+            ),
+        )
+    }
+
     /// `Space "<name>" doesn't exist`, from the router's schema check.
     pub fn no_such_space(func: Func, name: &str) -> CrudError {
         use Func::*;
@@ -305,15 +319,7 @@ pub mod by_func {
         };
         let call = CrudError::new("CallError", site(s::CALL, 243), call_error_text)
             .with_stack(s::single_call_stack(file(func), call_line));
-        of(
-            func,
-            line,
-            format!(
-                "Failed to call {} on storage-side: {}",
-                func.verb(),
-                call.tostring()
-            ),
-        )
+        storage_side(func, line, &call)
     }
 
     /// The bucket has no replicaset: vshard's NO_ROUTE_TO_BUCKET, as `call.single` prints
@@ -340,11 +346,7 @@ pub mod by_func {
                 &s::METHOD_TAIL,
             ),
         );
-        of(
-            Func::Count,
-            254,
-            format!("Failed to call count on storage-side: {}", call.tostring()),
-        )
+        storage_side(Func::Count, 254, &call)
     }
 
     /// An unknown name in `opts.fields`.
@@ -447,14 +449,6 @@ pub mod by_func {
             format!("Unknown call mode: {mode}"),
         )
         .with_stack(s::traceback(&frames));
-        of(
-            func,
-            line,
-            format!(
-                "Failed to call {} on storage-side: {}",
-                func.verb(),
-                call.tostring()
-            ),
-        )
+        storage_side(func, line, &call)
     }
 }
