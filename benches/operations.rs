@@ -21,13 +21,13 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::hint::black_box;
 use tarn::config::Config;
+use tarn::crud::{fast_call, on_shard, CrudConfig};
+use tarn::msgpack::{write_array_len, write_str, write_uint};
 use tarn::protocol::client;
 use tarn::protocol::decode_packet;
 use tarn::protocol::request::{Select, Update, Upsert};
-use tarn::server::crud::{fast_call, on_shard, CrudConfig};
 use tarn::server::schema;
 use tarn::shard::Shard;
-use tarn::storage::msgpack::{write_array_len, write_str, write_uint};
 use tarn::storage::Engine;
 
 const KV: u32 = 512;
@@ -186,7 +186,7 @@ fn measure_proto(name: &str, shard: &mut Shard, packets: Vec<Vec<u8>>) {
 
 fn main() {
     // As the server runs: with its heap on huge pages where the kernel offers them.
-    tarn::server::heap::restart_with_huge_pages();
+    tarn::server::os::heap::restart_with_huge_pages();
     let tuples = arg_after("--tuples").map_or(100_000, |n| n as u64);
     let (warmup_count, timed_count) = iterations();
     let total = warmup_count + timed_count;

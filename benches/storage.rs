@@ -26,8 +26,8 @@ use std::hint::black_box;
 use std::rc::Rc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
+use tarn::msgpack;
 use tarn::storage::change::RetiredTuples;
-use tarn::storage::msgpack;
 use tarn::storage::Change;
 use tarn::storage::{
     FieldDef, FieldType, IndexDef, KeyPart, MemoryQuota, Space, SpaceDef, SpaceFormat,
@@ -202,7 +202,7 @@ fn customer_tuple(id: u64, rng: &mut StdRng) -> Vec<u8> {
 
 fn main() {
     // As the server runs: with its heap on huge pages where the kernel offers them.
-    tarn::server::heap::restart_with_huge_pages();
+    tarn::server::os::heap::restart_with_huge_pages();
     let config = Config::from_args();
     let n = config.tuple_count;
     let total = config.warmup_iterations + config.iterations;

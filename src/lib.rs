@@ -10,6 +10,9 @@
 //! See `docs/` for the byte-level formats.
 
 pub mod config;
+pub mod crud;
+pub mod msgpack;
+pub mod placement;
 pub mod protocol;
 pub mod server;
 pub mod shard;

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use tarn::config::{self, settings::describe_bytes, CliArgs, Config};
 
 fn main() -> ExitCode {
-    tarn::server::heap::restart_with_huge_pages();
-    tarn::server::heap::grow_in_large_steps();
+    tarn::server::os::heap::restart_with_huge_pages();
+    tarn::server::os::heap::grow_in_large_steps();
     let args = CliArgs::parse();
     let config = match config::load(&args) {
         Ok(config) => config,
@@ -26,7 +26,7 @@ fn main() -> ExitCode {
         .init();
     log_start(&config);
     tracing::info!(
-        huge_pages = tarn::server::heap::huge_pages_requested(),
+        huge_pages = tarn::server::os::heap::huge_pages_requested(),
         "heap set up (huge pages: glibc.malloc.hugetlb in GLIBC_TUNABLES)"
     );
     match tarn::server::run(config) {

@@ -16,12 +16,12 @@ mod counting_allocator;
 
 use counting_allocator::{allocations, register_counter, CountingAllocator};
 use tarn::config::{Config, SHIPPED_CONFIG_TOML};
+use tarn::crud::{self, on_shard, CrudConfig};
+use tarn::msgpack::{write_array_len, write_str, write_uint};
 use tarn::protocol::client;
 use tarn::protocol::request::Request;
-use tarn::server::crud::{self, on_shard, CrudConfig};
 use tarn::server::schema;
 use tarn::shard::Shard;
-use tarn::storage::msgpack::{write_array_len, write_str, write_uint};
 
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;

@@ -325,9 +325,9 @@ parts = ["bucket_id"]
 
 fn call_packet(sync: u64, function: &str, args: &[u8]) -> Vec<u8> {
     let mut header = vec![0x82, 0x00, request_type::CALL as u8, 0x01];
-    tarn::storage::msgpack::write_uint(&mut header, sync);
+    tarn::msgpack::write_uint(&mut header, sync);
     let mut body = vec![0x82, body_key::FUNCTION_NAME as u8];
-    tarn::storage::msgpack::write_str(&mut body, function.as_bytes());
+    tarn::msgpack::write_str(&mut body, function.as_bytes());
     body.push(body_key::TUPLE as u8);
     body.extend_from_slice(args);
     let mut packet = vec![0xce];

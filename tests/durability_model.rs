@@ -24,15 +24,15 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use tarn::config::{Config, SHIPPED_CONFIG_TOML};
+use tarn::crud::on_shard::execute_on_shard;
+use tarn::crud::CrudConfig;
+use tarn::msgpack::{write_array_len, write_map_len, write_str, write_uint};
 use tarn::protocol::client::decode_reply;
 use tarn::protocol::request::{Delete, Insert, Request, Select, Update, Upsert};
 use tarn::protocol::ErrorCode;
-use tarn::server::crud::on_shard::execute_on_shard;
-use tarn::server::crud::CrudConfig;
 use tarn::server::durability::take_snapshot;
 use tarn::server::schema::build_engine;
 use tarn::shard::Shard;
-use tarn::storage::msgpack::{write_array_len, write_map_len, write_str, write_uint};
 use tarn::storage::Engine;
 use tarn::wal::{recover, GlommioSink, RecoveryConfig, Sink, WalWriter, WriterConfig};
 

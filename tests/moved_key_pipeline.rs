@@ -15,9 +15,9 @@
 //! the key: 94). The rest were not sent to Tarantool by hand.
 
 use crate::common::{self, kv_key, kv_tuple, Client, Server, KV};
+use tarn::msgpack::{write_array_len, write_str, write_uint};
 use tarn::protocol::client::{self, decode_reply};
 use tarn::protocol::request::{Update, Upsert};
-use tarn::storage::msgpack::{write_array_len, write_str, write_uint};
 
 const TAKEN: u32 = 3;
 const MOVED: u32 = 94;
@@ -75,7 +75,7 @@ fn encode(out: &mut Vec<u8>, sync: u64, step: Step) {
         Step::MoveKey { from, to } => update(out, from, ops("=", Ok(0), |o| write_uint(o, to))),
         Step::AddToKey { from, to } => {
             let by = to as i64 - from as i64;
-            let ops = ops("+", Err("id"), |o| tarn::storage::msgpack::write_int(o, by));
+            let ops = ops("+", Err("id"), |o| tarn::msgpack::write_int(o, by));
             update(out, from, ops)
         }
         Step::SetValue(id) => update(out, id, ops("=", Ok(2), |o| write_str(o, b"x"))),
@@ -210,7 +210,7 @@ fn check_all(server: &Server, clients: &mut [Client], keys: &[u64]) {
 fn one_key_per_shard(shard_count: usize) -> Vec<u64> {
     let mut keys: Vec<Option<u64>> = vec![None; shard_count];
     for id in 0u64.. {
-        let shard = tarn::server::shard_of_key(&id.to_be_bytes(), shard_count);
+        let shard = tarn::placement::shard_of_key(&id.to_be_bytes(), shard_count);
         keys[shard].get_or_insert(id);
         if keys.iter().all(Option::is_some) {
             break;

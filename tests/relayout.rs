@@ -9,10 +9,10 @@ use crate::common;
 use common::{Client, Server};
 use std::collections::BTreeMap;
 use std::path::Path;
+use tarn::msgpack::{self, write_array_len, write_str, write_uint, Value};
 use tarn::protocol::client::{self, decode_reply};
 use tarn::protocol::error_code::ErrorCode;
 use tarn::protocol::request::Select;
-use tarn::storage::msgpack::{self, write_array_len, write_str, write_uint, Value};
 
 const KV: u32 = 512;
 const CUSTOMERS: u32 = 513;

@@ -18,14 +18,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tarn::config::{Config, WalMode, SHIPPED_CONFIG_TOML};
+use tarn::msgpack::{read_value, write_array_len, write_str, write_uint, Value};
 use tarn::protocol::client::{self, decode_reply, split_server_frame};
 use tarn::protocol::frame::split_frame;
 use tarn::protocol::request::Select;
-use tarn::server::core::Core;
-use tarn::server::dispatch::Session;
+use tarn::server::mesh::core::Core;
+use tarn::server::session::Session;
 use tarn::server::start_cores;
 use tarn::storage::key::SearchKeyBuf;
-use tarn::storage::msgpack::{read_value, write_array_len, write_str, write_uint, Value};
 
 #[global_allocator]
 static GLOBAL: CountingAllocator = CountingAllocator;
@@ -211,7 +211,7 @@ fn owned_by(core: &Core, id: u64, owner: usize) -> bool {
         .key_def
         .encode_search_key(&key(id), &mut encoded)
         .unwrap();
-    tarn::server::shard_of_key(&encoded, core.shard_count) == owner
+    tarn::placement::shard_of_key(&encoded, core.shard_count) == owner
 }
 
 /// Submits one pipeline of packets, then finishes it: one batch to core 1 per call.

@@ -5,8 +5,8 @@
 use crate::common;
 
 use common::{encode_kv_select, kv_key, kv_tuple, Client, KV};
+use tarn::msgpack::{read_value, Value};
 use tarn::protocol::client::{self, decode_reply};
-use tarn::storage::msgpack::{read_value, Value};
 
 const CONNECTIONS: u64 = 8;
 const ROUNDS: u64 = 25;

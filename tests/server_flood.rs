@@ -10,13 +10,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tarn::config::{Config, SHIPPED_CONFIG_TOML};
+use tarn::msgpack::{write_array_len, write_str, write_uint};
 use tarn::protocol::client::{self, decode_reply, split_server_frame};
 use tarn::protocol::frame::split_frame;
-use tarn::server::core::{mesh_with_capacity, Core, MeshStats};
-use tarn::server::dispatch::Session;
+use tarn::server::mesh::core::{mesh_with_capacity, Core, MeshStats};
+use tarn::server::session::Session;
 use tarn::server::Shared;
 use tarn::storage::key::SearchKeyBuf;
-use tarn::storage::msgpack::{write_array_len, write_str, write_uint};
 
 const SESSIONS_PER_CORE: u64 = 40;
 const PIPELINE_DEPTH: u64 = 1500;
@@ -45,7 +45,7 @@ fn owner_of(core: &Core, id: u64) -> usize {
         .key_def
         .encode_search_key(&key, &mut encoded)
         .unwrap();
-    tarn::server::shard_of_key(&encoded, core.shard_count)
+    tarn::placement::shard_of_key(&encoded, core.shard_count)
 }
 
 /// One session replaces `PIPELINE_DEPTH` keys owned by the other core in one pipeline and

@@ -168,7 +168,7 @@ fn idle_connections_cost_little_and_give_it_back_when_closed() {
 
 /// `box.info.net` of the server, as `(connections, memory)`.
 fn box_info_net(client: &mut common::Client, sync: u64) -> (u64, u64) {
-    use tarn::storage::msgpack::{read_value, take_value, Value};
+    use tarn::msgpack::{read_value, take_value, Value};
     let mut call = Vec::new();
     tarn::protocol::client::encode_call(&mut call, sync, "box.info", &[0x90]);
     client.send(&call);
@@ -235,7 +235,7 @@ fn box_info_counts_the_connections_and_their_memory() {
 #[test]
 fn an_idle_session_keeps_little_of_a_deep_pipeline() {
     use tarn::config::{Config, SHIPPED_CONFIG_TOML};
-    use tarn::server::dispatch::Session;
+    use tarn::server::session::Session;
     const PIPELINE: u64 = 8000;
     const KEPT_BYTES: usize = 16 * 1024;
     let mut config = Config::from_toml_str(SHIPPED_CONFIG_TOML).expect("shipped config");

@@ -75,13 +75,13 @@ fn fan_out_select_merges_shards_in_index_order_with_offset_and_limit() {
         let packet = client.read_packet().unwrap();
         let reply = decode_reply(&packet).unwrap();
         let mut data = reply.data().expect("data");
-        let count = match tarn::storage::msgpack::read_value(&mut data).unwrap() {
-            tarn::storage::msgpack::Value::Array(n) => n,
+        let count = match tarn::msgpack::read_value(&mut data).unwrap() {
+            tarn::msgpack::Value::Array(n) => n,
             other => panic!("{other:?}"),
         };
         let mut ids = Vec::new();
         for _ in 0..count {
-            let tuple = tarn::storage::msgpack::take_value(&mut data).unwrap();
+            let tuple = tarn::msgpack::take_value(&mut data).unwrap();
             ids.push(tuple[1] as u64);
         }
         assert_eq!(ids, expected);

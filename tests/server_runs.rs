@@ -8,10 +8,11 @@ use crate::common;
 use common::{encode_kv_select, KV};
 use std::time::Duration;
 use tarn::config::{Config, SHIPPED_CONFIG_TOML};
+use tarn::placement::shard_of_key;
 use tarn::protocol::client;
 use tarn::protocol::frame::split_frame;
-use tarn::server::dispatch::Session;
-use tarn::server::{shard_of_key, start_cores};
+use tarn::server::session::Session;
+use tarn::server::start_cores;
 
 /// 1 KiB tuples, 40 MiB per shard: over the 32 MiB from which shards fetch ahead.
 const KEYS: u64 = 80_000;

@@ -10,9 +10,9 @@ use crate::common;
 
 use common::{encode_kv_select, kv_tuple, Client, Server, KV};
 use std::time::{Duration, Instant};
+use tarn::msgpack::{read_value, Value};
+use tarn::placement::shard_of_key;
 use tarn::protocol::client::{self, decode_reply};
-use tarn::server::shard_of_key;
-use tarn::storage::msgpack::{read_value, Value};
 
 const SHARDS: u32 = 2;
 const KEYS: u64 = 2_000;

@@ -18,7 +18,7 @@ use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 use std::collections::BTreeMap;
 use std::rc::Rc;
-use tarn::storage::msgpack::{self, Value};
+use tarn::msgpack::{self, Value};
 use tarn::storage::{
     FieldDef, FieldType, IndexDef, IndexKind, IteratorType, KeyDef, KeyPart, MemoryQuota, Space,
     SpaceDef, SpaceFormat, StorageError, Tuple,

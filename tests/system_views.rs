@@ -6,10 +6,10 @@
 use crate::common;
 
 use common::{Client, Server};
+use tarn::msgpack::{self, Value};
 use tarn::protocol::client::{self, decode_reply};
 use tarn::protocol::request::Select;
 use tarn::protocol::ErrorCode;
-use tarn::storage::msgpack::{self, Value};
 
 const USERS: &str = r#"
 [[user]]

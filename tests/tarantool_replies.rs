@@ -22,9 +22,9 @@ use crate::common;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
+use tarn::msgpack::{self, Value};
 use tarn::protocol::client::{self, decode_reply, split_server_frame};
 use tarn::protocol::request::{Select, Update, Upsert};
-use tarn::storage::msgpack::{self, Value};
 
 /// The spaces of this file, as tarn's config and as Tarantool's Lua (same ids, formats and
 /// indexes), and a user with no grants.

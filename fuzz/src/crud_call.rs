@@ -11,9 +11,9 @@
 
 use super::check::check_space;
 use super::gen::{self, Bytes};
+use tarn::crud::{self, fast_call, fast_plan, CrudConfig, Func};
+use tarn::msgpack::{write_array_len, write_map_len, write_str, write_uint};
 use tarn::protocol::decode_packet_general;
-use tarn::server::crud::{self, fast_call, fast_plan, CrudConfig, Func};
-use tarn::storage::msgpack::{write_array_len, write_map_len, write_str, write_uint};
 use tarn::storage::{
     Engine, FieldDef, FieldType, IndexDef, KeyDef, KeyPart, SpaceDef, SpaceFormat,
 };

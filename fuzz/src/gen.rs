@@ -92,7 +92,7 @@ pub const NAMES: [&str; 8] = ["id", "name", "n", "tags", "b", "s", "f", "[2]"];
 
 /// Appends one MessagePack value (or, rarely, bytes that are not one) chosen by `bytes`.
 pub fn value(bytes: &mut Bytes<'_>, out: &mut Vec<u8>, depth: u32) {
-    use tarn::storage::msgpack::{write_f32, write_f64, write_int, write_str, write_uint};
+    use tarn::msgpack::{write_f32, write_f64, write_int, write_str, write_uint};
     match bytes.byte() % 26 {
         0 | 1 => out.push(bytes.byte() & 0x7f),
         2 => write_uint(out, bytes.interesting_u64()),
@@ -229,7 +229,7 @@ pub fn key(bytes: &mut Bytes<'_>, out: &mut Vec<u8>) {
 /// `#`, `:`), their field ids by number (from either end) or by name or path, mostly of
 /// the right shape; or raw bytes.
 pub fn update_ops(bytes: &mut Bytes<'_>, out: &mut Vec<u8>) {
-    use tarn::storage::msgpack::{write_int, write_str, write_uint};
+    use tarn::msgpack::{write_int, write_str, write_uint};
     if bytes.byte() % 8 == 0 {
         out.extend_from_slice(bytes.raw());
         return;

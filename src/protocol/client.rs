@@ -5,6 +5,9 @@
 //! decoder can be checked against an encoder. Tuples, keys, ops and args are raw msgpack.
 //! It must not know sockets or connection state.
 
+use crate::msgpack::{
+    read_value, skip_value, take_value, write_array_len, write_f64, write_str, write_uint, Value,
+};
 use crate::protocol::auth::{scramble, CHAP_SHA1};
 use crate::protocol::codes::{body_key, error_key, header_key, request_type};
 use crate::protocol::error::{invalid_msgpack, ProtocolError};
@@ -15,9 +18,6 @@ use crate::protocol::header::{decode_header, Header};
 use crate::protocol::reply::{begin_packet, finish_packet};
 use crate::protocol::request::{
     Auth, Begin, Call, Delete, Eval, Id, Insert, Request, Select, Update, Upsert, Watch,
-};
-use crate::storage::msgpack::{
-    read_value, skip_value, take_value, write_array_len, write_f64, write_str, write_uint, Value,
 };
 
 /// Writes `{0: type, 1: sync[, 5: schema_version][, 10: stream_id]}`.

@@ -9,10 +9,10 @@
 //! When it does decode a packet, the result is exactly the general decoder's (see the
 //! property tests in `protocol::tests`).
 
+use crate::msgpack::{scalar_len, skip_value};
 use crate::protocol::codes::{body_key, header_key, request_type};
 use crate::protocol::header::Header;
 use crate::protocol::request::{Delete, Insert, Request, Select, Update};
-use crate::storage::msgpack::{scalar_len, skip_value};
 
 /// Decodes `packet` (header + body, no size prefix) if it has the common shape.
 #[inline]

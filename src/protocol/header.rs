@@ -3,9 +3,9 @@
 //! Decoded on its own, before the body, so that a reply to a bad body still carries the
 //! right sync. It must not know any body layout or what a request type means.
 
+use crate::msgpack::{read_value, skip_value, Value};
 use crate::protocol::codes::header_key;
 use crate::protocol::error::{invalid_msgpack, ProtocolError};
-use crate::storage::msgpack::{read_value, skip_value, Value};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Header {

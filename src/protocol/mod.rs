@@ -2,7 +2,7 @@
 //!
 //! Owns framing, the greeting, header and body decoding, reply encoding, Tarantool error
 //! codes and the chap-sha1 scramble. It knows nothing of storage internals (only the
-//! low-level `storage::msgpack` reader/writer), sockets or executors.
+//! low-level `msgpack` reader/writer), sockets or executors.
 //!
 //! The server's read path, per packet:
 //!

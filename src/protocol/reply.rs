@@ -7,10 +7,10 @@
 //! Counts and sizes that are only known at the end are reserved in fixed-width forms and
 //! patched, so a reply is produced in one pass with no scratch buffer.
 
+use crate::msgpack::{write_array_len, write_str, write_uint};
 use crate::protocol::codes::{body_key, error_key, header_key, request_type, MP_ERROR_EXT_TYPE};
 use crate::protocol::error::ProtocolError;
 use crate::protocol::error_code::ErrorCode;
-use crate::storage::msgpack::{write_array_len, write_str, write_uint};
 
 /// Where a packet's size prefix sits in the buffer; hand it back to [`finish_packet`].
 #[derive(Debug)]

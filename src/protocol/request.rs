@@ -6,9 +6,9 @@
 //! what is inside them, and whether an iterator or a space exists, is storage's business.
 //! Decoding allocates nothing on success.
 
+use crate::msgpack::{read_value, take_value, Value};
 use crate::protocol::codes::{body_key, request_type};
 use crate::protocol::error::{invalid_msgpack, ProtocolError};
-use crate::storage::msgpack::{read_value, take_value, Value};
 
 /// The msgpack of an empty array: the default CALL/EVAL arguments.
 const EMPTY_ARRAY: &[u8] = &[0x90];

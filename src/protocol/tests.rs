@@ -7,7 +7,7 @@ use super::error::invalid_msgpack;
 use super::reply::*;
 use super::request::*;
 use super::*;
-use crate::storage::msgpack::{read_value, Value};
+use crate::msgpack::{read_value, Value};
 use proptest::prelude::*;
 
 fn hex(text: &str) -> Vec<u8> {
@@ -701,7 +701,7 @@ fn valid_packets() -> Vec<Vec<u8>> {
              22 a1 66 23 a1 75 27 a1 65 28 90 57 a1 6b",
         );
         let mut packet = hex("82 00");
-        crate::storage::msgpack::write_uint(&mut packet, request_type);
+        crate::msgpack::write_uint(&mut packet, request_type);
         packet.extend_from_slice(&[0x01, 0x01]);
         packet.extend_from_slice(&body);
         packets.push(packet);
@@ -742,7 +742,7 @@ proptest! {
         key_item in any::<u64>(), index_base in 0u32..2,
     ) {
         let mut key = vec![0x91];
-        crate::storage::msgpack::write_uint(&mut key, key_item);
+        crate::msgpack::write_uint(&mut key, key_item);
         let select = Select {
             space_id, index_id, limit, offset, iterator, key: &key,
             fetch_position: false, after_position: None, after_tuple: None,
@@ -780,7 +780,7 @@ fn value(allow_invalid: bool) -> impl Strategy<Value = Vec<u8>> {
     let scalar = prop_oneof![
         any::<u64>().prop_map(|n| {
             let mut out = Vec::new();
-            crate::storage::msgpack::write_uint(&mut out, n);
+            crate::msgpack::write_uint(&mut out, n);
             out
         }),
         (0u8..0x80).prop_map(|n| vec![n]),
@@ -791,7 +791,7 @@ fn value(allow_invalid: bool) -> impl Strategy<Value = Vec<u8>> {
         any::<i8>().prop_map(|n| vec![0xd0, n as u8]),
         any::<i64>().prop_map(|n| {
             let mut out = Vec::new();
-            crate::storage::msgpack::write_int(&mut out, n);
+            crate::msgpack::write_int(&mut out, n);
             out
         }),
         Just(vec![0xc0]),
@@ -801,7 +801,7 @@ fn value(allow_invalid: bool) -> impl Strategy<Value = Vec<u8>> {
         any::<f32>().prop_map(|v| [&[0xca][..], &v.to_be_bytes()].concat()),
         proptest::collection::vec(b'a'..=b'z', 0..40).prop_map(|text| {
             let mut out = Vec::new();
-            crate::storage::msgpack::write_str(&mut out, &text);
+            crate::msgpack::write_str(&mut out, &text);
             out
         }),
         proptest::collection::vec(any::<u8>(), 0..4)
@@ -859,7 +859,7 @@ fn uint_of_width(value: u64, width: u8) -> Vec<u8> {
         4 => [&[0xcf][..], &value.to_be_bytes()].concat(),
         _ => {
             let mut out = Vec::new();
-            crate::storage::msgpack::write_uint(&mut out, value);
+            crate::msgpack::write_uint(&mut out, value);
             out
         }
     }
@@ -1065,15 +1065,15 @@ fn unstructured_packet() -> impl Strategy<Value = Vec<u8>> {
 fn common_packet() -> impl Strategy<Value = Vec<u8>> {
     let key = proptest::collection::vec(any::<u64>(), 0..3).prop_map(|parts| {
         let mut key = Vec::new();
-        crate::storage::msgpack::write_array_len(&mut key, parts.len() as u32);
+        crate::msgpack::write_array_len(&mut key, parts.len() as u32);
         for part in parts {
-            crate::storage::msgpack::write_uint(&mut key, part);
+            crate::msgpack::write_uint(&mut key, part);
         }
         key
     });
     let tuple = proptest::collection::vec(value(false), 0..20).prop_map(|fields| {
         let mut tuple = Vec::new();
-        crate::storage::msgpack::write_array_len(&mut tuple, fields.len() as u32);
+        crate::msgpack::write_array_len(&mut tuple, fields.len() as u32);
         for field in fields {
             tuple.extend_from_slice(&field);
         }

@@ -25,8 +25,8 @@
 use crate::protocol::frame::{parse_frame_len, FrameLen};
 use crate::protocol::reply;
 use crate::protocol::ProtocolError;
-use crate::server::dispatch::Session;
 use crate::server::schema::SCHEMA_VERSION;
+use crate::server::session::Session;
 use futures_lite::{AsyncRead, AsyncWriteExt};
 use glommio::net::TcpStream;
 use std::cell::{Cell, RefCell};
@@ -352,7 +352,7 @@ impl CoreConnections {
             let freed_bytes = connections.freed_since_trim.replace(0);
             connections.trim_scheduled.set(false);
             let started = Instant::now();
-            crate::server::heap::return_free_memory();
+            crate::server::os::heap::return_free_memory();
             tracing::debug!(
                 shard = connections.core_id,
                 freed_bytes,

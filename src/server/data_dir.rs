@@ -592,7 +592,7 @@ fn describe_rows(rows: &[u8]) -> String {
     let mut rest = rows;
     let mut parts = Vec::new();
     while !rest.is_empty() {
-        let Ok(row) = crate::storage::msgpack::take_value(&mut rest) else {
+        let Ok(row) = crate::msgpack::take_value(&mut rest) else {
             break;
         };
         parts.push(msgpack_to_text(row));

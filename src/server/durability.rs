@@ -5,7 +5,7 @@
 //! File formats are the `wal` layer's; this module decides when to call it and with what.
 
 use crate::config::{Config, WalMode};
-use crate::server::core::Core;
+use crate::server::mesh::core::Core;
 use crate::server::schema;
 use crate::server::{ServerError, Shared};
 use crate::shard::Shard;

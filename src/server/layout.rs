@@ -56,7 +56,8 @@
 //! whose key no owner holds is kept (once); the others are dropped, counted in a warning.
 
 use crate::config::{Config, Placement};
-use crate::server::{schema, shard_of_key};
+use crate::placement::shard_of_key;
+use crate::server::schema;
 use crate::storage::key::SearchKeyBuf;
 use crate::storage::{StorageError, Tuple};
 use crate::wal::{self, RecoveryConfig, SnapshotMeta, WalError};

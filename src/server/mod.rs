@@ -20,25 +20,26 @@
 //! system spaces. It knows nothing of file formats.
 //!
 //! * [`connection`]: one client socket: greeting, framing, buffers.
-//! * [`dispatch`]: one client's requests, without sockets: session state, routing, merge.
-//!   [`decoded`] keeps the packets a run decoded ahead, so each is decoded once.
-//! * [`core`]: one core's shard and its batched messages to the other cores ([`batch`]),
-//!   whose replies land in sessions' [`inbox`]es.
-//! * [`crud`]: the tarantool/crud API, answered natively.
+//! * [`session`]: one client's requests, without sockets: admission, routing, fan-out and
+//!   merge, reply order. [`decoded`] keeps the packets a run decoded ahead, so each is
+//!   decoded once; [`moved_key`] asks another core whether an UPDATE's new key is taken.
+//! * [`mesh`]: one core's shard and its batched messages to the other cores, whose replies
+//!   land in sessions' inboxes.
 //! * [`data_dir`]: the data directory's lock, fingerprint and schema record.
 //! * [`durability`]: recovery, the WAL writer, snapshots.
 //! * [`layout`]: the data directory's shard count and placement, and moving every row when
 //!   a start changes them.
 //! * [`schema`]: config to storage definitions; the system spaces.
-//! * [`session`]: users, authentication, grants.
+//! * [`users`]: users, authentication, grants.
+//! * [`os`]: the heap's set-up and the scheduler's treatment of a shard's thread.
 //!
 //! In-process use (a benchmark, a test) needs no sockets: [`start_cores`] runs one executor
-//! per shard, each with its [`core::Core`] joined to the mesh, and hands each core to a
-//! closure, which feeds packets to a [`dispatch::Session`]:
+//! per shard, each with its [`mesh::core::Core`] joined to the mesh, and hands each core to a
+//! closure, which feeds packets to a [`session::Session`]:
 //!
 //! ```no_run
 //! # let config = tarn::config::Config::from_toml_str(tarn::config::SHIPPED_CONFIG_TOML).unwrap();
-//! use tarn::server::{dispatch::Session, start_cores};
+//! use tarn::server::{session::Session, start_cores};
 //! let replies_bytes = start_cores(config, 2, |core| async move {
 //!     let mut session = Session::new(core);
 //!     let (mut packet, mut out) = (Vec::new(), Vec::new());
@@ -54,22 +55,17 @@
 //! Every core's closure must finish before any core stops serving the others, so
 //! `start_cores` keeps each core answering its peers until all closures are done.
 
-pub mod batch;
-pub mod checksum;
 pub mod connection;
-pub mod core;
-pub mod crud;
 pub mod data_dir;
 pub mod decoded;
-pub mod dispatch;
 pub mod durability;
-pub mod heap;
-pub mod inbox;
 pub mod layout;
+pub mod mesh;
 pub mod moved_key;
-pub mod scheduling;
+pub mod os;
 pub mod schema;
 pub mod session;
+pub mod users;
 
 use crate::config::Config;
 use glommio::net::TcpListener;
@@ -97,7 +93,7 @@ const LISTEN_BACKLOG: i32 = 1024;
 /// What every core reads and nobody writes after start-up.
 pub struct Shared {
     pub config: Config,
-    pub users: session::Users,
+    pub users: users::Users,
     pub instance_uuid: uuid::Uuid,
     /// The data directory's fingerprint, carried by every WAL file and snapshot.
     pub fingerprint: u64,
@@ -113,7 +109,7 @@ pub struct Shared {
 impl Shared {
     pub fn new(config: Config, shard_count: usize, fingerprint: u64) -> Shared {
         Shared {
-            users: session::Users::from_config(&config),
+            users: users::Users::from_config(&config),
             config,
             instance_uuid: uuid::Uuid::new_v4(),
             fingerprint,
@@ -217,22 +213,13 @@ pub enum ServerError {
     },
 }
 
-/// Placement: which shard owns an encoded primary key. CRC-32C is stable across builds
-/// and restarts, which the per-shard WAL will rely on.
-pub fn shard_of_key(encoded_primary_key: &[u8], shard_count: usize) -> usize {
-    debug_assert!(shard_count > 0 && shard_count <= u32::MAX as usize);
-    // A 32-bit division (the checksum is 32 bits): the same owner, and x86 divides 32-bit
-    // operands in fewer cycles than 64-bit ones.
-    (checksum::crc32c(encoded_primary_key) % shard_count as u32) as usize
-}
-
 /// Asks for the shard thread's scheduler slice (see [`scheduling`]); a refusal costs
 /// throughput, not correctness, so it is logged and the shard goes on.
 fn ask_for_slice(slice: Duration) {
     let slice_us = slice.as_micros() as u64;
-    match scheduling::request_slice(slice) {
-        Ok(scheduling::SliceRequest::Set) => tracing::debug!(slice_us, "scheduler slice set"),
-        Ok(scheduling::SliceRequest::KeptPolicy(policy)) => {
+    match os::scheduling::request_slice(slice) {
+        Ok(os::scheduling::SliceRequest::Set) => tracing::debug!(slice_us, "scheduler slice set"),
+        Ok(os::scheduling::SliceRequest::KeptPolicy(policy)) => {
             tracing::info!(
                 policy,
                 "shard thread not on a fair policy; sched_slice_us not applied"
@@ -260,7 +247,7 @@ pub fn shard_count_for(config: &Config) -> usize {
     }
 }
 
-/// Starts `shard_count` pinned executors, each with its shard and its [`core::Core`] joined
+/// Starts `shard_count` pinned executors, each with its shard and its [`mesh::core::Core`] joined
 /// to the mesh, runs `per_core(core)` on each, and returns their outputs in core order once
 /// every one has finished. A core whose closure finished keeps serving its peers' requests
 /// until all have, so closures may talk across cores freely.
@@ -270,7 +257,7 @@ pub fn start_cores<F, Fut, T>(
     per_core: F,
 ) -> Result<Vec<T>, ServerError>
 where
-    F: Fn(Rc<core::Core>) -> Fut + Send + Sync + 'static,
+    F: Fn(Rc<mesh::core::Core>) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = T> + 'static,
     T: Send + 'static,
 {
@@ -287,7 +274,7 @@ where
         data_dir.fingerprint(),
     )?);
     let shared = Arc::new(Shared::new(config, shard_count, data_dir.fingerprint()));
-    let mesh = core::mesh(shard_count);
+    let mesh = mesh::core::mesh(shard_count);
     let per_core = Arc::new(per_core);
     let finished = Arc::new(AtomicUsize::new(0));
     let joined = Arc::new(AtomicUsize::new(0));
@@ -312,7 +299,7 @@ where
                 if let Some(slice) = shared.config.sched_slice {
                     ask_for_slice(slice);
                 }
-                let core = core::Core::join(shared, mesh).await;
+                let core = mesh::core::Core::join(shared, mesh).await;
                 if let Ok(core) = &core {
                     name_this_thread(&format!("shard-{}", core.id()));
                 }
@@ -571,7 +558,10 @@ async fn listener_for_core(
 /// One core's accept loop, until the stop flag is raised: serves the connections it accepts
 /// and those handed over to it, and hands over those another core should serve. Then the
 /// shutdown: see the module doc.
-async fn serve_clients(core: Rc<core::Core>, listening: Arc<Listening>) -> Result<(), ServerError> {
+async fn serve_clients(
+    core: Rc<mesh::core::Core>,
+    listening: Arc<Listening>,
+) -> Result<(), ServerError> {
     let id = core.id();
     let shared = core.shared.clone();
     let listener = listener_for_core(&listening, id, core.shard_count).await?;
@@ -717,13 +707,13 @@ async fn wait_until(done: &impl Fn() -> bool, deadline: Instant) {
 
 /// Serves one client connection on this core, in a task of its own.
 fn serve_connection(
-    core: &Rc<core::Core>,
+    core: &Rc<mesh::core::Core>,
     connections: &Rc<connection::CoreConnections>,
     listening: &Arc<Listening>,
     stream: glommio::net::TcpStream,
 ) {
     let (listening, id) = (listening.clone(), core.id());
-    let session = dispatch::Session::new(core.clone());
+    let session = session::Session::new(core.clone());
     connections.spawn(session, stream, move || listening.connection_closed(id));
 }
 

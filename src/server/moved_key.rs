@@ -12,15 +12,15 @@
 //! and around an UPDATE for another core whose ops [`may_move_key`] (the only other scan of
 //! an UPDATE's ops outside the update engine: it must stay cheap and conservative).
 
+use crate::msgpack::{self, Value};
 use crate::protocol::client::{decode_reply, split_server_frame};
 use crate::protocol::request::{Select, Update};
-use crate::server::batch::Kind;
-use crate::server::core::Core;
-use crate::server::inbox::Inbox;
+use crate::server::mesh::batch::Kind;
+use crate::server::mesh::core::Core;
+use crate::server::mesh::inbox::Inbox;
 use crate::server::schema::{self, SpacePlacement, SCHEMA_VERSION};
 use crate::shard::{MovedKey, Shard};
 use crate::storage::key::{KeyPart, SearchKeyBuf};
-use crate::storage::msgpack::{self, Value};
 use crate::storage::text::msgpack_to_text;
 use crate::storage::StorageError;
 use std::rc::Rc;
@@ -41,7 +41,7 @@ pub fn owner_to_ask(core: &Core, shard: &Shard, moved: &MovedKey) -> Option<usiz
         .key_def
         .encode_from_tuple_data(&moved.new_tuple, &mut encoded)
         .ok()?;
-    let owner = crate::server::shard_of_key(&encoded, core.shard_count);
+    let owner = crate::placement::shard_of_key(&encoded, core.shard_count);
     (owner != core.id()).then_some(owner)
 }
 
@@ -220,7 +220,7 @@ fn path_field(path: &[u8], field_no_by_name: &dyn Fn(&str) -> Option<u32>) -> Op
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::msgpack::{write_array_len, write_int, write_str, write_uint};
+    use crate::msgpack::{write_array_len, write_int, write_str, write_uint};
     use crate::storage::FieldType;
 
     enum Field<'a> {

@@ -5,7 +5,7 @@
 //! Knows the config's types and storage's definitions; nothing of sockets or files.
 
 use crate::config::{self, Config, Placement};
-use crate::storage::msgpack::{write_array_len, write_str, write_uint};
+use crate::msgpack::{write_array_len, write_str, write_uint};
 use crate::storage::{
     Collation, Engine, FieldDef, FieldType, IndexDef, IndexKind, KeyDef, KeyPart, SpaceDef,
     SpaceFormat,
@@ -469,7 +469,7 @@ parts = [{ field = "ns", is_nullable = true }, "b"]
         let mut texts = Vec::new();
         while !rest.is_empty() {
             texts.push(msgpack_to_text(
-                crate::storage::msgpack::take_value(&mut rest).unwrap(),
+                crate::msgpack::take_value(&mut rest).unwrap(),
             ));
         }
         assert_eq!(

@@ -157,7 +157,7 @@ impl Shard {
     /// ahead. `None` for every other request.
     #[inline]
     pub fn point_target(&self, request: &Request<'_>) -> Option<PointTarget> {
-        let single_uint = crate::storage::msgpack::single_uint_array;
+        let single_uint = crate::msgpack::single_uint_array;
         let (space_id, index_id, key) = match request {
             Request::Select(r) => (r.space_id, r.index_id, single_uint(r.key)?),
             Request::Update(r) => (r.space_id, r.index_id, single_uint(r.key)?),

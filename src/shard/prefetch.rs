@@ -187,8 +187,8 @@ impl LookupPipeline {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::msgpack;
     use crate::protocol::request::{Delete, Insert, Request, Select};
-    use crate::storage::msgpack;
     use crate::storage::{Engine, FieldDef, FieldType, IndexDef, KeyPart, SpaceDef, SpaceFormat};
     use rand::rngs::StdRng;
     use rand::{Rng, SeedableRng};

@@ -4,7 +4,7 @@
 //! Tarantool 2.11's message text word for word. The numeric Tarantool error code is
 //! assigned once, at the server edge; this layer knows nothing of the wire.
 
-use crate::storage::msgpack::{MpType, MsgpackError};
+use crate::msgpack::{MpType, MsgpackError};
 use thiserror::Error;
 
 /// How a tuple field is named in messages: `3` or `3 (name)`, 1-based.

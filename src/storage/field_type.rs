@@ -3,7 +3,7 @@
 //!
 //! Knows nothing of tuples or indexes; it classifies single values.
 
-use crate::storage::msgpack::Value;
+use crate::msgpack::Value;
 
 /// MessagePack extension type numbers Tarantool assigns.
 pub const EXT_DECIMAL: i8 = 1;

@@ -6,12 +6,12 @@
 //!
 //! Knows nothing of formats or quotas; the space decides what goes in.
 
+use crate::msgpack::{self, Value};
 use crate::storage::btree::{self, BTree, LookupCursor};
 use crate::storage::bulk;
 use crate::storage::error::{Result, StorageError};
 use crate::storage::field_type::FieldType;
 use crate::storage::key::{KeyBuf, KeyDef, KeyPart, SearchKeyBuf};
-use crate::storage::msgpack::{self, Value};
 use crate::storage::prefetch::{prefetch_line, prefetch_slice};
 use crate::storage::range::{IteratorType, KeyRange};
 use crate::storage::tuple::{FieldMap, SpaceFormat, Tuple};

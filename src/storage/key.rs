@@ -23,10 +23,10 @@
 //!
 //! Knows nothing of indexes or spaces: it turns field values and search keys into bytes.
 
+use crate::msgpack::{self, Value};
 use crate::storage::collation::{self, IcuStrength, SortKeyBuf};
 use crate::storage::error::{Result, StorageError};
 use crate::storage::field_type::{FieldType, EXT_DATETIME, EXT_DECIMAL, EXT_UUID};
-use crate::storage::msgpack::{self, Value};
 use smallvec::{Array, SmallVec};
 
 /// An encoded key as an index entry holds it. Keys of one or two numeric parts stay
@@ -743,13 +743,13 @@ mod tests {
             u64::MAX,
         ] {
             let mut key = vec![0x91];
-            crate::storage::msgpack::write_uint(&mut key, id);
+            crate::msgpack::write_uint(&mut key, id);
             let mut encoded = SearchKeyBuf::new();
             assert_eq!(key_def.encode_search_key(&key, &mut encoded), Ok(1));
             assert_eq!(&encoded[..], &id.to_be_bytes()[..]);
             let mut tuple = vec![0x92];
-            crate::storage::msgpack::write_uint(&mut tuple, id);
-            crate::storage::msgpack::write_str(&mut tuple, b"x");
+            crate::msgpack::write_uint(&mut tuple, id);
+            crate::msgpack::write_str(&mut tuple, b"x");
             let mut from_tuple = SearchKeyBuf::new();
             key_def
                 .encode_from_tuple_data(&tuple, &mut from_tuple)

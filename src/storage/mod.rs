@@ -4,7 +4,7 @@
 //! (field types, key order, iterator semantics, update operations, memory quota). It must
 //! not know about sockets, executors, files or the IPROTO wire format.
 //!
-//! * [`msgpack`] reads values; [`field_type`] classifies them; [`key`] orders them, strings
+//! * [`crate::msgpack`] reads values; [`field_type`] classifies them; [`key`] orders them, strings
 //!   of ICU collations by [`collation`]'s sort keys.
 //! * [`tuple`] stores them with a field map; [`index`] and [`range`] find them, over
 //!   [`btree`] for TREE indexes.
@@ -23,7 +23,6 @@ pub mod field_type;
 pub mod index;
 pub mod key;
 pub mod memory;
-pub mod msgpack;
 pub mod prefetch;
 pub mod range;
 pub mod space;

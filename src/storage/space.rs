@@ -6,6 +6,7 @@
 //!
 //! Knows nothing of the wire or of other shards: requests arrive as msgpack byte slices.
 
+use crate::msgpack;
 use crate::storage::btree::LookupCursor;
 use crate::storage::change::Change;
 use crate::storage::error::{Result, StorageError};
@@ -13,7 +14,6 @@ use crate::storage::field_type::FieldType;
 use crate::storage::index::{Index, IndexDef, IndexIter, IndexKey, IndexKind};
 use crate::storage::key::{prefix_successor, KeyBuf, SearchKeyBuf};
 use crate::storage::memory::MemoryQuota;
-use crate::storage::msgpack;
 use crate::storage::range::{IteratorType, KeyRange};
 use crate::storage::text::msgpack_to_text;
 use crate::storage::tuple::{FieldMap, SpaceFormat, Tuple};
@@ -486,13 +486,13 @@ impl Space {
     /// would carry), e.g. for the WAL's delete rows.
     pub fn write_primary_key(&self, tuple: &Tuple, out: &mut Vec<u8>) {
         let parts = &self.indexes[0].def.key_def.parts;
-        crate::storage::msgpack::write_array_len(out, parts.len() as u32);
+        crate::msgpack::write_array_len(out, parts.len() as u32);
         for part in parts {
             let field = self
                 .field_map
                 .slot_of(part.field_no)
                 .and_then(|slot| tuple.field_in_slot(slot))
-                .and_then(|mut field| crate::storage::msgpack::take_value(&mut field).ok());
+                .and_then(|mut field| crate::msgpack::take_value(&mut field).ok());
             // A stored tuple has every primary key field; nil keeps the array well formed.
             out.extend_from_slice(field.unwrap_or(&[0xc0]));
         }

@@ -2,9 +2,9 @@
 //! error texts, atomicity of failed writes, quota, bulk build.
 
 use super::*;
+use crate::msgpack;
 use crate::storage::field_type::FieldType;
 use crate::storage::key::{KeyDef, KeyPart};
-use crate::storage::msgpack;
 use crate::storage::tuple::FieldDef;
 
 /// Builds msgpack from a tiny literal language: numbers, "strings", nil, arrays.

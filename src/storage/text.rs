@@ -3,7 +3,7 @@
 //!
 //! Only for messages: never parsed back, never on a hot path.
 
-use crate::storage::msgpack::{self, Value};
+use crate::msgpack::{self, Value};
 use std::fmt::Write;
 
 /// Renders one value (containers included). Malformed input is rendered up to the fault.

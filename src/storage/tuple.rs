@@ -9,9 +9,9 @@
 //!
 //! Knows nothing of indexes or keys beyond "these field numbers are indexed".
 
+use crate::msgpack::{self, Value};
 use crate::storage::error::{FieldLabel, Result, StorageError};
 use crate::storage::field_type::FieldType;
-use crate::storage::msgpack::{self, Value};
 use crate::storage::prefetch::{prefetch_line, prefetch_slice};
 use smallvec::SmallVec;
 use std::rc::Rc;
@@ -415,7 +415,7 @@ fn skip_plainly_accepted(field_type: FieldType, cursor: &[u8]) -> Option<&[u8]> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::msgpack::MpType;
+    use crate::msgpack::MpType;
 
     #[test]
     fn the_marker_shortcut_agrees_with_the_general_decoder() {

@@ -7,8 +7,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+use tarn::msgpack::{write_array_len, write_str, write_uint};
 use tarn::protocol::client::split_server_frame;
-use tarn::storage::msgpack::{write_array_len, write_str, write_uint};
 
 /// The shipped example spaces plus the `bench` user the Python tests authenticate as.
 pub const TEST_CONFIG_EXTRA: &str = r#"
@@ -353,7 +353,7 @@ pub fn kv_tuple(id: u64, value: &str) -> Vec<u8> {
 
 /// Every tuple of `kv` (SELECT ALL on the primary index), in key order, with its id.
 pub fn kv_rows(addr: SocketAddr) -> Vec<(u64, Vec<u8>)> {
-    use tarn::storage::msgpack::{self, Value};
+    use tarn::msgpack::{self, Value};
     let mut client = Client::connect_to(addr);
     let mut request = Vec::new();
     tarn::protocol::client::encode_select(
@@ -398,7 +398,7 @@ pub fn kv_ids(addr: SocketAddr) -> Vec<u64> {
 
 /// [`kv_rows`] as (id, value): the tuples [`kv_tuple`] makes.
 pub fn kv_values(addr: SocketAddr) -> Vec<(u64, String)> {
-    use tarn::storage::msgpack::{self, Value};
+    use tarn::msgpack::{self, Value};
     kv_rows(addr)
         .into_iter()
         .map(|(id, tuple)| {

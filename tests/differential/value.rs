@@ -9,7 +9,7 @@
 //! Knows nothing of IPROTO.
 
 use std::fmt;
-use tarn::storage::msgpack::{self, Value};
+use tarn::msgpack::{self, Value};
 
 #[derive(Clone, Debug)]
 pub enum V {

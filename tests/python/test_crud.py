@@ -1,6 +1,6 @@
 """The crud API through the Python connector's ``crud_*`` helpers (issue 6).
 
-Runnable once ``crud.*`` CALLs are routed to ``server::crud`` (see its module docs).
+Runnable once ``crud.*`` CALLs are routed to ``crud`` (see its module docs).
 Uses space ``kv`` (id unsigned, bucket_id unsigned, value string) with primary keys
 in [40000, 41200) only.  ``crud_truncate`` is not exercised: it would empty the
 space under the other tests.

@@ -60,7 +60,7 @@ pub struct Outcome {
 /// Cross-core traffic summed over shards, and the operations run in the same window.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct MeshReport {
-    pub stats: tarn::server::core::MeshStats,
+    pub stats: tarn::server::mesh::core::MeshStats,
     pub operations: u64,
 }
 

@@ -48,13 +48,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use tarn::msgpack::{write_array_len, write_uint};
+use tarn::placement::shard_of_key;
 use tarn::protocol::client::{decode_reply, split_server_frame};
 use tarn::protocol::frame::split_frame;
-use tarn::server::core::{Core, MeshStats};
-use tarn::server::dispatch::Session;
-use tarn::server::{shard_of_key, start_cores};
+use tarn::server::mesh::core::{Core, MeshStats};
+use tarn::server::session::Session;
+use tarn::server::start_cores;
 use tarn::storage::key::SearchKeyBuf;
-use tarn::storage::msgpack::{write_array_len, write_uint};
 use tarn::storage::prefetch::prefetch_slice;
 
 use crate::cli::{Budget, Config, Operation, IN_PROCESS_WAL_DEFAULT};

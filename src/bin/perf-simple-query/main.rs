@@ -42,8 +42,8 @@ static ALLOCATOR: alloc_counter::CountingAllocator = alloc_counter::CountingAllo
 
 fn main() -> ExitCode {
     // The shards in this process get the heap the server gives them.
-    tarn::server::heap::restart_with_huge_pages();
-    tarn::server::heap::grow_in_large_steps();
+    tarn::server::os::heap::restart_with_huge_pages();
+    tarn::server::os::heap::grow_in_large_steps();
     let config = match Args::parse().resolve() {
         Ok(config) => config,
         Err(text) => {

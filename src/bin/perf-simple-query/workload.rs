@@ -3,12 +3,12 @@
 //! Also the rows of `--load-customers`: space 513 `customers`,
 //! `[id, bucket_id, a, b, c, d unsigned, name string]`.
 
+use tarn::msgpack::{uint_bytes, write_array_len, write_str, write_uint, UINT_BYTES_MAX};
 use tarn::protocol::client::{
     encode_delete, encode_insert, encode_replace, encode_select, encode_update,
 };
 use tarn::protocol::codes::{body_key, header_key, request_type};
 use tarn::protocol::request::{Select, Update};
-use tarn::storage::msgpack::{uint_bytes, write_array_len, write_str, write_uint, UINT_BYTES_MAX};
 
 use crate::cli::Operation;
 
@@ -341,7 +341,7 @@ mod tests {
 
     #[test]
     fn customer_rows_follow_the_schema_and_the_seed() {
-        use tarn::storage::msgpack::{read_value, Value};
+        use tarn::msgpack::{read_value, Value};
         let uint = |rest: &mut &[u8]| match read_value(rest).unwrap() {
             Value::Uint(value) => value,
             other => panic!("not an unsigned: {other:?}"),

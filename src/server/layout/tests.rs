@@ -1,5 +1,5 @@
 use super::*;
-use crate::storage::msgpack::{write_array_len, write_str, write_uint};
+use crate::msgpack::{write_array_len, write_str, write_uint};
 use std::collections::BTreeSet;
 
 const KV: u32 = 512;
@@ -74,8 +74,8 @@ fn recover_all(config: &Config, shard_count: usize) -> Vec<Vec<Vec<u8>>> {
 
 fn id_of(tuple: &[u8]) -> u64 {
     let mut fields = &tuple[1..];
-    match crate::storage::msgpack::read_value(&mut fields) {
-        Ok(crate::storage::msgpack::Value::Uint(id)) => id,
+    match crate::msgpack::read_value(&mut fields) {
+        Ok(crate::msgpack::Value::Uint(id)) => id,
         other => panic!("id: {other:?}"),
     }
 }

@@ -7,11 +7,11 @@
 //! kept unencoded until the output is written.
 
 use super::{BitKind, Number, OpKind, ScalarOp, Target, UpdateOp};
-use crate::storage::error::StorageError;
-use crate::storage::msgpack::{
+use crate::msgpack::{
     read_value, take_value, write_array_len, write_f32, write_f64, write_int, write_str_header,
     write_uint, Value,
 };
+use crate::storage::error::StorageError;
 use smallvec::SmallVec;
 
 fn corrupt_tuple<T>(_: T) -> StorageError {

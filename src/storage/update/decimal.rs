@@ -69,9 +69,9 @@ fn checked(context: &Context<Dec>, value: Dec) -> Option<Dec> {
 /// `decimal_unpack` of an MP_EXT type 1 payload; `None` where Tarantool refuses it.
 pub(super) fn unpack(payload: &[u8]) -> Option<Dec> {
     let mut cursor = payload;
-    let scale = match crate::storage::msgpack::read_value(&mut cursor).ok()? {
-        crate::storage::msgpack::Value::Uint(n) => i64::try_from(n).ok()?,
-        crate::storage::msgpack::Value::Int(n) => n,
+    let scale = match crate::msgpack::read_value(&mut cursor).ok()? {
+        crate::msgpack::Value::Uint(n) => i64::try_from(n).ok()?,
+        crate::msgpack::Value::Int(n) => n,
         _ => return None,
     };
     if scale > i64::from(DIGITS_MAX) || scale <= -i64::from(DIGITS_MAX) {

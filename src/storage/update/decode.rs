@@ -6,8 +6,8 @@
 
 use super::path::{Lexer, Token};
 use super::{BitKind, Number, OpKind, ScalarOp, Target, UpdateOp, UpdateOps, OPS_MAX};
+use crate::msgpack::{read_value, take_value, MsgpackError, Value};
 use crate::storage::error::StorageError;
-use crate::storage::msgpack::{read_value, take_value, MsgpackError, Value};
 use smallvec::SmallVec;
 
 /// The ops come from a request body; Tarantool checks the whole body before decoding, so a

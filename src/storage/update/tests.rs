@@ -2,10 +2,8 @@
 //! values marked [2.6] were observed on a live Tarantool 2.6 (Lua, 1-based).
 
 use super::UpdateOps;
+use crate::msgpack::{write_array_len, write_f32, write_f64, write_int, write_str, write_uint};
 use crate::storage::error::StorageError;
-use crate::storage::msgpack::{
-    write_array_len, write_f32, write_f64, write_int, write_str, write_uint,
-};
 
 /// A msgpack value for building test input.
 #[derive(Debug, Clone, PartialEq)]

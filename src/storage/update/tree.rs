@@ -20,10 +20,10 @@
 use super::apply::{compute, write_content, Content};
 use super::path::{Lexer, Token};
 use super::{OpKind, UpdateOp};
-use crate::storage::error::StorageError;
-use crate::storage::msgpack::{
+use crate::msgpack::{
     read_value, take_value, write_array_len, write_f64, write_map_len, write_str, Value,
 };
+use crate::storage::error::StorageError;
 
 type Result<T> = std::result::Result<T, StorageError>;
 

@@ -11,7 +11,6 @@
 
 use super::result::Columns;
 use super::select::{self, ShardRows};
-use super::wire::Part;
 use super::write::{self, BatchItem, PointOp};
 use super::{
     encode_reply, encode_values_reply, fast_plan, finish_border, finish_count, finish_len,
@@ -23,6 +22,16 @@ use crate::shard::errors::log_refused_message;
 use crate::shard::Shard;
 use crate::storage::{Change, Engine, IteratorType, StorageError, Tuple};
 use crate::wal::WalError;
+
+/// What one shard contributes to a fanned-out call (select, min/max, count, len, truncate).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Part {
+    Rows(ShardRows),
+    Count(u64),
+    Done,
+    /// A box error, as text.
+    Failed(String),
+}
 
 /// The answer to a call whose WAL rows could not be written: never an acknowledgement.
 pub fn wal_refused(error: &WalError) -> CrudReply {

@@ -434,11 +434,11 @@ fn after_key(parts: &[KeyPart], columns: &Columns, after: &[u8]) -> Result<KeyBu
 /// Plans `crud.min` / `crud.max` on `index` (name, id, or nil for the primary).
 pub fn plan_border(space: &Space, index: &[u8], max: bool) -> Result<SelectPlan, String> {
     let found = match mp::value(index) {
-        crate::storage::msgpack::Value::Nil => space.indexes().first(),
-        crate::storage::msgpack::Value::Str(_) => {
+        crate::msgpack::Value::Nil => space.indexes().first(),
+        crate::msgpack::Value::Str(_) => {
             mp::as_str(index).and_then(|name| index_by_name(space, name))
         }
-        crate::storage::msgpack::Value::Uint(id) => {
+        crate::msgpack::Value::Uint(id) => {
             space.indexes().iter().find(|i| u64::from(i.def.id) == id)
         }
         _ => None,

@@ -1,9 +1,9 @@
 //! Small MessagePack helpers for crud's dynamically typed arguments: split arrays and maps
 //! into the raw bytes of their elements, name a value's Lua type, write map headers.
 //!
-//! Borrowing only; the storage reader (`storage::msgpack`) does the decoding.
+//! Borrowing only; the storage reader (`crate::msgpack`) does the decoding.
 
-use crate::storage::msgpack::{self, Value};
+use crate::msgpack::{self, Value};
 
 pub const NIL: &[u8] = &[0xc0];
 
@@ -244,7 +244,7 @@ fn decoded_lua_type(raw: &[u8]) -> &'static str {
     }
 }
 
-pub use crate::storage::msgpack::write_map_len;
+pub use crate::msgpack::write_map_len;
 
 /// An array of already-encoded values.
 pub fn array_of<'a>(items: impl ExactSizeIterator<Item = &'a [u8]>) -> Vec<u8> {

@@ -66,16 +66,15 @@ pub mod on_shard;
 pub mod result;
 pub mod select;
 pub mod sites;
-pub mod wire;
 pub mod write;
 
 #[cfg(test)]
 mod tests;
 
+use crate::msgpack::{write_array_len, write_str, write_uint};
 use crate::protocol::reply;
 use crate::protocol::reply::ErrorEntry as ReplyErrorEntry;
 use crate::protocol::ErrorCode;
-use crate::storage::msgpack::{write_array_len, write_str, write_uint};
 use crate::storage::{Engine, Space};
 pub use args::{Func, Raised};
 use error::{by_func, CrudError};

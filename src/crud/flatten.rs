@@ -9,7 +9,7 @@
 use super::bucket::bucket_id_of_parts;
 use super::mp;
 use super::write::{OpBytes, Scratch, Spliced};
-use crate::storage::msgpack::{self, Value};
+use crate::msgpack::{self, Value};
 use crate::storage::Space;
 use smallvec::SmallVec;
 
@@ -474,7 +474,7 @@ fn same_number(a: &[u8], b: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::msgpack::write_uint;
+    use crate::msgpack::write_uint;
 
     #[test]
     fn encodes_as_write_uint_does() {

@@ -5,9 +5,9 @@
 //! The `crc32c` crate computes the standard CRC-32C, which does apply the final XOR, so
 //! Tarantool's value is its bitwise complement.
 
-use crate::server::checksum::crc32c_append;
+use crate::msgpack::Value;
+use crate::placement::checksum::crc32c_append;
 use crate::storage::field_type::EXT_UUID;
-use crate::storage::msgpack::Value;
 
 /// Tarantool's `digest.crc32(bytes)`.
 pub fn tarantool_crc32(bytes: &[u8]) -> u32 {
@@ -182,7 +182,7 @@ mod tests {
     /// The part-by-part checksum equals the one over the concatenated text.
     #[test]
     fn bucket_id_matches_the_concatenated_text() {
-        use crate::storage::msgpack::{write_f64, write_int, write_str, write_uint};
+        use crate::msgpack::{write_f64, write_int, write_str, write_uint};
         let mut values: Vec<Vec<u8>> = Vec::new();
         for u in [
             0,

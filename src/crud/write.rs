@@ -11,8 +11,8 @@
 //! the rows an IPROTO request making the same change would log.
 
 use super::mp;
+use crate::msgpack::write_array_len;
 use crate::storage::key::SearchKeyBuf;
-use crate::storage::msgpack::write_array_len;
 use crate::storage::{Change, Engine, Space, StorageError, Tuple};
 use smallvec::SmallVec;
 use std::borrow::Cow;

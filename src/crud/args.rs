@@ -621,7 +621,7 @@ pub fn parse<'a>(func: Func, args: &'a [u8]) -> Result<Args<'a>, ArgError> {
 /// Fills `items` with the first elements of the array `args` (the rest stay nil); false
 /// when `args` is not a whole array.
 fn split_args<'a>(args: &'a [u8], items: &mut [&'a [u8]]) -> bool {
-    use crate::storage::msgpack::{self, Value};
+    use crate::msgpack::{self, Value};
     let mut cursor = args;
     let Ok(Value::Array(count)) = msgpack::read_value(&mut cursor) else {
         return false;
@@ -702,7 +702,7 @@ fn parse_opts(func: Func, raw: &[u8], position: usize) -> Result<Opts<'_>, ArgEr
         if mp::is_nil(value) {
             continue;
         }
-        let flag = matches!(mp::value(value), crate::storage::msgpack::Value::Bool(true));
+        let flag = matches!(mp::value(value), crate::msgpack::Value::Bool(true));
         match option {
             "bucket_id" => opts.bucket_id = Some(value),
             "fields" => opts.fields = Some(value),
@@ -723,7 +723,7 @@ fn parse_opts(func: Func, raw: &[u8], position: usize) -> Result<Opts<'_>, ArgEr
 
 /// A Lua number's value (the caller checked the type).
 pub fn number(raw: &[u8]) -> f64 {
-    use crate::storage::msgpack::Value;
+    use crate::msgpack::Value;
     match mp::value(raw) {
         Value::Uint(u) => u as f64,
         Value::Int(i) => i as f64,

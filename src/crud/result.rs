@@ -5,7 +5,7 @@
 
 use super::error::CrudError;
 use super::mp::{self, write_map_len};
-use crate::storage::msgpack::{write_array_len, write_str};
+use crate::msgpack::{write_array_len, write_str};
 use crate::storage::{Space, SpaceFormat};
 use std::cell::RefCell;
 

@@ -10,7 +10,7 @@
 
 use super::mp::write_map_len;
 use super::sites::{short_src, Site};
-use crate::storage::msgpack::{write_str, write_uint};
+use crate::msgpack::{write_str, write_uint};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CrudError {

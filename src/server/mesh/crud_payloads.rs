@@ -18,8 +18,8 @@
 //!
 //! All integers little-endian.
 
-use super::select::ShardRows;
-use super::write::{BatchItem, OpBytes, PointOp};
+use crate::crud::on_shard::Part;
+use crate::crud::write::{BatchItem, OpBytes, PointOp};
 use crate::storage::key::KeyBuf;
 
 /// The status byte of an answer whose WAL rows could not be written.
@@ -35,16 +35,6 @@ pub struct Ops<'a> {
     pub stop_on_error: bool,
     pub rollback_on_error: bool,
     pub ops: Vec<PointOp<'a>>,
-}
-
-/// What one shard contributes to a fanned-out call (select, min/max, count, len, truncate).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Part {
-    Rows(ShardRows),
-    Count(u64),
-    Done,
-    /// A box error, as text.
-    Failed(String),
 }
 
 fn put_u32(out: &mut Vec<u8>, value: usize) {
@@ -259,6 +249,7 @@ pub fn decode_part(bytes: &[u8]) -> Option<Part> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::crud::select::ShardRows;
 
     #[test]
     fn ops_round_trip() {

@@ -29,13 +29,13 @@
 //! reply ~8 + reply bytes; the fixed costs (a task wake-up and a cross-thread notification,
 //! a few µs) are paid per batch, so with tens of requests per tick they are ≪ 1 per request.
 
+use crate::crud::{self, CrudConfig};
 use crate::protocol::decode_packet;
 use crate::protocol::request::Request;
-use crate::server::batch::{self, Kind};
-use crate::server::crud::{self, CrudConfig};
 use crate::server::decoded::{Decoded, DecodedAhead};
 use crate::server::durability;
-use crate::server::inbox::Inbox;
+use crate::server::mesh::batch::{self, Kind};
+use crate::server::mesh::inbox::Inbox;
 use crate::server::moved_key;
 use crate::server::schema::{self, SCHEMA_VERSION};
 use crate::server::{ServerError, Shared};
@@ -440,7 +440,7 @@ impl Core {
         replies: &mut Vec<u8>,
     ) -> Option<u64> {
         if entry.kind == Kind::CrudOps {
-            let ops = crud::wire::decode_ops(entry.packet);
+            let ops = crate::server::mesh::crud_payloads::decode_ops(entry.packet);
             let items = crud::on_shard::run_ops(
                 shard,
                 ops.space_id,
@@ -451,7 +451,7 @@ impl Core {
             if let Err(error) = &items {
                 tracing::error!(shard = shard.id, %error, "WAL write refused; the crud call fails");
             }
-            crud::wire::encode_items(replies, items.as_deref().ok());
+            crate::server::mesh::crud_payloads::encode_items(replies, items.as_deref().ok());
             return Some(0);
         }
         let decoded = decoded.unwrap_or_else(|| match entry.kind {
@@ -486,12 +486,12 @@ impl Core {
                 let part =
                     match crud::plan(&shard.engine, &self.crud, call.function_name, call.args) {
                         Ok(plan) => crud::on_shard::run_part(shard, &plan),
-                        Err(_) => Ok(crud::wire::Part::Done),
+                        Err(_) => Ok(crate::crud::on_shard::Part::Done),
                     };
                 if let Err(error) = &part {
                     tracing::error!(shard = shard.id, %error, "WAL write refused; the crud call fails");
                 }
-                crud::wire::encode_part(replies, part.as_ref().ok());
+                crate::server::mesh::crud_payloads::encode_part(replies, part.as_ref().ok());
             }
             _ => debug_assert!(
                 false,
@@ -521,7 +521,7 @@ impl Core {
                 .find(|(replaced_ticket, _)| *replaced_ticket == ticket);
             match (failure, replacement) {
                 (Some((_, Kind::CrudOps | Kind::CrudPart, _, _)), _) => {
-                    rebuilt.push(crud::wire::WAL_REFUSED)
+                    rebuilt.push(crate::server::mesh::crud_payloads::WAL_REFUSED)
                 }
                 (Some((_, _, sync, error)), _) => {
                     encode_log_refused(&mut rebuilt, *sync, SCHEMA_VERSION, error)

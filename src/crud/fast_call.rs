@@ -24,11 +24,11 @@
 
 use super::mp;
 use super::Func;
+use crate::msgpack::leading_uint;
 use crate::protocol::codes::{body_key, header_key, request_type};
 use crate::protocol::error::{invalid_msgpack, ProtocolError};
 use crate::protocol::header::{Header, PacketError};
 use crate::protocol::request::{Call, Request};
-use crate::storage::msgpack::leading_uint;
 
 /// [`protocol::decode_packet`](crate::protocol::decode_packet), with crud calls decoded
 /// in one pass first. Other packets pay three byte compares: only a header that starts

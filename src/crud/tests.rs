@@ -18,7 +18,7 @@ pub(super) fn json(text: &str) -> Vec<u8> {
 }
 
 fn parse_json(rest: &mut &str, out: &mut Vec<u8>) {
-    use crate::storage::msgpack::{write_array_len, write_f64, write_int, write_str};
+    use crate::msgpack::{write_array_len, write_f64, write_int, write_str};
     *rest = rest.trim_start();
     let first = rest.chars().next().expect("JSON value");
     match first {
@@ -136,7 +136,7 @@ fn without_sites(values: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     if let Some(text) = mp::as_str(values).filter(|text| text.contains("\nstack traceback:")) {
         let cut = &text[..text.find("\nstack traceback:").unwrap_or(text.len())];
-        crate::storage::msgpack::write_str(&mut out, cut.as_bytes());
+        crate::msgpack::write_str(&mut out, cut.as_bytes());
     } else if let Some(pairs) = mp::map_items(values) {
         let is_error = pairs
             .iter()
@@ -155,7 +155,7 @@ fn without_sites(values: &[u8]) -> Vec<u8> {
             out.extend_from_slice(&without_sites(value));
         }
     } else if let Some(items) = mp::array_items(values) {
-        crate::storage::msgpack::write_array_len(&mut out, items.len() as u32);
+        crate::msgpack::write_array_len(&mut out, items.len() as u32);
         for item in items {
             out.extend_from_slice(&without_sites(item));
         }
@@ -258,7 +258,7 @@ fn bucket_id_matches_crud_vectors() {
 /// the texts LuaJIT's `tostring` gives each key.
 #[test]
 fn bucket_id_is_pinned_for_keys_of_every_kind() {
-    use crate::storage::msgpack::{write_f64, write_int, write_str, write_uint};
+    use crate::msgpack::{write_f64, write_int, write_str, write_uint};
     let uint = |value: u64| {
         let mut out = Vec::new();
         write_uint(&mut out, value);
@@ -1186,7 +1186,7 @@ fn shards_scan_their_part_and_the_merge_orders_by_scan_key() {
         call(&mut single, "crud.insert", &args);
         let mut key = crate::storage::key::SearchKeyBuf::new();
         key.extend_from_slice(&id.to_be_bytes());
-        let owner = crate::server::shard_of_key(&key, 2);
+        let owner = crate::placement::shard_of_key(&key, 2);
         call(&mut shards[owner], "crud.insert", &args);
     }
     assert!(shards
@@ -1491,11 +1491,11 @@ fn crud_changes_are_logged_and_recover_exactly() {
 /// general ones always.
 mod fast_paths {
     use super::*;
+    use crate::msgpack::{write_f64, write_int, write_str, write_uint};
     use crate::protocol::client;
     use crate::protocol::decode_packet_general;
     use crate::protocol::reply;
     use crate::protocol::request::Request;
-    use crate::storage::msgpack::{write_f64, write_int, write_str, write_uint};
     use proptest::prelude::*;
 
     /// One msgpack scalar of the kinds crud arguments hold, in every width.
@@ -1535,7 +1535,7 @@ mod fast_paths {
             3 => scalar(),
             3 => proptest::collection::vec(scalar(), 0..5).prop_map(|items| {
                 let mut out = Vec::new();
-                crate::storage::msgpack::write_array_len(&mut out, items.len() as u32);
+                crate::msgpack::write_array_len(&mut out, items.len() as u32);
                 items.iter().for_each(|item| out.extend_from_slice(item));
                 out
             }),
@@ -1619,7 +1619,7 @@ mod fast_paths {
                 let items = [space, second, third, opts, vec![0xc0]];
                 let count = count.min(items.len());
                 let mut out = Vec::new();
-                crate::storage::msgpack::write_array_len(&mut out, count as u32);
+                crate::msgpack::write_array_len(&mut out, count as u32);
                 items[..count]
                     .iter()
                     .for_each(|item| out.extend_from_slice(item));

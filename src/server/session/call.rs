@@ -1,0 +1,165 @@
+//! CALL: the functions a session answers (`box.info`, `box.snapshot`) and the crud calls,
+//! planned here and run here, on their owner, or on every core.
+
+use super::*;
+
+impl Session {
+    pub(super) async fn call(
+        &mut self,
+        packet: &[u8],
+        call: &Call<'_>,
+        sync: u64,
+        out: &mut Vec<u8>,
+    ) {
+        let function_name = call.function_name;
+        let grants = &self.core.shared.users.get(self.user_id).grants;
+        if !grants.execute {
+            if crud::fast_call::is_torn(call.args) {
+                // The general decoder would have refused the packet before this check.
+                let error = crud::fast_call::torn_args_error();
+                return reply::encode_protocol_error(out, sync, SCHEMA_VERSION, &error);
+            }
+            return access_denied(
+                out,
+                sync,
+                Access::Execute,
+                "function",
+                function_name,
+                self.user_name(),
+            );
+        }
+        if crud::is_crud_function(function_name) {
+            // crud runs its box operations as vshard's storage user, not the caller: the
+            // execute grant is the only check, as on a Tarantool router.
+            return self.crud(packet, call, sync, out).await;
+        }
+        match function_name {
+            "box.info" | "box.info.call" => self.box_info(sync, out),
+            "box.snapshot" => {
+                // Writes acknowledged so far are in the snapshot's LSN range.
+                self.finish(out).await;
+                match crate::server::durability::request_snapshot(&self.core.shared).await {
+                    Ok(()) => {
+                        let mark = reply::begin_data_reply(out, sync, SCHEMA_VERSION, 1);
+                        write_str(out, b"ok");
+                        reply::finish_packet(out, mark);
+                    }
+                    Err(reason) => reply::encode_error(
+                        out,
+                        sync,
+                        SCHEMA_VERSION,
+                        ErrorCode::ER_WAL_IO,
+                        &format!("Failed to write to disk: snapshot: {reason}"),
+                    ),
+                }
+            }
+            _ => reply::encode_error(
+                out,
+                sync,
+                SCHEMA_VERSION,
+                ErrorCode::ER_NO_SUCH_PROC,
+                &format!("Procedure '{function_name}' is not defined"),
+            ),
+        }
+    }
+
+    /// A crud CALL (spec §18): planned here, then run where its data is (see `crud`).
+    pub(super) async fn crud(
+        &mut self,
+        packet: &[u8],
+        call: &Call<'_>,
+        sync: u64,
+        out: &mut Vec<u8>,
+    ) {
+        let planned = {
+            let shard = self.core.shard.borrow();
+            crud::plan(
+                &shard.engine,
+                &self.core.crud,
+                call.function_name,
+                call.args,
+            )
+        };
+        let plan = match planned {
+            Ok(plan) => plan,
+            Err(raised) => {
+                return crud::encode_reply(out, sync, SCHEMA_VERSION, &CrudReply::Raised(raised))
+            }
+        };
+        match &plan {
+            Plan::Reply(_) => self.crud_here(&plan, sync, out),
+            Plan::Point(point) => {
+                let owner = self.crud_owner(point.space_id, &point.op);
+                if owner == self.core.id() {
+                    self.crud_here(&plan, sync, out);
+                } else {
+                    let slot = self
+                        .core
+                        .queue(owner, Kind::CrudCall, 0, packet, &self.inbox);
+                    self.pending.push(Pending {
+                        at: out.len(),
+                        slot,
+                    });
+                }
+            }
+            _ if self.core.shard_count == 1 => self.crud_here(&plan, sync, out),
+            Plan::Many(_) => self.crud_many(&plan, sync, out).await,
+            _ => self.crud_fan_out(packet, &plan, sync, out).await,
+        }
+    }
+
+    /// Runs a crud plan wholly on this core's shard; the reply waits for its commit like a
+    /// local IPROTO write.
+    pub(super) fn crud_here(&mut self, plan: &Plan, sync: u64, out: &mut Vec<u8>) {
+        let start = out.len();
+        let commit = {
+            let mut shard = self.core.shard.borrow_mut();
+            on_shard::run_planned_into(
+                &mut shard,
+                &self.core.crud,
+                plan,
+                sync,
+                SCHEMA_VERSION,
+                out,
+            );
+            shard.take_commit()
+        };
+        if let Some(commit) = commit {
+            self.unacknowledged.push(Unacknowledged {
+                commit,
+                start,
+                end: out.len(),
+                sync,
+            });
+        }
+    }
+
+    /// `box.info` as connection pools read it: `ro` false, `status` "running"; and tarn's
+    /// own `net`: client connections open and the memory they hold (see `NetStats`).
+    pub(super) fn box_info(&self, sync: u64, out: &mut Vec<u8>) {
+        let mark = reply::begin_data_reply(out, sync, SCHEMA_VERSION, 1);
+        out.push(0x88);
+        write_str(out, b"id");
+        write_uint(out, 1);
+        write_str(out, b"uuid");
+        write_str(out, self.core.shared.instance_uuid.to_string().as_bytes());
+        write_str(out, b"ro");
+        out.push(0xc2);
+        write_str(out, b"status");
+        write_str(out, b"running");
+        write_str(out, b"version");
+        write_str(out, crate::server::ADVERTISED_VERSION.as_bytes());
+        write_str(out, b"pid");
+        write_uint(out, std::process::id() as u64);
+        write_str(out, b"lsn");
+        write_uint(out, 0);
+        let net = &self.core.shared.net;
+        write_str(out, b"net");
+        out.push(0x82);
+        write_str(out, b"connections");
+        write_uint(out, net.connections() as u64);
+        write_str(out, b"memory");
+        write_uint(out, net.memory_bytes() as u64);
+        reply::finish_packet(out, mark);
+    }
+}

@@ -1,0 +1,295 @@
+//! Fan-out: a select or a crud call that every core runs a part of, and the merge of
+//! their answers into one reply.
+
+use super::*;
+
+impl Session {
+    /// A `*_many` call on several cores: each owner gets its ops, in order, in one message
+    /// (`Kind::CrudOps`); the outcomes go back to their positions and are finished here.
+    /// Earlier queued requests finish first, so the reply keeps its place.
+    pub(super) async fn crud_many(&mut self, plan: &Plan<'_>, sync: u64, out: &mut Vec<u8>) {
+        let Plan::Many(many) = plan else {
+            unreachable!("crud_many takes a Many plan")
+        };
+        self.finish(out).await;
+        let shard_count = self.core.shard_count;
+        let me = self.core.id();
+        // positions[core] = the indexes into `many.ops` that core owns, in order.
+        let mut positions: Vec<Vec<usize>> = vec![Vec::new(); shard_count];
+        for (at, op) in many.ops.iter().enumerate() {
+            positions[self.crud_owner(many.space_id, op)].push(at);
+        }
+        // Slots are 0.. in the order queued: the inbox was empty after `finish`.
+        let mut slots: Vec<(usize, u32)> = Vec::new();
+        let mut payload = Vec::new();
+        for peer in (0..shard_count).filter(|&peer| peer != me && !positions[peer].is_empty()) {
+            payload.clear();
+            let ops = positions[peer].iter().map(|&at| &many.ops[at]);
+            wire::encode_ops(
+                &mut payload,
+                many.space_id,
+                many.stop_on_error,
+                many.rollback_on_error,
+                ops,
+            );
+            let slot = self
+                .core
+                .queue(peer, Kind::CrudOps, 0, &payload, &self.inbox);
+            slots.push((peer, slot));
+        }
+        let mut items = vec![crud::write::BatchItem::NotPerformed; many.ops.len()];
+        let (local, commit) = {
+            let mut shard = self.core.shard.borrow_mut();
+            let ops: Vec<_> = positions[me]
+                .iter()
+                .map(|&at| many.ops[at].clone())
+                .collect();
+            let local = on_shard::run_ops(
+                &mut shard,
+                many.space_id,
+                &ops,
+                many.stop_on_error,
+                many.rollback_on_error,
+            );
+            (local, shard.take_commit())
+        };
+        let mut refusal = Refusal::default();
+        match local {
+            Ok(local) => place(&mut items, &positions[me], local),
+            Err(error) => refusal.here(error),
+        }
+        if !slots.is_empty() {
+            self.inbox.wait().await;
+            for &(peer, slot) in &slots {
+                match wire::decode_items(self.inbox.replies().get(slot)) {
+                    Some(remote) => place(&mut items, &positions[peer], remote),
+                    None => refusal.elsewhere(),
+                }
+            }
+            self.inbox.clear();
+        }
+        if let Some(commit) = commit {
+            if let Err(error) = commit.await {
+                refusal.here(error);
+            }
+        }
+        let reply = match refusal.reply() {
+            Some(refused) => refused,
+            None => {
+                let shard = self.core.shard.borrow();
+                let space = shard.engine.space(many.space_id).expect("planned");
+                CrudReply::Values(crud::finish_many(space, &self.core.crud, many, &items))
+            }
+        };
+        crud::encode_reply(out, sync, SCHEMA_VERSION, &reply);
+    }
+
+    /// A crud call on every core (select, count, min/max, len, truncate): each runs its part
+    /// of the CALL packet (`Kind::CrudPart`), this core merges. Earlier queued requests
+    /// finish first, so the call sees their writes and the reply keeps its place.
+    pub(super) async fn crud_fan_out(
+        &mut self,
+        packet: &[u8],
+        plan: &Plan<'_>,
+        sync: u64,
+        out: &mut Vec<u8>,
+    ) {
+        self.finish(out).await;
+        let me = self.core.id();
+        for peer in (0..self.core.shard_count).filter(|&peer| peer != me) {
+            // Slots are 0.. in peer order: the inbox was empty after `finish`.
+            self.core
+                .queue(peer, Kind::CrudPart, 0, packet, &self.inbox);
+        }
+        let (local, commit) = {
+            let mut shard = self.core.shard.borrow_mut();
+            let local = on_shard::run_part(&mut shard, plan);
+            (local, shard.take_commit())
+        };
+        self.inbox.wait().await;
+        let mut parts = Vec::with_capacity(self.core.shard_count);
+        let mut refusal = Refusal::default();
+        match local {
+            Ok(part) => parts.push(part),
+            Err(error) => refusal.here(error),
+        }
+        for slot in 0..(self.core.shard_count - 1) as u32 {
+            match wire::decode_part(self.inbox.replies().get(slot)) {
+                Some(part) => parts.push(part),
+                None => refusal.elsewhere(),
+            }
+        }
+        self.inbox.clear();
+        if let Some(commit) = commit {
+            if let Err(error) = commit.await {
+                refusal.here(error);
+            }
+        }
+        let reply = match refusal.reply() {
+            Some(refused) => refused,
+            None => {
+                let shard = self.core.shard.borrow();
+                CrudReply::Values(on_shard::finish_parts(
+                    &shard.engine,
+                    &self.core.crud,
+                    plan,
+                    parts,
+                ))
+            }
+        };
+        crud::encode_reply(out, sync, SCHEMA_VERSION, &reply);
+    }
+
+    /// Runs the scan on every core (each returns at most offset + limit entries in index
+    /// order), merges by encoded key, then applies offset and limit. Earlier queued requests
+    /// finish first, so the scan sees their writes and the reply keeps its place.
+    pub(super) async fn fan_out_select(
+        &mut self,
+        packet: &[u8],
+        select: &Select<'_>,
+        sync: u64,
+        out: &mut Vec<u8>,
+    ) {
+        self.finish(out).await;
+        if let Err(error) = self.core.shard.borrow().check_scan(select) {
+            return crate::shard::errors::encode_storage_error(out, sync, SCHEMA_VERSION, &error);
+        }
+        let wanted = select.offset.saturating_add(select.limit);
+        let me = self.core.id();
+        for peer in (0..self.core.shard_count).filter(|&peer| peer != me) {
+            // Slots are 0.. in peer order: the inbox was empty after `finish`.
+            self.core
+                .queue(peer, Kind::Scan, wanted, packet, &self.inbox);
+        }
+        self.inbox.wait().await;
+        {
+            let shard = self.core.shard.borrow();
+            let replies = self.inbox.replies();
+            let arena = &shard.arena;
+            // Sized for typical tuples, so a scan seldom grows it; bump space is cheap.
+            let typical_entry_bytes = 256;
+            let capacity = (wanted as usize)
+                .saturating_mul(typical_entry_bytes)
+                .min(64 << 10);
+            let mut local = arena.bytes_with_capacity(capacity);
+            let scanned = shard.scan(select, wanted as usize, &mut local);
+            debug_assert!(scanned.is_ok(), "checked above");
+            let mut streams = arena.vec_with_capacity(self.core.shard_count);
+            streams.push(ScanEntries::new(&local));
+            for slot in 0..(self.core.shard_count - 1) as u32 {
+                streams.push(ScanEntries::new(replies.get(slot)));
+            }
+            merge(select, &mut streams, sync, out);
+        }
+        self.inbox.clear();
+        self.core.shard.borrow_mut().arena.reset();
+    }
+}
+
+/// Writes the merged reply: entries in index order (descending for LT/LE/REQ iterators),
+/// `offset` skipped, at most `limit` written.
+pub(super) fn merge(
+    select: &Select<'_>,
+    streams: &mut [ScanEntries<'_>],
+    sync: u64,
+    out: &mut Vec<u8>,
+) {
+    let descending =
+        IteratorType::from_code(select.iterator).is_ok_and(IteratorType::is_descending);
+    let mut data = DataReply::begin(out, sync, SCHEMA_VERSION);
+    let mut skipped = 0u32;
+    while data.count() < select.limit {
+        let best = streams
+            .iter()
+            .enumerate()
+            .filter_map(|(at, stream)| stream.peek().map(|(key, _)| (at, key)))
+            .reduce(|a, b| {
+                if (b.1 < a.1) != descending && b.1 != a.1 {
+                    b
+                } else {
+                    a
+                }
+            });
+        let Some((at, _)) = best else { break };
+        let Some((_, tuple)) = streams[at].next() else {
+            break;
+        };
+        if skipped < select.offset {
+            skipped += 1;
+            continue;
+        }
+        data.push_raw(out, tuple);
+    }
+    data.finish(out);
+}
+
+/// Puts one core's outcomes (in the order of its ops) back at the ops' positions.
+pub(super) fn place(
+    items: &mut [crud::write::BatchItem],
+    positions: &[usize],
+    outcomes: Vec<crud::write::BatchItem>,
+) {
+    assert_eq!(positions.len(), outcomes.len(), "one outcome per op sent");
+    for (&at, outcome) in positions.iter().zip(outcomes) {
+        items[at] = outcome;
+    }
+}
+
+/// Reads `[key length u32 LE][key][tuple]` entries written by `Shard::scan`.
+pub(super) struct ScanEntries<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> ScanEntries<'a> {
+    fn new(bytes: &'a [u8]) -> ScanEntries<'a> {
+        ScanEntries { rest: bytes }
+    }
+
+    fn peek(&self) -> Option<(&'a [u8], &'a [u8])> {
+        let mut probe = ScanEntries { rest: self.rest };
+        probe.next()
+    }
+}
+
+impl<'a> Iterator for ScanEntries<'a> {
+    type Item = (&'a [u8], &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let len_bytes = self.rest.get(..4)?;
+        let key_len =
+            u32::from_le_bytes([len_bytes[0], len_bytes[1], len_bytes[2], len_bytes[3]]) as usize;
+        let key = self.rest.get(4..4 + key_len)?;
+        let mut cursor = &self.rest[4 + key_len..];
+        let tuple = msgpack::take_value(&mut cursor).ok()?;
+        self.rest = cursor;
+        Some((key, tuple))
+    }
+}
+
+/// Whether the WAL of some shard refused a part of a crud call that spans shards, and why
+/// when it was this core's (another core logs its own reason; its part only says refused).
+#[derive(Default)]
+pub(super) struct Refusal {
+    refused: bool,
+    here: Option<crate::wal::WalError>,
+}
+
+impl Refusal {
+    fn here(&mut self, error: crate::wal::WalError) {
+        self.refused = true;
+        self.here.get_or_insert(error);
+    }
+
+    fn elsewhere(&mut self) {
+        self.refused = true;
+    }
+
+    /// The call's answer if a part was refused: never an acknowledgement.
+    fn reply(&self) -> Option<CrudReply> {
+        match (&self.here, self.refused) {
+            (Some(error), _) => Some(on_shard::wal_refused(error)),
+            (None, true) => Some(on_shard::wal_refused_elsewhere()),
+            (None, false) => None,
+        }
+    }
+}
