@@ -83,6 +83,22 @@ pub fn request_slice(slice: Duration) -> std::io::Result<SliceRequest> {
     Ok(SliceRequest::Set)
 }
 
+/// Asks for the shard thread's scheduler slice ; a refusal costs
+/// throughput, not correctness, so it is logged and the shard goes on.
+pub fn ask_for_slice(slice: Duration) {
+    let slice_us = slice.as_micros() as u64;
+    match request_slice(slice) {
+        Ok(SliceRequest::Set) => tracing::debug!(slice_us, "scheduler slice set"),
+        Ok(SliceRequest::KeptPolicy(policy)) => {
+            tracing::info!(
+                policy,
+                "shard thread not on a fair policy; sched_slice_us not applied"
+            )
+        }
+        Err(error) => tracing::warn!(%error, slice_us, "could not set the scheduler slice"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
