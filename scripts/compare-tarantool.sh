@@ -12,6 +12,9 @@
 #   WAL_MODE     none | write | fsync, for both servers (default write, both servers' own
 #                default; README.md's tables say which mode each was measured in)
 #   TARN_FLAGS   more tarn flags, e.g. "--idle-poll-us 0" (default none)
+#   TARN_BIN     the tarn binary to measure (default: build and use target/release/tarn), e.g.
+#                a copy of an earlier build, for before/after runs; PERF_BIN likewise for the
+#                load generator (keep it the same for both, so only the server changes)
 #   TARANTOOL_PORT  port of the reference Tarantool (default 3311)
 #   TARANTOOL_NET_MSG_MAX  Tarantool's net_msg_max (default here 4096; Tarantool's own is
 #                768, fewer than the 2,048 requests the 16 x 128 loads keep in flight: its
@@ -48,10 +51,12 @@ if ! command -v tarantool >/dev/null; then
 fi
 command -v python3 >/dev/null || { echo "python3 is needed to read the JSON results" >&2; exit 1; }
 
-echo "building tarn and perf-simple-query (release)..." >&2
-(cd "$root" && cargo build --release --quiet --bin tarn --bin perf-simple-query)
-tarn_bin=$root/target/release/tarn
-perf_bin=$root/target/release/perf-simple-query
+if [[ -z ${TARN_BIN:-} ]]; then
+    echo "building tarn and perf-simple-query (release)..." >&2
+    (cd "$root" && cargo build --release --quiet --bin tarn --bin perf-simple-query)
+fi
+tarn_bin=${TARN_BIN:-$root/target/release/tarn}
+perf_bin=${PERF_BIN:-$root/target/release/perf-simple-query}
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/compare-tarantool.XXXXXX")
 tarantool_dir=""
