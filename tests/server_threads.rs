@@ -1,7 +1,7 @@
 //! The server's threads as the operating system sees them (`/proc/PID/task/TID`): the
 //! process keeps its name through its huge-page restart, each shard's thread is named after
 //! its shard, and only the shards' threads ask the scheduler for `sched_slice_us` (see
-//! `server::scheduling`).
+//! `server::os::scheduling`).
 
 use crate::common;
 

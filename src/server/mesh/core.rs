@@ -22,7 +22,7 @@
 //!   order by one task, so two cores flooding each other cannot deadlock.
 //!
 //! Client connections ride the mesh too: a core that accepted a connection it should not
-//! serve (see `server::serve_clients`) hands its socket to the chosen core as an
+//! serve (see `server::listen`) hands its socket to the chosen core as an
 //! [`Envelope::Connection`], which lands in that core's [`Core::next_handed_over`].
 //!
 //! Back of the envelope: a point request adds ~13 + packet bytes to a batch (a memcpy) and a
