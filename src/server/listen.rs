@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// Pending connections the kernel queues for accept.
-pub(crate) const LISTEN_BACKLOG: i32 = 1024;
+const LISTEN_BACKLOG: i32 = 1024;
 
 /// What the accepting cores share: the socket, the connection counts, the stop flag.
 pub(crate) struct Listening {
@@ -36,11 +36,9 @@ pub(crate) struct Listening {
     cut: AtomicUsize,
 }
 
-pub(crate) const LISTEN_PENDING: u8 = 0;
-
-pub(crate) const LISTEN_STARTED: u8 = 1;
-
-pub(crate) const LISTEN_FAILED: u8 = 2;
+const LISTEN_PENDING: u8 = 0;
+const LISTEN_STARTED: u8 = 1;
+const LISTEN_FAILED: u8 = 2;
 
 impl Listening {
     /// Binds the listening socket (before recovery, which may take long: a port in use
@@ -101,16 +99,22 @@ impl Listening {
     }
 }
 
+/// The start's error for a failed bind or listen: "address in use" gets its own, which
+/// says what to do.
+fn listen_failed(address: SocketAddr, source: std::io::Error) -> ServerError {
+    match source.kind() {
+        std::io::ErrorKind::AddrInUse => ServerError::AddressInUse { address },
+        _ => ServerError::Listen { address, source },
+    }
+}
+
 /// Binds the listening socket without SO_REUSEPORT, so no other socket can bind the same
 /// address while it is open (SO_REUSEADDR, as std sets it, only lets a restart bind while
 /// connections of the previous run linger in TIME_WAIT). Non-blocking because glommio
 /// flips the flag around each accept, and every core's duplicate shares it.
-pub(crate) fn bind_listener(address: SocketAddr) -> Result<socket2::Socket, ServerError> {
+fn bind_listener(address: SocketAddr) -> Result<socket2::Socket, ServerError> {
     use socket2::{Domain, Protocol, Socket, Type};
-    let failed = |source: std::io::Error| match source.kind() {
-        std::io::ErrorKind::AddrInUse => ServerError::AddressInUse { address },
-        _ => ServerError::Listen { address, source },
-    };
+    let failed = |source| listen_failed(address, source);
     let socket = Socket::new(
         Domain::for_address(address),
         Type::STREAM,
@@ -125,7 +129,7 @@ pub(crate) fn bind_listener(address: SocketAddr) -> Result<socket2::Socket, Serv
 
 /// This core's listener: a duplicate of the shared socket. Core 0 starts listening first
 /// (every shard has recovered by now); the others wait for it.
-pub(crate) async fn listener_for_core(
+async fn listener_for_core(
     listening: &Listening,
     id: usize,
     shard_count: usize,
@@ -144,10 +148,7 @@ pub(crate) async fn listener_for_core(
                 listening
                     .listen_state
                     .store(LISTEN_FAILED, Ordering::Release);
-                match source.kind() {
-                    std::io::ErrorKind::AddrInUse => ServerError::AddressInUse { address },
-                    _ => ServerError::Listen { address, source },
-                }
+                listen_failed(address, source)
             });
             listened?;
             listening
@@ -325,14 +326,14 @@ pub(crate) async fn serve_clients(
 }
 
 /// Waits until `done()` or `deadline`, looking every millisecond.
-pub(crate) async fn wait_until(done: &impl Fn() -> bool, deadline: Instant) {
+async fn wait_until(done: &impl Fn() -> bool, deadline: Instant) {
     while !done() && Instant::now() < deadline {
         glommio::timer::sleep(Duration::from_millis(1)).await;
     }
 }
 
 /// Serves one client connection on this core, in a task of its own.
-pub(crate) fn serve_connection(
+fn serve_connection(
     core: &Rc<Core>,
     connections: &Rc<connection::CoreConnections>,
     listening: &Arc<Listening>,
