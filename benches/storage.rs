@@ -19,12 +19,11 @@
 
 mod common;
 
-use common::LIVE_BYTES;
+use common::live_bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::hint::black_box;
 use std::rc::Rc;
-use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 use tarn::msgpack;
 use tarn::storage::change::RetiredTuples;
@@ -218,12 +217,12 @@ fn main() {
     // kv: load, and measure what the loaded tuples cost.
     let tuples: Vec<Vec<u8>> = (0..n).map(|id| kv_tuple(id, &mut rng)).collect();
     let mut kv = kv_space();
-    let live_before = LIVE_BYTES.load(Relaxed);
+    let live_before = live_bytes();
     let load_start = Instant::now();
     kv.bulk_load(tuples.iter().map(Vec::as_slice))
         .expect("kv loads");
     let load_elapsed = load_start.elapsed();
-    let live_after = LIVE_BYTES.load(Relaxed);
+    let live_after = live_bytes();
     drop(tuples);
     assert_eq!(kv.len() as u64, n);
 

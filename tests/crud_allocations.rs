@@ -11,11 +11,8 @@
 //!
 //! No timing anywhere: only counts.
 
-#[path = "common/counting_allocator.rs"]
-mod counting_allocator;
-
-use counting_allocator::{allocations, register_counter, CountingAllocator};
 use tarn::config::{Config, SHIPPED_CONFIG_TOML};
+use tarn::counting_allocator::{allocations, register_counter, CountingAllocator};
 use tarn::crud::{self, on_shard, CrudConfig};
 use tarn::msgpack::{write_array_len, write_str, write_uint};
 use tarn::protocol::client;

@@ -9,15 +9,12 @@
 //!
 //! No timing anywhere: only counts.
 
-#[path = "common/counting_allocator.rs"]
-mod counting_allocator;
-
-use counting_allocator::{allocations, allocations_in, register_counter, CountingAllocator};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tarn::config::{Config, WalMode, SHIPPED_CONFIG_TOML};
+use tarn::counting_allocator::{allocations, allocations_in, register_counter, CountingAllocator};
 use tarn::msgpack::{read_value, write_array_len, write_str, write_uint, Value};
 use tarn::protocol::client::{self, decode_reply, split_server_frame};
 use tarn::protocol::frame::split_frame;

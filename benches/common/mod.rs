@@ -1,49 +1,16 @@
-//! Shared by the benchmarks: a counting global allocator and the measuring loop that
-//! prints one row per operation (`name  ns/op  op/s  B/op  allocs/op`).
+//! Shared by the benchmarks: the counting global allocator (`tarn::counting_allocator`)
+//! and the measuring loop that prints one row per operation
+//! (`name  ns/op  op/s  B/op  allocs/op`).
 
 #![allow(dead_code)]
 
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
-
-struct CountingAllocator;
-
-static ALLOCATION_CALLS: AtomicU64 = AtomicU64::new(0);
-static ALLOCATED_BYTES: AtomicU64 = AtomicU64::new(0);
-pub static LIVE_BYTES: AtomicI64 = AtomicI64::new(0);
-
-// SAFETY: every call is forwarded to `System` unchanged; the counters only observe.
-unsafe impl GlobalAlloc for CountingAllocator {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATION_CALLS.fetch_add(1, Relaxed);
-        ALLOCATED_BYTES.fetch_add(layout.size() as u64, Relaxed);
-        LIVE_BYTES.fetch_add(layout.size() as i64, Relaxed);
-        System.alloc(layout)
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        ALLOCATION_CALLS.fetch_add(1, Relaxed);
-        ALLOCATED_BYTES.fetch_add(layout.size() as u64, Relaxed);
-        LIVE_BYTES.fetch_add(layout.size() as i64, Relaxed);
-        System.alloc_zeroed(layout)
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE_BYTES.fetch_sub(layout.size() as i64, Relaxed);
-        System.dealloc(ptr, layout)
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATION_CALLS.fetch_add(1, Relaxed);
-        ALLOCATED_BYTES.fetch_add(new_size as u64, Relaxed);
-        LIVE_BYTES.fetch_add(new_size as i64 - layout.size() as i64, Relaxed);
-        System.realloc(ptr, layout, new_size)
-    }
-}
+use tarn::counting_allocator::{
+    allocated_bytes_total, allocations_total, live_bytes_total, CountingAllocator,
+};
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
@@ -56,9 +23,14 @@ pub struct Counters {
 
 pub fn counters() -> Counters {
     Counters {
-        calls: ALLOCATION_CALLS.load(Relaxed),
-        bytes: ALLOCATED_BYTES.load(Relaxed),
+        calls: allocations_total(),
+        bytes: allocated_bytes_total(),
     }
+}
+
+/// Bytes allocated and not yet freed, all threads.
+pub fn live_bytes() -> i64 {
+    live_bytes_total()
 }
 
 /// Runs `op` on each warm-up input untimed, then on each timed input, and prints one row.

@@ -137,7 +137,7 @@ pub fn value(bytes: &mut Bytes<'_>, out: &mut Vec<u8>, depth: u32) {
         }
         15 | 16 if depth < 4 => {
             let count = bytes.below(5);
-            if bytes.byte() % 8 == 0 {
+            if bytes.byte().is_multiple_of(8) {
                 out.extend_from_slice(&[0xdc, 0, count as u8]);
             } else {
                 out.push(0x90 | count as u8);
@@ -162,7 +162,7 @@ pub fn value(bytes: &mut Bytes<'_>, out: &mut Vec<u8>, depth: u32) {
         }
         18 => {
             // A uuid, or an ext 2 of another length.
-            if bytes.byte() % 4 == 0 {
+            if bytes.byte().is_multiple_of(4) {
                 out.extend_from_slice(&[0xd6, 2]);
                 out.extend_from_slice(&bytes.u32().to_le_bytes());
             } else {
@@ -201,7 +201,7 @@ pub fn value(bytes: &mut Bytes<'_>, out: &mut Vec<u8>, depth: u32) {
 
 /// Appends a tuple: an array of generated values, or the fuzzer's raw bytes.
 pub fn tuple(bytes: &mut Bytes<'_>, out: &mut Vec<u8>) {
-    if bytes.byte() % 8 == 0 {
+    if bytes.byte().is_multiple_of(8) {
         out.extend_from_slice(bytes.raw());
         return;
     }
@@ -214,7 +214,7 @@ pub fn tuple(bytes: &mut Bytes<'_>, out: &mut Vec<u8>) {
 
 /// Appends a key: an array of up to three generated values, or raw bytes.
 pub fn key(bytes: &mut Bytes<'_>, out: &mut Vec<u8>) {
-    if bytes.byte() % 8 == 0 {
+    if bytes.byte().is_multiple_of(8) {
         out.extend_from_slice(bytes.raw());
         return;
     }
@@ -230,7 +230,7 @@ pub fn key(bytes: &mut Bytes<'_>, out: &mut Vec<u8>) {
 /// the right shape; or raw bytes.
 pub fn update_ops(bytes: &mut Bytes<'_>, out: &mut Vec<u8>) {
     use tarn::msgpack::{write_int, write_str, write_uint};
-    if bytes.byte() % 8 == 0 {
+    if bytes.byte().is_multiple_of(8) {
         out.extend_from_slice(bytes.raw());
         return;
     }
@@ -276,7 +276,7 @@ pub fn update_ops(bytes: &mut Bytes<'_>, out: &mut Vec<u8>) {
                     ".a", ".b", ".k", "[1]", "[2]", "[3]", "['a']", "[\"b\"]", "[*]", "..", "[0]",
                     "[", "",
                 ];
-                let mut path = if bytes.byte() % 2 == 0 {
+                let mut path = if bytes.byte().is_multiple_of(2) {
                     format!("[{}]", bytes.byte() % 6)
                 } else {
                     NAMES[bytes.below(NAMES.len())].to_string()
@@ -298,7 +298,7 @@ pub fn update_ops(bytes: &mut Bytes<'_>, out: &mut Vec<u8>) {
                     write_int(out, (bytes.interesting_u64() as i64).wrapping_neg())
                 }
                 // A decimal of up to 38 digits at any scale (or a broken one).
-                (Some(b'+' | b'-'), 3) if bytes.byte() % 2 == 0 => {
+                (Some(b'+' | b'-'), 3) if bytes.byte().is_multiple_of(2) => {
                     let len = 1 + bytes.below(20);
                     let scale = bytes.byte() as i8 % 40;
                     out.extend_from_slice(&[0xc7, len as u8 + 1, 1, scale as u8 & 0x7f]);
@@ -312,8 +312,12 @@ pub fn update_ops(bytes: &mut Bytes<'_>, out: &mut Vec<u8>) {
                     out.extend_from_slice(digits);
                     out.resize(start + len, 0x11);
                     let last = out.len() - 1;
-                    out[last] =
-                        (out[last] & 0xf0) | if bytes.byte() % 2 == 0 { 0x0c } else { 0x0d };
+                    out[last] = (out[last] & 0xf0)
+                        | if bytes.byte().is_multiple_of(2) {
+                            0x0c
+                        } else {
+                            0x0d
+                        };
                 }
                 (Some(b':'), 0..=2) if at == 4 => {
                     let len = bytes.below(6);

@@ -35,7 +35,9 @@ fn key_part(bytes: &mut Bytes<'_>, format: &SpaceFormat, nullable: bool) -> KeyP
     let field_no = bytes.below(format.fields.len() + 2) as u32;
     let choice = bytes.byte();
     let field_type = match format.fields.get(field_no as usize) {
-        Some(field) if field.field_type.is_indexable() && choice % 4 != 0 => field.field_type,
+        Some(field) if field.field_type.is_indexable() && !choice.is_multiple_of(4) => {
+            field.field_type
+        }
         _ => INDEXABLE[usize::from(choice / 4) % INDEXABLE.len()],
     };
     let collation = match bytes.byte() % 8 {
@@ -71,7 +73,7 @@ pub fn space_def(bytes: &mut Bytes<'_>) -> SpaceDef {
         })
         .collect();
     let mut format = SpaceFormat::new(fields);
-    if bytes.byte() % 4 == 0 {
+    if bytes.byte().is_multiple_of(4) {
         format.exact_field_count = bytes.below(5) as u32;
     }
     let shape = bytes.byte();

@@ -170,7 +170,7 @@ fn block(bytes: &mut Bytes<'_>, out: &mut Vec<u8>) -> (u32, u64) {
         payload.extend_from_slice(&(tuple.len() as u32).to_le_bytes());
         payload.extend_from_slice(&tuple);
     }
-    if choice % 4 != 0 && tuple_count > 0 {
+    if !choice.is_multiple_of(4) && tuple_count > 0 {
         let start = out.len();
         builder.finish(out);
         if choice % 16 == 1 {
@@ -244,7 +244,7 @@ pub fn snapshot_file(bytes: &mut Bytes<'_>, lsn: u64) -> Vec<u8> {
         }
     }
     let choice = bytes.byte();
-    if choice % 8 != 0 {
+    if !choice.is_multiple_of(8) {
         let trailer = Trailer {
             block_count: if choice % 8 == 1 {
                 bytes.u32()
@@ -265,7 +265,7 @@ pub fn snapshot_file(bytes: &mut Bytes<'_>, lsn: u64) -> Vec<u8> {
 
 /// Now and then, the file ends early.
 fn cut(bytes: &mut Bytes<'_>, out: &mut Vec<u8>) {
-    if bytes.byte() % 4 == 0 && !out.is_empty() {
+    if bytes.byte().is_multiple_of(4) && !out.is_empty() {
         let keep = usize::from(bytes.u16()) % out.len();
         out.truncate(keep);
     }
@@ -306,7 +306,7 @@ pub fn run(data: &[u8]) {
 
 fn read_wal(bytes: &mut Bytes<'_>) {
     let lsn = any_lsn(bytes);
-    let file_bytes = if bytes.byte() % 16 == 0 {
+    let file_bytes = if bytes.byte().is_multiple_of(16) {
         bytes.raw().to_vec()
     } else {
         wal_file(bytes, lsn)
@@ -346,7 +346,7 @@ fn read_wal(bytes: &mut Bytes<'_>) {
 
 fn read_snapshot(bytes: &mut Bytes<'_>) {
     let lsn = any_lsn(bytes);
-    let file_bytes = if bytes.byte() % 16 == 0 {
+    let file_bytes = if bytes.byte().is_multiple_of(16) {
         bytes.raw().to_vec()
     } else {
         snapshot_file(bytes, lsn)

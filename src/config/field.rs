@@ -1,113 +1,38 @@
-//! Field types and the fields of a space format.
+//! The fields of a space format, and field types as the config file spells them.
 //!
-//! Owns the names of the field types (with Tarantool's short aliases), which types an index can
-//! hold, and which types contain which. Knows nothing of msgpack or of how storage checks a
-//! value against a type; the server maps [`FieldType`] to the engine's own type.
+//! The types are storage's own ([`FieldType`]: names, aliases, which types an index can
+//! hold, which contain which), so the config resolves straight into what the engine is
+//! built from, with no names in between. Owns the order of the names in error messages.
 
 use super::error::ConfigError;
 use super::file::RawField;
 
-/// A field type of a space format or an index part, as Tarantool names them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum FieldType {
-    Unsigned,
-    Integer,
-    Number,
-    Double,
-    String,
-    Boolean,
-    Varbinary,
-    Scalar,
-    Uuid,
-    Decimal,
-    Datetime,
-    Array,
-    Map,
-    Any,
-}
+pub use crate::storage::FieldType;
 
-/// Every type with its canonical (lower-case) name.
-const FIELD_TYPE_NAMES: [(FieldType, &str); 14] = [
-    (FieldType::Unsigned, "unsigned"),
-    (FieldType::Integer, "integer"),
-    (FieldType::Number, "number"),
-    (FieldType::Double, "double"),
-    (FieldType::String, "string"),
-    (FieldType::Boolean, "boolean"),
-    (FieldType::Varbinary, "varbinary"),
-    (FieldType::Scalar, "scalar"),
-    (FieldType::Uuid, "uuid"),
-    (FieldType::Decimal, "decimal"),
-    (FieldType::Datetime, "datetime"),
-    (FieldType::Array, "array"),
-    (FieldType::Map, "map"),
-    (FieldType::Any, "any"),
+/// Every type, in the order error messages list their names.
+const FIELD_TYPE_NAMES: [FieldType; 14] = [
+    FieldType::Unsigned,
+    FieldType::Integer,
+    FieldType::Number,
+    FieldType::Double,
+    FieldType::String,
+    FieldType::Boolean,
+    FieldType::Varbinary,
+    FieldType::Scalar,
+    FieldType::Uuid,
+    FieldType::Decimal,
+    FieldType::Datetime,
+    FieldType::Array,
+    FieldType::Map,
+    FieldType::Any,
 ];
-
-/// Tarantool's short spellings.
-const FIELD_TYPE_ALIASES: [(FieldType, &str); 5] = [
-    (FieldType::String, "str"),
-    (FieldType::Number, "num"),
-    (FieldType::Unsigned, "uint"),
-    (FieldType::Integer, "int"),
-    (FieldType::Boolean, "bool"),
-];
-
-impl FieldType {
-    /// Parses a type name or alias, case-insensitively; `None` if unknown.
-    pub fn from_name(name: &str) -> Option<FieldType> {
-        let lower = name.to_ascii_lowercase();
-        FIELD_TYPE_NAMES
-            .iter()
-            .chain(FIELD_TYPE_ALIASES.iter())
-            .find(|(_, known)| *known == lower)
-            .map(|(field_type, _)| *field_type)
-    }
-
-    /// The canonical lower-case name, as Tarantool prints it in `_space` formats.
-    pub fn name(self) -> &'static str {
-        FIELD_TYPE_NAMES
-            .iter()
-            .find(|(field_type, _)| *field_type == self)
-            .map(|(_, name)| *name)
-            .expect("every field type has a name")
-    }
-
-    /// Whether a TREE or HASH index part may have this type (not array, map or any).
-    pub fn is_indexable(self) -> bool {
-        !matches!(self, FieldType::Array | FieldType::Map | FieldType::Any)
-    }
-
-    /// Whether every value of `other` is also a value of `self`
-    /// (any ⊃ scalar ⊃ number ⊃ integer ⊃ unsigned; number ⊃ double, decimal).
-    pub fn contains(self, other: FieldType) -> bool {
-        use FieldType::*;
-        self == other
-            || match self {
-                Any => true,
-                Scalar => other.is_indexable(),
-                Number => matches!(other, Unsigned | Integer | Double | Decimal),
-                Integer => other == Unsigned,
-                _ => false,
-            }
-    }
-
-    /// The narrower of two types when one contains the other, `None` when they share no values
-    /// worth indexing (e.g. `string` and `unsigned`).
-    pub fn narrower(self, other: FieldType) -> Option<FieldType> {
-        if self.contains(other) {
-            Some(other)
-        } else if other.contains(self) {
-            Some(self)
-        } else {
-            None
-        }
-    }
-}
 
 /// The names accepted for a field type, for error messages.
 pub(crate) fn field_type_names() -> String {
-    let names: Vec<&str> = FIELD_TYPE_NAMES.iter().map(|(_, name)| *name).collect();
+    let names: Vec<&str> = FIELD_TYPE_NAMES
+        .iter()
+        .map(|field_type| field_type.name())
+        .collect();
     names.join(", ")
 }
 
@@ -173,9 +98,8 @@ mod tests {
         assert_eq!(FieldType::from_name("int"), Some(FieldType::Integer));
         assert_eq!(FieldType::from_name("bool"), Some(FieldType::Boolean));
         assert_eq!(FieldType::from_name("interval"), None);
-        for (field_type, name) in FIELD_TYPE_NAMES {
-            assert_eq!(FieldType::from_name(name), Some(field_type));
-            assert_eq!(field_type.name(), name);
+        for field_type in FIELD_TYPE_NAMES {
+            assert_eq!(FieldType::from_name(field_type.name()), Some(field_type));
         }
     }
 

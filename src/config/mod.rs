@@ -2,9 +2,9 @@
 //! [`Config`].
 //!
 //! Owns the file format, the flags, every validation rule on them and the wording of their
-//! errors. Knows nothing of storage, the protocol, the WAL or the server: [`Config`] is plain
-//! data (field numbers, types, placement, sizes in bytes) that the server turns into engine
-//! definitions.
+//! errors. Knows nothing of the protocol, the WAL or the server, and of storage only its
+//! field types: [`Config`] is plain data (field numbers, storage's [`FieldType`]s,
+//! placement, sizes in bytes) that the server turns into engine definitions.
 //!
 //! Map of the modules:
 //!

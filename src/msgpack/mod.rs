@@ -7,6 +7,11 @@
 //! The format byte decides the type, as in Tarantool: a non-negative number encoded with
 //! an int format (0xd0..=0xd3) is `Int`, not `Uint`.
 
+// Bytes here come from clients or disk: an `expect` is fixed or says where it stands why
+// it cannot fire. (issue 20: `clippy::cast_possible_truncation` too, once the encoders'
+// range-checked casts are rewritten or justified.)
+#![warn(clippy::expect_used)]
+
 use std::fmt;
 
 /// A decoded MessagePack value; containers are decoded as their headers only.

@@ -3,6 +3,9 @@
 //! Owns the asymmetry: clients may send any uint width, the server always writes `0xce` +
 //! u32 big-endian. It must not know what is inside a packet, nor how bytes are read.
 
+// Bytes here come from clients: a truncating cast is fixed or says why it cannot truncate.
+#![warn(clippy::cast_possible_truncation)]
+
 use crate::protocol::error::{invalid_msgpack, ProtocolError, PACKET_LEN_MAX};
 
 /// The size of the prefix the server writes: `0xce` + u32 BE.
@@ -78,7 +81,10 @@ pub fn parse_frame_len(buf: &[u8]) -> FrameLen {
     if packet_len > PACKET_LEN_MAX {
         return FrameLen::TooLarge { packet_len };
     }
-    // PACKET_LEN_MAX fits in usize on every 32- and 64-bit target.
+    #[allow(
+        clippy::cast_possible_truncation,
+        reason = "PACKET_LEN_MAX, checked above, fits in usize on every 32- and 64-bit target"
+    )]
     FrameLen::Complete {
         prefix_len: 1 + width,
         packet_len: packet_len as usize,

@@ -27,6 +27,11 @@
 //! | [`auth`] | chap-sha1 |
 //! | [`client`] | request encoders and a reply decoder for tests and tools |
 
+// Bytes here come from clients or disk: an `expect` is fixed or says where it stands why
+// it cannot fire. (issue 20: `clippy::cast_possible_truncation` too, once the encoders'
+// range-checked casts are rewritten or justified.)
+#![warn(clippy::expect_used)]
+
 pub mod auth;
 pub mod client;
 pub mod codes;
@@ -37,6 +42,12 @@ pub mod frame;
 pub mod greeting;
 pub mod header;
 pub mod reply;
+// issue 20: lints applied after the rewrite lands
+#[allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::cast_possible_truncation
+)]
 pub mod request;
 
 #[cfg(test)]

@@ -39,6 +39,10 @@ pub fn begin_packet(out: &mut Vec<u8>) -> PacketMark {
 /// # Panics
 /// If the packet exceeds 4 GiB: the server must bound replies long before that.
 #[inline]
+#[allow(
+    clippy::expect_used,
+    reason = "issue 20: documented panic; a fan-out reply over 4 GiB is to become an error reply"
+)]
 pub fn finish_packet(out: &mut [u8], mark: PacketMark) {
     let packet_len = out.len() - mark.prefix_at - 5;
     let packet_len = u32::try_from(packet_len).expect("reply packet larger than 4 GiB");

@@ -31,7 +31,6 @@ use crate::wal::format::{decode_file_header, DecodeError, FileKind, FILE_HEADER_
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Write};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -295,22 +294,14 @@ fn open_lock_file(path: &Path) -> std::io::Result<Option<(File, bool)>> {
     }
 }
 
-/// `flock(LOCK_EX | LOCK_NB)`: `false` if another open file holds it. The lock belongs to
-/// this open file and goes when it is closed (or the process dies). (`File::try_lock` does
-/// this from Rust 1.89; the crate's minimum is older.)
+/// `flock(LOCK_EX | LOCK_NB)` (what `File::try_lock` calls on Linux): `false` if another
+/// open file holds it. The lock belongs to this open file and goes when it is closed (or
+/// the process dies).
 fn try_lock_exclusive(file: &File) -> std::io::Result<bool> {
-    loop {
-        // SAFETY: flock on a descriptor `file` owns; it touches no memory.
-        let result = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-        if result == 0 {
-            return Ok(true);
-        }
-        let error = std::io::Error::last_os_error();
-        match error.raw_os_error() {
-            Some(libc::EWOULDBLOCK) => return Ok(false),
-            Some(libc::EINTR) => continue,
-            _ => return Err(error),
-        }
+    match file.try_lock() {
+        Ok(()) => Ok(true),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(false),
+        Err(std::fs::TryLockError::Error(error)) => Err(error),
     }
 }
 

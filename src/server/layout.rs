@@ -593,7 +593,7 @@ impl SnapshotProgress {
 
     fn tick(&mut self) {
         self.tuples += 1;
-        if self.tuples % 65_536 == 0 && self.logged.elapsed() >= PROGRESS_INTERVAL {
+        if self.tuples.is_multiple_of(65_536) && self.logged.elapsed() >= PROGRESS_INTERVAL {
             tracing::info!(
                 shard = self.shard_id,
                 tuples_written = self.tuples,

@@ -4,10 +4,10 @@
 //! nothing of requests.
 
 use crate::server::mesh::core::Core;
+use crate::server::os::sockets;
 use crate::server::{connection, session, ServerError, SHUTDOWN_CUT_WAIT, SHUTDOWN_GRACE};
 use glommio::net::TcpListener;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -178,8 +178,7 @@ async fn listener_for_core(
                 .take(),
         );
     }
-    // SAFETY: a listening TCP socket's descriptor, owned by nothing else from here on.
-    Ok(unsafe { TcpListener::from_raw_fd(duplicate.into_raw_fd()) })
+    Ok(sockets::into_glommio_listener(duplicate))
 }
 
 /// One core's accept loop, until the stop flag is raised: serves the connections it accepts
@@ -210,8 +209,7 @@ pub(crate) async fn serve_clients(
         async move {
             loop {
                 let socket = core.next_handed_over().await;
-                // SAFETY: the socket is a connected TCP stream, owned by nobody else now.
-                let stream = unsafe { glommio::net::TcpStream::from_raw_fd(socket.into_raw_fd()) };
+                let stream = sockets::into_glommio_stream(socket);
                 serve_connection(&core, &connections, &listening, stream);
                 served.set(served.get() + 1);
             }
@@ -254,8 +252,7 @@ pub(crate) async fn serve_clients(
         }
         // glommio's stream cannot give up its descriptor, so a duplicate travels and the
         // stream closes its own.
-        // SAFETY: the descriptor is the stream's, open while `stream` lives.
-        let duplicate = unsafe { BorrowedFd::borrow_raw(stream.as_raw_fd()) }.try_clone_to_owned();
+        let duplicate = sockets::duplicate(&stream);
         drop(stream);
         match duplicate {
             Ok(socket) => {

@@ -59,12 +59,24 @@ pub mod connection;
 pub mod data_dir;
 pub mod decoded;
 pub mod durability;
+// issue 20: lints applied after the rewrite lands
+#[allow(unsafe_code, clippy::unwrap_used)]
 pub mod layout;
+mod limits;
 pub mod listen;
+// issue 20: lints applied after the rewrite lands
+#[allow(clippy::unwrap_used)]
 pub mod mesh;
+// issue 20: lints applied after the rewrite lands
+#[allow(clippy::unwrap_used)]
 pub mod moved_key;
+#[allow(unsafe_code)]
 pub mod os;
+// issue 20: lints applied after the rewrite lands
+#[allow(clippy::unwrap_used)]
 pub mod schema;
+// issue 20: lints applied after the rewrite lands
+#[allow(clippy::unwrap_used)]
 pub mod session;
 pub mod users;
 

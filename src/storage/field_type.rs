@@ -92,6 +92,32 @@ impl FieldType {
         !matches!(self, FieldType::Any | FieldType::Array | FieldType::Map)
     }
 
+    /// Whether every value of `other` is also a value of `self`
+    /// (any ⊃ scalar ⊃ number ⊃ integer ⊃ unsigned; number ⊃ double, decimal).
+    pub fn contains(self, other: FieldType) -> bool {
+        use FieldType::*;
+        self == other
+            || match self {
+                Any => true,
+                Scalar => other.is_indexable(),
+                Number => matches!(other, Unsigned | Integer | Double | Decimal),
+                Integer => other == Unsigned,
+                _ => false,
+            }
+    }
+
+    /// The narrower of two types when one contains the other, `None` when they share no
+    /// values worth indexing (e.g. `string` and `unsigned`).
+    pub fn narrower(self, other: FieldType) -> Option<FieldType> {
+        if self.contains(other) {
+            Some(other)
+        } else if other.contains(self) {
+            Some(self)
+        } else {
+            None
+        }
+    }
+
     /// Whether a non-nil value of this MessagePack type is a valid value of the field type.
     /// Nil is the caller's business (it depends on nullability).
     pub fn accepts(self, value: &Value<'_>) -> bool {

@@ -13,6 +13,7 @@
 //! * [`bulk`] sorts the keys of bulk index builds.
 //! * [`memory`] is the shard's byte quota; [`text`] prints values in error messages.
 
+#[allow(unsafe_code)]
 pub mod btree;
 pub mod bulk;
 pub mod change;
@@ -23,10 +24,12 @@ pub mod field_type;
 pub mod index;
 pub mod key;
 pub mod memory;
+#[allow(unsafe_code)]
 pub mod prefetch;
 pub mod range;
 pub mod space;
 pub mod text;
+#[allow(unsafe_code)]
 pub mod tuple;
 pub mod update;
 

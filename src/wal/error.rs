@@ -122,6 +122,14 @@ pub enum WalError {
     /// The writer was closed.
     #[error("the WAL writer is closed")]
     Closed,
+
+    /// A row body over [`crate::wal::format::ROW_BODY_BYTES_MAX`]: logged, it could not be
+    /// read back, so the write is refused (and undone) instead.
+    #[error(
+        "a WAL row of {body_bytes} bytes is over the limit of {} bytes",
+        crate::wal::format::ROW_BODY_BYTES_MAX
+    )]
+    RowTooLarge { body_bytes: usize },
 }
 
 impl WalError {

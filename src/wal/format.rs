@@ -6,6 +6,10 @@
 //! what is wrong with a [`DecodeError`], and the reader decides whether that is a torn tail or
 //! corruption, since only it knows where the bytes sit in the file.
 
+// Bytes here come from clients or disk: an `expect` or a truncating cast is fixed or says
+// where it stands why it cannot fire.
+#![warn(clippy::expect_used, clippy::cast_possible_truncation)]
+
 use std::fmt;
 use std::ops::Range;
 
@@ -40,15 +44,54 @@ pub const BLOCK_TRAILER_SIZE_BYTES: usize = 4;
 pub const SNAPSHOT_TRAILER_SIZE_BYTES: usize = 20;
 pub const CLOSE_MARK_SIZE_BYTES: usize = 24;
 
-/// The writer closes a batch before its payload passes this, so a batch stays far below the
-/// reader's limit and one batch never holds a whole flush of a very busy shard.
+/// The largest row body (a whole tuple, or a key) the writer logs: a tuple as large as the
+/// largest packet a client may send (`config::settings::MAX_PACKET_SIZE_BYTES_MAX`, which
+/// `server::limits` holds to it). The writer refuses a larger one
+/// ([`crate::wal::error::WalError::RowTooLarge`]) rather than log a row no reader would
+/// take back.
+pub const ROW_BODY_BYTES_MAX: usize = 1 << 30;
+/// The writer closes a batch before its payload passes this, so one batch never holds a
+/// whole flush of a very busy shard; only a row larger than it stands in a batch alone.
 pub const BATCH_PAYLOAD_BYTES_MAX: usize = 16 << 20;
-/// A reader refuses a larger payload length as corrupt instead of trusting it with memory.
-pub const BATCH_PAYLOAD_BYTES_LIMIT: usize = 1 << 30;
+/// A reader refuses a larger payload length as corrupt instead of trusting it with memory:
+/// the largest payload the writer writes, a batch of rows or one largest row.
+pub const BATCH_PAYLOAD_BYTES_LIMIT: usize = max(
+    BATCH_PAYLOAD_BYTES_MAX,
+    ROW_HEADER_SIZE_BYTES + ROW_BODY_BYTES_MAX,
+);
 /// The snapshot writer closes a block once its payload passes this.
 pub const BLOCK_PAYLOAD_BYTES_TARGET: usize = 1 << 20;
-/// A reader refuses a larger block payload length as corrupt.
-pub const BLOCK_PAYLOAD_BYTES_LIMIT: usize = 1 << 30;
+/// A reader refuses a larger block payload length (stored or decompressed) as corrupt: a
+/// block the writer had not closed yet (below the target), one more tuple of the largest
+/// size with its length, compressed by zstd at its worst.
+pub const BLOCK_PAYLOAD_BYTES_LIMIT: usize =
+    zstd_compress_bound(BLOCK_PAYLOAD_BYTES_TARGET + 4 + ROW_BODY_BYTES_MAX);
+
+// Every length the readers accept fits the u32 length fields the writers write.
+const _: () = assert!(BATCH_PAYLOAD_BYTES_LIMIT <= u32::MAX as usize);
+const _: () = assert!(BLOCK_PAYLOAD_BYTES_LIMIT <= u32::MAX as usize);
+// The limits the readers had before they were derived from the writers' constants: files
+// written then are still read.
+const _: () = assert!(BATCH_PAYLOAD_BYTES_LIMIT >= 1 << 30);
+const _: () = assert!(BLOCK_PAYLOAD_BYTES_LIMIT >= 1 << 30);
+
+const fn max(a: usize, b: usize) -> usize {
+    if a > b {
+        a
+    } else {
+        b
+    }
+}
+
+/// `ZSTD_COMPRESSBOUND`: the most bytes zstd compresses `size_bytes` into.
+const fn zstd_compress_bound(size_bytes: usize) -> usize {
+    let small_input_margin = if size_bytes < 128 << 10 {
+        ((128 << 10) - size_bytes) >> 11
+    } else {
+        0
+    };
+    size_bytes + (size_bytes >> 8) + small_input_margin
+}
 /// Fast compression: snapshots are written while the shard serves.
 const ZSTD_LEVEL: i32 = 1;
 
@@ -176,8 +219,11 @@ fn need(bytes: &[u8], needed_bytes: usize) -> Result<(), DecodeError> {
     Ok(())
 }
 
+#[allow(
+    clippy::expect_used,
+    reason = "every length written is bounded below 4 GiB: ROW_BODY_BYTES_MAX, the limits' assertions"
+)]
 fn length_u32(length: usize) -> u32 {
-    // Every length written is bounded far below 4 GiB by the callers' limits.
     u32::try_from(length).expect("length fits in u32")
 }
 
@@ -436,6 +482,7 @@ impl<'a> Iterator for RowIter<'a> {
             return None;
         }
         // The batch was checked by `decode_batch`, so a row that does not parse is a bug.
+        #[allow(clippy::expect_used, reason = "checked by `decode_batch`")]
         let (row, size_bytes) =
             decode_row(&self.payload[self.at..]).expect("rows of a checked batch parse");
         self.at += size_bytes;
@@ -589,6 +636,10 @@ impl BlockBuilder {
         if tuple_count == 0 {
             return 0;
         }
+        #[allow(
+            clippy::expect_used,
+            reason = "compressing into a growable buffer cannot fail"
+        )]
         let compressed = zstd::bulk::compress(&self.bytes[BLOCK_HEADER_SIZE_BYTES..], ZSTD_LEVEL)
             .expect("zstd compresses any input into a growable buffer");
         let start = out.len();
@@ -656,6 +707,10 @@ fn decompress_bounded(compressed: &[u8]) -> Result<Vec<u8>, DecodeError> {
                 "block payload is larger than the limit",
             ));
         }
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "at most BLOCK_PAYLOAD_BYTES_LIMIT, a usize, checked above"
+        )]
         let payload = zstd::bulk::decompress(compressed, size_bytes as usize).map_err(invalid)?;
         if payload.len() as u64 != size_bytes {
             return Err(DecodeError::invalid(format!(

@@ -16,6 +16,10 @@
 //! recover in parallel. What receives the data is a [`RecoveryTarget`]; `storage::Engine` is
 //! one, which is the only place this layer touches storage. Knows nothing of the network.
 
+// Bytes here come from clients or disk: an `expect` or a truncating cast is fixed or says
+// where it stands why it cannot fire.
+#![warn(clippy::expect_used, clippy::cast_possible_truncation)]
+
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -684,6 +688,7 @@ impl Progress {
         }
     }
 
+    #[allow(clippy::cast_possible_truncation, reason = "a rate, for the log")]
     fn tick(&mut self, phase: &'static str, rows: u64) {
         self.rows_read += rows;
         let rows_since = self.rows_read - self.rows_read_at_log;

@@ -53,7 +53,7 @@ use crate::wal::dir::wal_file_name;
 use crate::wal::error::{Result, WalError};
 use crate::wal::format::{
     encode_close_mark, encode_file_header, BatchBuilder, CloseMark, FileHeader, FileKind, RowKind,
-    CLOSE_MARK_SIZE_BYTES, FILE_HEADER_SIZE_BYTES,
+    CLOSE_MARK_SIZE_BYTES, FILE_HEADER_SIZE_BYTES, ROW_BODY_BYTES_MAX,
 };
 
 /// Where the writer's bytes go: a sequence of files, each appended to.
@@ -237,6 +237,11 @@ impl WalWriter {
     pub fn append(&self, kind: RowKind, space_id: u32, body: &[u8]) -> Result<Commit> {
         let mut state = self.shared.state.borrow_mut();
         state.check_accepting()?;
+        if body.len() > ROW_BODY_BYTES_MAX {
+            return Err(WalError::RowTooLarge {
+                body_bytes: body.len(),
+            });
+        }
         let lsn = state.lsn_next;
         if state.builder.is_empty() {
             state.lsn_first_unflushed = lsn;

@@ -11,11 +11,9 @@
 //! | [`stats`] | mean, stddev, median, MAD, max, min |
 //! | [`histogram`] | latency histogram |
 //! | [`perf_counters`] | perf_event_open counters, `None` where refused |
-//! | [`alloc_counter`] | the counting global allocator |
 //! | [`report`] | lines, table, JSON document |
 //! | [`json`] | a tiny JSON writer |
 
-mod alloc_counter;
 mod cli;
 mod connect;
 mod driver;
@@ -37,10 +35,15 @@ use crate::cli::{Args, Config, Mode};
 use crate::driver::{driver_for, Progress, Scope};
 use crate::report::{latency_line, mesh_line, result_json, summary_table, RunFacts};
 
+/// Counts the allocations of the whole process (the `allocs/op` column); with `--connect`,
+/// the load generator's own.
 #[global_allocator]
-static ALLOCATOR: alloc_counter::CountingAllocator = alloc_counter::CountingAllocator;
+static ALLOCATOR: tarn::counting_allocator::CountingAllocator =
+    tarn::counting_allocator::CountingAllocator;
 
 fn main() -> ExitCode {
+    // Executors on different cores count on different cache lines.
+    tarn::counting_allocator::give_each_thread_its_own_slot();
     // The shards in this process get the heap the server gives them.
     tarn::server::os::heap::restart_with_huge_pages();
     tarn::server::os::heap::grow_in_large_steps();

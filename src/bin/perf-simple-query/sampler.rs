@@ -5,11 +5,11 @@
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::alloc_counter::allocations;
 use crate::cli::Budget;
 use crate::driver::Progress;
 use crate::perf_counters::Readings;
 use crate::report::{sample_line, Sample};
+use tarn::counting_allocator::allocations_total;
 
 const POLL: Duration = Duration::from_millis(10);
 
@@ -47,7 +47,7 @@ fn snapshot(progress: &Progress) -> Snapshot {
         errors: totals.errors,
         tasks: totals.tasks,
         arena_allocations: totals.arena_allocations,
-        allocations: allocations(),
+        allocations: allocations_total(),
         counters,
     }
 }

@@ -4,6 +4,7 @@
 //! of what a connection reads or writes.
 
 use super::{Connection, READ_CHUNK_BYTES, WRITE_FLUSH_BYTES};
+use crate::server::os;
 use crate::server::session::Session;
 use glommio::net::TcpStream;
 use std::cell::{Cell, RefCell};
@@ -211,9 +212,9 @@ impl CoreConnections {
     pub fn cut(&self) -> usize {
         self.cut.set(true);
         for (_, connection) in self.registered.borrow().iter() {
-            // SAFETY: shutdown(2) only acts on the descriptor, which is open: a connection
-            // leaves the registry as its task ends, before its socket closes.
-            unsafe { libc::shutdown(connection.socket, libc::SHUT_RDWR) };
+            // The descriptor is open: a connection leaves the registry as its task ends,
+            // before its socket closes.
+            os::sockets::shut_down(connection.socket);
         }
         self.wake_all();
         self.open_count()

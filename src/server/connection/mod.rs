@@ -25,13 +25,14 @@
 use crate::protocol::frame::{parse_frame_len, FrameLen};
 use crate::protocol::reply;
 use crate::protocol::ProtocolError;
+use crate::server::os;
 use crate::server::schema::SCHEMA_VERSION;
 use crate::server::session::Session;
 use futures_lite::{AsyncRead, AsyncWriteExt};
 use glommio::net::TcpStream;
 
 use std::ops::Range;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::rc::Rc;
 
@@ -286,7 +287,7 @@ impl Connection {
     async fn close_after_delivery(&self, stream: &TcpStream, linger: Option<Duration>) {
         let _ = stream.shutdown(std::net::Shutdown::Write).await;
         let started = Instant::now();
-        while unacknowledged_bytes(stream.as_raw_fd()) > 0 {
+        while os::sockets::unacknowledged_bytes(stream.as_raw_fd()) > 0 {
             if self.connections.cut.get() || linger.is_some_and(|linger| started.elapsed() > linger)
             {
                 return;
@@ -294,17 +295,6 @@ impl Connection {
             glommio::timer::sleep(DELIVERY_POLL).await;
         }
     }
-}
-
-/// Bytes written to the socket that the peer has not acknowledged yet (0 if unknown).
-fn unacknowledged_bytes(socket: RawFd) -> usize {
-    let mut bytes: libc::c_int = 0;
-    // SAFETY: TIOCOUTQ (SIOCOUTQ for sockets) writes one int through the pointer.
-    let result = unsafe { libc::ioctl(socket, libc::TIOCOUTQ, &mut bytes) };
-    if result < 0 {
-        return 0;
-    }
-    bytes.max(0) as usize
 }
 
 /// After the complete packets are handled and the rest moved to the start: grows the read

@@ -204,7 +204,7 @@ pub(super) fn pack(value: &Dec) -> Packed {
     };
     let mut nibbles = [0u8; 40];
     let mut count = 0;
-    if digits % 2 == 0 {
+    if digits.is_multiple_of(2) {
         nibbles[0] = 0;
         count = 1;
     }
