@@ -57,7 +57,7 @@ pub use error::ProtocolError;
 pub use error_code::ErrorCode;
 pub use frame::{parse_frame_len, FrameLen};
 pub use header::{decode_header, Header, PacketError};
-pub use request::{decode_body, Request};
+pub use request::{decode_body, Request, RequestTarget};
 
 /// Steps 2 and 3 together: header, then body, with the sync kept for the error reply.
 ///

@@ -64,6 +64,78 @@ impl Request<'_> {
     }
 }
 
+/// What a request reads or writes, as routing, fetch-ahead and execution need it: the
+/// space, the index and the key or tuple bytes (raw msgpack, borrowed from the packet).
+/// [`Request::target`] is the one match over request kinds that works it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestTarget<'a> {
+    /// No space's data: PING, ID, AUTH, EVAL, SQL, transaction control, WATCH.
+    NoData,
+    /// A stored procedure (CALL): what it touches is known only once it is planned.
+    Procedure,
+    /// A SELECT: `key` (a msgpack array) searched in `index_id` with `iterator`.
+    Read {
+        space_id: u32,
+        index_id: u32,
+        iterator: u32,
+        key: &'a [u8],
+    },
+    /// An UPDATE or DELETE: the row with `key` (a msgpack array) in `index_id`.
+    Key {
+        space_id: u32,
+        index_id: u32,
+        key: &'a [u8],
+    },
+    /// An INSERT, REPLACE or UPSERT: the row given whole; its primary key is inside.
+    Tuple { space_id: u32, tuple: &'a [u8] },
+}
+
+impl<'a> Request<'a> {
+    /// What this request reads or writes (see [`RequestTarget`]).
+    #[inline]
+    pub fn target(&self) -> RequestTarget<'a> {
+        match *self {
+            Request::Select(r) => RequestTarget::Read {
+                space_id: r.space_id,
+                index_id: r.index_id,
+                iterator: r.iterator,
+                key: r.key,
+            },
+            Request::Update(r) => RequestTarget::Key {
+                space_id: r.space_id,
+                index_id: r.index_id,
+                key: r.key,
+            },
+            Request::Delete(r) => RequestTarget::Key {
+                space_id: r.space_id,
+                index_id: r.index_id,
+                key: r.key,
+            },
+            Request::Insert(r) | Request::Replace(r) => RequestTarget::Tuple {
+                space_id: r.space_id,
+                tuple: r.tuple,
+            },
+            // Upsert goes by the primary key whatever index it names.
+            Request::Upsert(r) => RequestTarget::Tuple {
+                space_id: r.space_id,
+                tuple: r.tuple,
+            },
+            Request::Call(_) => RequestTarget::Procedure,
+            Request::Eval(_)
+            | Request::Auth(_)
+            | Request::Id(_)
+            | Request::Ping
+            | Request::Execute(_)
+            | Request::Prepare(_)
+            | Request::Begin(_)
+            | Request::Commit
+            | Request::Rollback
+            | Request::Watch(_)
+            | Request::Unwatch(_) => RequestTarget::NoData,
+        }
+    }
+}
+
 /// SELECT (1). `key` and `after_tuple` are whole msgpack arrays, header included.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Select<'a> {

@@ -152,27 +152,11 @@ impl Shard {
         }
     }
 
-    /// Where the lookup of a point request will search, when it searches an index keyed by
-    /// one unsigned part with an unsigned key: what [`prefetch::LookupPipeline`] fetches
-    /// ahead. `None` for every other request.
+    /// [`PointTarget::of`] the request's target, for the batch loop in `server::mesh`
+    /// until it computes the target itself.
     #[inline]
     pub fn point_target(&self, request: &Request<'_>) -> Option<PointTarget> {
-        let single_uint = crate::msgpack::single_uint_array;
-        let (space_id, index_id, key) = match request {
-            Request::Select(r) => (r.space_id, r.index_id, single_uint(r.key)?),
-            Request::Update(r) => (r.space_id, r.index_id, single_uint(r.key)?),
-            Request::Delete(r) => (r.space_id, r.index_id, single_uint(r.key)?),
-            Request::Insert(r) | Request::Replace(r) => {
-                let space = self.engine.find_space(r.space_id)?;
-                (r.space_id, 0, space.leading_primary_key(r.tuple)?)
-            }
-            Request::Upsert(r) => {
-                let space = self.engine.find_space(r.space_id)?;
-                (r.space_id, 0, space.leading_primary_key(r.tuple)?)
-            }
-            _ => return None,
-        };
-        Some(PointTarget::new(space_id, index_id, key))
+        PointTarget::of(&request.target(), &self.engine)
     }
 
     /// Starts fetching `target`'s lookup ahead; no effect on any result.

@@ -12,8 +12,10 @@
 //! Owns the distances and the ring of targets; knows nothing of packets or routing (the
 //! caller says which requests are local point requests and what their keys are).
 
+use crate::protocol::RequestTarget;
 use crate::shard::Shard;
 use crate::storage::btree::LookupCursor;
+use crate::storage::Engine;
 
 /// A point request's lookup as far as prefetching knows it: an unsigned key in an index
 /// keyed by one unsigned part (the common primary key), and how far its path has been
@@ -30,6 +32,33 @@ pub struct PointTarget {
 }
 
 impl PointTarget {
+    /// Where the lookup of a point request on `target` will search, when it searches an
+    /// index keyed by one unsigned part with an unsigned key: what [`LookupPipeline`]
+    /// fetches ahead. `None` for every other target.
+    #[inline]
+    pub fn of(target: &RequestTarget<'_>, engine: &Engine) -> Option<PointTarget> {
+        let single_uint = crate::msgpack::single_uint_array;
+        let (space_id, index_id, key) = match *target {
+            RequestTarget::Read {
+                space_id,
+                index_id,
+                key,
+                ..
+            }
+            | RequestTarget::Key {
+                space_id,
+                index_id,
+                key,
+            } => (space_id, index_id, single_uint(key)?),
+            RequestTarget::Tuple { space_id, tuple } => {
+                let space = engine.find_space(space_id)?;
+                (space_id, 0, space.leading_primary_key(tuple)?)
+            }
+            RequestTarget::NoData | RequestTarget::Procedure => return None,
+        };
+        Some(PointTarget::new(space_id, index_id, key))
+    }
+
     pub fn new(space_id: u32, index_id: u32, key: u64) -> PointTarget {
         PointTarget {
             space_id,
@@ -329,8 +358,7 @@ mod tests {
         };
         let target = |shard: &Shard, at: usize| match ops.get(at) {
             None => Ahead::End,
-            Some(op) => shard
-                .point_target(&op.request())
+            Some(op) => PointTarget::of(&op.request().target(), &shard.engine)
                 .map_or(Ahead::Other, Ahead::Lookup),
         };
         let (mut fetched_out, mut plain_out) = (Vec::new(), Vec::new());

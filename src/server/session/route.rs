@@ -71,7 +71,8 @@ impl Session {
         if owner != self.core.id() {
             return (Some(owner), None);
         }
-        (Some(owner), self.core.shard.borrow().point_target(request))
+        let engine = &self.core.shard.borrow().engine;
+        (Some(owner), PointTarget::of(&request.target(), engine))
     }
 
     /// The core that owns the primary key given as a search key or inside a tuple; `None`
