@@ -50,7 +50,7 @@ const LONG_FUNCTIONS: &[&str] = &[
     "src/server/layout.rs::prepare_for_recovery",
     "src/server/layout.rs::read_old_shards",
     "src/server/listen.rs::serve_clients",
-    "src/server/mesh/core.rs::serve_batch",
+    "src/server/mesh/serve.rs::serve_batch",
     "src/server/mod.rs::start_cores",
     "src/server/session/fan_out.rs::crud_many",
     "src/server/session/mod.rs::start",

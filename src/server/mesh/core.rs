@@ -2,8 +2,9 @@
 //! mesh to the other cores, and the requests it is waiting on elsewhere.
 //!
 //! A request for another core's data travels as its IPROTO packet bytes inside a batch (see
-//! [`batch`]); the owner runs it through the same `Shard::execute` and answers with the
-//! encoded reply inside one reply batch, so a hop changes nothing in what the client sees.
+//! [`batch`]); the owner serves it (`super::serve`) through the same `Shard::execute` and
+//! answers with the encoded reply inside one reply batch, so a hop changes nothing in what
+//! the client sees.
 //! crud calls ride the same batches (`Kind::Crud*`): a point op as its CALL packet, a
 //! `*_many` call's share as `crud::wire` ops, a fanned-out call's part as its CALL packet;
 //! their writes are awaited in the WAL like any other before the reply batch leaves.
@@ -29,20 +30,13 @@
 //! reply ~8 + reply bytes; the fixed costs (a task wake-up and a cross-thread notification,
 //! a few µs) are paid per batch, so with tens of requests per tick they are ≪ 1 per request.
 
-use crate::crud::{self, CrudConfig};
-use crate::protocol::decode_packet;
-use crate::protocol::request::Request;
-use crate::server::decoded::{Decoded, DecodedAhead};
+use crate::crud::CrudConfig;
 use crate::server::durability;
 use crate::server::mesh::batch::{self, Kind};
 use crate::server::mesh::inbox::Inbox;
-use crate::server::moved_key;
-use crate::server::schema::{self, SCHEMA_VERSION};
+use crate::server::schema;
 use crate::server::{ServerError, Shared};
-use crate::shard::errors::encode_log_refused;
-use crate::shard::prefetch::{Ahead, LookupPipeline};
 use crate::shard::Shard;
-use crate::shard::{Awaiting, MovedKey};
 use glommio::channels::channel_mesh::{Full, MeshBuilder, Receivers, Senders};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -117,7 +111,7 @@ struct Waiter {
 
 const FREE_LIST_END: u32 = u32::MAX;
 
-struct Waiters {
+pub(super) struct Waiters {
     entries: Vec<Waiter>,
     free_head: u32,
 }
@@ -142,7 +136,7 @@ impl Waiters {
         ticket
     }
 
-    fn remove(&mut self, ticket: u32) -> (Rc<Inbox>, u32) {
+    pub(super) fn remove(&mut self, ticket: u32) -> (Rc<Inbox>, u32) {
         let entry = &mut self.entries[ticket as usize];
         let Some(inbox) = entry.inbox.take() else {
             panic!("reply for ticket {ticket}, which nobody waits for");
@@ -163,7 +157,7 @@ pub struct Core {
     id: usize,
     senders: Senders<Envelope>,
     outgoing: RefCell<Vec<Outgoing>>,
-    waiters: RefCell<Waiters>,
+    pub(super) waiters: RefCell<Waiters>,
     spare_buffers: RefCell<Vec<Vec<u8>>>,
     flush_wanted: Cell<bool>,
     flusher: RefCell<Option<Waker>>,
@@ -229,7 +223,7 @@ impl Core {
         self.stats.get()
     }
 
-    fn count(&self, update: impl FnOnce(&mut MeshStats)) {
+    pub(super) fn count(&self, update: impl FnOnce(&mut MeshStats)) {
         let mut stats = self.stats.get();
         update(&mut stats);
         self.stats.set(stats);
@@ -351,204 +345,10 @@ impl Core {
         self.send(peer, Envelope::Requests(open));
     }
 
-    /// Runs every request of a peer's batch, in order, and answers with one reply batch,
-    /// once the batch's writes are in the WAL (they share one WAL write).
-    fn serve_batch(self: &Rc<Core>, peer: usize, requests: Vec<u8>) {
-        let mut replies = self.take_buffer();
-        let mut unacknowledged = Vec::new();
-        // UPDATEs whose new primary key another core must look up (rare: error replies).
-        let mut key_checks: Vec<(u32, usize, MovedKey)> = Vec::new();
-        {
-            let mut shard = self.shard.borrow_mut();
-            // Lookups are fetched a few requests ahead, as on a connection's reads.
-            let mut pipeline = LookupPipeline::for_shard(&shard);
-            // `before_running` asks for the targets in order, so one iterator walks ahead;
-            // what it decodes is kept for the request's turn.
-            let mut ahead = batch::requests(&requests).enumerate();
-            let mut decoded_ahead = DecodedAhead::<Decoded<'_>>::default();
-            for (at, entry) in batch::requests(&requests).enumerate() {
-                let lookup = pipeline.before_running(&shard, at, |_| match ahead.next() {
-                    None => Ahead::End,
-                    Some((_, entry)) if entry.kind != Kind::Execute => Ahead::Other,
-                    Some((entry_at, entry)) => {
-                        let decoded = decode_packet(entry.packet);
-                        let target = decoded
-                            .as_ref()
-                            .ok()
-                            .and_then(|(_, r)| shard.point_target(r));
-                        decoded_ahead.keep(at, entry_at, decoded);
-                        target.map_or(Ahead::Other, Ahead::Lookup)
-                    }
-                });
-                shard.set_fetched(lookup);
-                let mark = batch::begin_reply(&mut replies, entry.ticket);
-                let decoded = decoded_ahead.take(at);
-                if let Some(sync) = self.serve_entry(&mut shard, &entry, decoded, &mut replies) {
-                    match shard.take_awaiting() {
-                        Awaiting::Nothing => {}
-                        Awaiting::Commit(commit) => unacknowledged.push(Unacknowledged {
-                            ticket: entry.ticket,
-                            kind: entry.kind,
-                            sync,
-                            commit,
-                        }),
-                        Awaiting::MovedKey(moved) => {
-                            if let Some(owner) = moved_key::owner_to_ask(self, &shard, &moved) {
-                                key_checks.push((entry.ticket, owner, moved));
-                            }
-                        }
-                    }
-                }
-                batch::finish_reply(&mut replies, mark);
-            }
-        }
-        self.recycle(requests);
-        self.count(|stats| stats.request_batches_served += 1);
-        if unacknowledged.is_empty() && key_checks.is_empty() {
-            self.send(peer, Envelope::Replies(replies));
-            return;
-        }
-        let core = self.clone();
-        glommio::spawn_local(async move {
-            let mut failed = Vec::new();
-            for write in unacknowledged {
-                if let Err(error) = write.commit.await {
-                    failed.push((write.ticket, write.kind, write.sync, error));
-                }
-            }
-            let mut replaced = Vec::new();
-            for (ticket, owner, moved) in &key_checks {
-                if let Some(reply) = moved_key::reply_if_taken(&core, *owner, moved).await {
-                    replaced.push((*ticket, reply));
-                }
-            }
-            if !failed.is_empty() || !replaced.is_empty() {
-                replies = core.replace_replies(&replies, &failed, &replaced);
-            }
-            core.send(peer, Envelope::Replies(replies));
-        })
-        .detach();
-    }
-
-    /// Runs one request entry on this core's shard and appends its reply bytes; returns the
-    /// sync its commit (if it wrote) answers for. `decoded` is its packet, if decoded already.
-    fn serve_entry<'p>(
-        &self,
-        shard: &mut Shard,
-        entry: &batch::RequestEntry<'p>,
-        decoded: Option<Decoded<'p>>,
-        replies: &mut Vec<u8>,
-    ) -> Option<u64> {
-        if entry.kind == Kind::CrudOps {
-            let ops = crate::server::mesh::crud_payloads::decode_ops(entry.packet);
-            let items = crud::on_shard::run_ops(
-                shard,
-                ops.space_id,
-                &ops.ops,
-                ops.stop_on_error,
-                ops.rollback_on_error,
-            );
-            if let Err(error) = &items {
-                tracing::error!(shard = shard.id, %error, "WAL write refused; the crud call fails");
-            }
-            crate::server::mesh::crud_payloads::encode_items(replies, items.as_deref().ok());
-            return Some(0);
-        }
-        let decoded = decoded.unwrap_or_else(|| match entry.kind {
-            Kind::CrudCall => crud::fast_call::decode_packet(entry.packet),
-            _ => decode_packet(entry.packet),
-        });
-        // The accepting core decoded the same bytes before sending them.
-        debug_assert!(decoded.is_ok(), "a forwarded packet does not decode");
-        // By reference: moving the request out of the decoding just made read its bytes
-        // back right after narrower stores wrote them (a store-forwarding stall, most of
-        // this function's time on cross-core gets).
-        let (header, request) = decoded.as_ref().ok()?;
-        match (entry.kind, request) {
-            (Kind::Execute, request) => {
-                shard.execute(header.sync, SCHEMA_VERSION, request, replies);
-            }
-            (Kind::Scan, Request::Select(select)) => {
-                // The accepting core checked the same scan, so it cannot fail here.
-                let _ = shard.scan(select, entry.limit as usize, replies);
-            }
-            (Kind::CrudCall, Request::Call(call)) => crud::on_shard::execute_on_shard(
-                shard,
-                &self.crud,
-                header.sync,
-                SCHEMA_VERSION,
-                call.function_name,
-                call.args,
-                replies,
-            ),
-            (Kind::CrudPart, Request::Call(call)) => {
-                // The accepting core planned the same call, so it plans here too.
-                let part =
-                    match crud::plan(&shard.engine, &self.crud, call.function_name, call.args) {
-                        Ok(plan) => crud::on_shard::run_part(shard, &plan),
-                        Err(_) => Ok(crate::crud::on_shard::Part::Done),
-                    };
-                if let Err(error) = &part {
-                    tracing::error!(shard = shard.id, %error, "WAL write refused; the crud call fails");
-                }
-                crate::server::mesh::crud_payloads::encode_part(replies, part.as_ref().ok());
-            }
-            _ => debug_assert!(
-                false,
-                "request kind {:?} does not fit its packet",
-                entry.kind
-            ),
-        }
-        Some(header.sync)
-    }
-
-    /// A copy of a reply batch where the replies of `failed` writes (by ticket) say that the
-    /// WAL refused them instead, and those of `replaced` (by ticket) are the given bytes.
-    fn replace_replies(
-        &self,
-        replies: &[u8],
-        failed: &[FailedWrite],
-        replaced: &[(u32, Vec<u8>)],
-    ) -> Vec<u8> {
-        let mut rebuilt = self.take_buffer();
-        for (ticket, bytes) in batch::replies(replies) {
-            let mark = batch::begin_reply(&mut rebuilt, ticket);
-            let failure = failed
-                .iter()
-                .find(|(failed_ticket, _, _, _)| *failed_ticket == ticket);
-            let replacement = replaced
-                .iter()
-                .find(|(replaced_ticket, _)| *replaced_ticket == ticket);
-            match (failure, replacement) {
-                (Some((_, Kind::CrudOps | Kind::CrudPart, _, _)), _) => {
-                    rebuilt.push(crate::server::mesh::crud_payloads::WAL_REFUSED)
-                }
-                (Some((_, _, sync, error)), _) => {
-                    encode_log_refused(&mut rebuilt, *sync, SCHEMA_VERSION, error)
-                }
-                (None, Some((_, reply))) => rebuilt.extend_from_slice(reply),
-                (None, None) => rebuilt.extend_from_slice(bytes),
-            }
-            batch::finish_reply(&mut rebuilt, mark);
-        }
-        rebuilt
-    }
-
-    fn deliver_replies(&self, replies: Vec<u8>) {
-        {
-            let mut waiters = self.waiters.borrow_mut();
-            for (ticket, bytes) in batch::replies(&replies) {
-                let (inbox, slot) = waiters.remove(ticket);
-                inbox.deliver(slot, bytes);
-            }
-        }
-        self.recycle(replies);
-    }
-
     /// Sends without waiting: a full channel puts the message on the peer's backlog, which
     /// one task drains in order; so the receive loops never block and two cores answering
     /// each other can never deadlock on full channels.
-    fn send(self: &Rc<Core>, peer: usize, envelope: Envelope) {
+    pub(super) fn send(self: &Rc<Core>, peer: usize, envelope: Envelope) {
         {
             let mut outgoing = self.outgoing.borrow_mut();
             if outgoing[peer].draining {
@@ -596,14 +396,14 @@ impl Core {
         }
     }
 
-    fn take_buffer(&self) -> Vec<u8> {
+    pub(super) fn take_buffer(&self) -> Vec<u8> {
         self.spare_buffers
             .borrow_mut()
             .pop()
             .unwrap_or_else(|| Vec::with_capacity(BATCH_INITIAL_BYTES))
     }
 
-    fn recycle(&self, mut buffer: Vec<u8>) {
+    pub(super) fn recycle(&self, mut buffer: Vec<u8>) {
         let mut spare = self.spare_buffers.borrow_mut();
         if buffer.capacity() > 0
             && buffer.capacity() <= SPARE_BUFFER_BYTES_MAX
@@ -614,14 +414,3 @@ impl Core {
         }
     }
 }
-
-/// A forwarded write whose reply waits for its WAL commit.
-struct Unacknowledged {
-    ticket: u32,
-    kind: Kind,
-    sync: u64,
-    commit: crate::wal::Commit,
-}
-
-/// A forwarded write the log refused: its ticket, kind and sync, and why.
-type FailedWrite = (u32, Kind, u64, crate::wal::WalError);

@@ -1,0 +1,228 @@
+//! Serving a peer's batch on the owning core: run each request entry on this core's shard in
+//! order, collect the writes whose replies must wait for the WAL, and answer with one reply
+//! batch once they are committed (rebuilding the entries whose writes the log refused). Also
+//! the other direction: spreading a reply batch into the waiting sessions' inboxes.
+//!
+//! What it must not know: how batches are queued and flushed, or the channel ends (that is
+//! [`super::core`]); the byte layouts (that is [`super::batch`] and [`super::crud_payloads`]).
+
+use crate::crud;
+use crate::protocol::decode_packet;
+use crate::protocol::request::Request;
+use crate::server::decoded::{Decoded, DecodedAhead};
+use crate::server::mesh::batch::{self, Kind};
+use crate::server::mesh::core::{Core, Envelope};
+use crate::server::moved_key;
+use crate::server::schema::SCHEMA_VERSION;
+use crate::shard::errors::encode_log_refused;
+use crate::shard::prefetch::{Ahead, LookupPipeline};
+use crate::shard::Shard;
+use crate::shard::{Awaiting, MovedKey};
+use std::rc::Rc;
+
+impl Core {
+    /// Runs every request of a peer's batch, in order, and answers with one reply batch,
+    /// once the batch's writes are in the WAL (they share one WAL write).
+    pub(super) fn serve_batch(self: &Rc<Core>, peer: usize, requests: Vec<u8>) {
+        let mut replies = self.take_buffer();
+        let mut unacknowledged = Vec::new();
+        // UPDATEs whose new primary key another core must look up (rare: error replies).
+        let mut key_checks: Vec<(u32, usize, MovedKey)> = Vec::new();
+        {
+            let mut shard = self.shard.borrow_mut();
+            // Lookups are fetched a few requests ahead, as on a connection's reads.
+            let mut pipeline = LookupPipeline::for_shard(&shard);
+            // `before_running` asks for the targets in order, so one iterator walks ahead;
+            // what it decodes is kept for the request's turn.
+            let mut ahead = batch::requests(&requests).enumerate();
+            let mut decoded_ahead = DecodedAhead::<Decoded<'_>>::default();
+            for (at, entry) in batch::requests(&requests).enumerate() {
+                let lookup = pipeline.before_running(&shard, at, |_| match ahead.next() {
+                    None => Ahead::End,
+                    Some((_, entry)) if entry.kind != Kind::Execute => Ahead::Other,
+                    Some((entry_at, entry)) => {
+                        let decoded = decode_packet(entry.packet);
+                        let target = decoded
+                            .as_ref()
+                            .ok()
+                            .and_then(|(_, r)| shard.point_target(r));
+                        decoded_ahead.keep(at, entry_at, decoded);
+                        target.map_or(Ahead::Other, Ahead::Lookup)
+                    }
+                });
+                shard.set_fetched(lookup);
+                let mark = batch::begin_reply(&mut replies, entry.ticket);
+                let decoded = decoded_ahead.take(at);
+                if let Some(sync) = self.serve_entry(&mut shard, &entry, decoded, &mut replies) {
+                    match shard.take_awaiting() {
+                        Awaiting::Nothing => {}
+                        Awaiting::Commit(commit) => unacknowledged.push(Unacknowledged {
+                            ticket: entry.ticket,
+                            kind: entry.kind,
+                            sync,
+                            commit,
+                        }),
+                        Awaiting::MovedKey(moved) => {
+                            if let Some(owner) = moved_key::owner_to_ask(self, &shard, &moved) {
+                                key_checks.push((entry.ticket, owner, moved));
+                            }
+                        }
+                    }
+                }
+                batch::finish_reply(&mut replies, mark);
+            }
+        }
+        self.recycle(requests);
+        self.count(|stats| stats.request_batches_served += 1);
+        if unacknowledged.is_empty() && key_checks.is_empty() {
+            self.send(peer, Envelope::Replies(replies));
+            return;
+        }
+        let core = self.clone();
+        glommio::spawn_local(async move {
+            let mut failed = Vec::new();
+            for write in unacknowledged {
+                if let Err(error) = write.commit.await {
+                    failed.push((write.ticket, write.kind, write.sync, error));
+                }
+            }
+            let mut replaced = Vec::new();
+            for (ticket, owner, moved) in &key_checks {
+                if let Some(reply) = moved_key::reply_if_taken(&core, *owner, moved).await {
+                    replaced.push((*ticket, reply));
+                }
+            }
+            if !failed.is_empty() || !replaced.is_empty() {
+                replies = core.replace_replies(&replies, &failed, &replaced);
+            }
+            core.send(peer, Envelope::Replies(replies));
+        })
+        .detach();
+    }
+
+    /// Runs one request entry on this core's shard and appends its reply bytes; returns the
+    /// sync its commit (if it wrote) answers for. `decoded` is its packet, if decoded already.
+    fn serve_entry<'p>(
+        &self,
+        shard: &mut Shard,
+        entry: &batch::RequestEntry<'p>,
+        decoded: Option<Decoded<'p>>,
+        replies: &mut Vec<u8>,
+    ) -> Option<u64> {
+        if entry.kind == Kind::CrudOps {
+            let ops = crate::server::mesh::crud_payloads::decode_ops(entry.packet);
+            let items = crud::on_shard::run_ops(
+                shard,
+                ops.space_id,
+                &ops.ops,
+                ops.stop_on_error,
+                ops.rollback_on_error,
+            );
+            if let Err(error) = &items {
+                tracing::error!(shard = shard.id, %error, "WAL write refused; the crud call fails");
+            }
+            crate::server::mesh::crud_payloads::encode_items(replies, items.as_deref().ok());
+            return Some(0);
+        }
+        let decoded = decoded.unwrap_or_else(|| match entry.kind {
+            Kind::CrudCall => crud::fast_call::decode_packet(entry.packet),
+            _ => decode_packet(entry.packet),
+        });
+        // The accepting core decoded the same bytes before sending them.
+        debug_assert!(decoded.is_ok(), "a forwarded packet does not decode");
+        // By reference: moving the request out of the decoding just made read its bytes
+        // back right after narrower stores wrote them (a store-forwarding stall, most of
+        // this function's time on cross-core gets).
+        let (header, request) = decoded.as_ref().ok()?;
+        match (entry.kind, request) {
+            (Kind::Execute, request) => {
+                shard.execute(header.sync, SCHEMA_VERSION, request, replies);
+            }
+            (Kind::Scan, Request::Select(select)) => {
+                // The accepting core checked the same scan, so it cannot fail here.
+                let _ = shard.scan(select, entry.limit as usize, replies);
+            }
+            (Kind::CrudCall, Request::Call(call)) => crud::on_shard::execute_on_shard(
+                shard,
+                &self.crud,
+                header.sync,
+                SCHEMA_VERSION,
+                call.function_name,
+                call.args,
+                replies,
+            ),
+            (Kind::CrudPart, Request::Call(call)) => {
+                // The accepting core planned the same call, so it plans here too.
+                let part =
+                    match crud::plan(&shard.engine, &self.crud, call.function_name, call.args) {
+                        Ok(plan) => crud::on_shard::run_part(shard, &plan),
+                        Err(_) => Ok(crate::crud::on_shard::Part::Done),
+                    };
+                if let Err(error) = &part {
+                    tracing::error!(shard = shard.id, %error, "WAL write refused; the crud call fails");
+                }
+                crate::server::mesh::crud_payloads::encode_part(replies, part.as_ref().ok());
+            }
+            _ => debug_assert!(
+                false,
+                "request kind {:?} does not fit its packet",
+                entry.kind
+            ),
+        }
+        Some(header.sync)
+    }
+
+    /// A copy of a reply batch where the replies of `failed` writes (by ticket) say that the
+    /// WAL refused them instead, and those of `replaced` (by ticket) are the given bytes.
+    fn replace_replies(
+        &self,
+        replies: &[u8],
+        failed: &[FailedWrite],
+        replaced: &[(u32, Vec<u8>)],
+    ) -> Vec<u8> {
+        let mut rebuilt = self.take_buffer();
+        for (ticket, bytes) in batch::replies(replies) {
+            let mark = batch::begin_reply(&mut rebuilt, ticket);
+            let failure = failed
+                .iter()
+                .find(|(failed_ticket, _, _, _)| *failed_ticket == ticket);
+            let replacement = replaced
+                .iter()
+                .find(|(replaced_ticket, _)| *replaced_ticket == ticket);
+            match (failure, replacement) {
+                (Some((_, Kind::CrudOps | Kind::CrudPart, _, _)), _) => {
+                    rebuilt.push(crate::server::mesh::crud_payloads::WAL_REFUSED)
+                }
+                (Some((_, _, sync, error)), _) => {
+                    encode_log_refused(&mut rebuilt, *sync, SCHEMA_VERSION, error)
+                }
+                (None, Some((_, reply))) => rebuilt.extend_from_slice(reply),
+                (None, None) => rebuilt.extend_from_slice(bytes),
+            }
+            batch::finish_reply(&mut rebuilt, mark);
+        }
+        rebuilt
+    }
+
+    pub(super) fn deliver_replies(&self, replies: Vec<u8>) {
+        {
+            let mut waiters = self.waiters.borrow_mut();
+            for (ticket, bytes) in batch::replies(&replies) {
+                let (inbox, slot) = waiters.remove(ticket);
+                inbox.deliver(slot, bytes);
+            }
+        }
+        self.recycle(replies);
+    }
+}
+
+/// A forwarded write whose reply waits for its WAL commit.
+struct Unacknowledged {
+    ticket: u32,
+    kind: Kind,
+    sync: u64,
+    commit: crate::wal::Commit,
+}
+
+/// A forwarded write the log refused: its ticket, kind and sync, and why.
+type FailedWrite = (u32, Kind, u64, crate::wal::WalError);
