@@ -67,8 +67,6 @@
 pub mod config;
 #[allow(unsafe_code)]
 pub mod counting_allocator;
-// issue 20: lints applied after the rewrite lands
-#[allow(clippy::unwrap_used)]
 pub mod crud;
 pub mod msgpack;
 // issue 20: lints applied after the rewrite lands (checksum.rs's unsafe fn wants a
@@ -77,8 +75,6 @@ pub mod msgpack;
 pub mod placement;
 pub mod protocol;
 pub mod server;
-// issue 20: lints applied after the rewrite lands
-#[allow(clippy::unwrap_used)]
 pub mod shard;
 pub mod storage;
 pub mod wal;

@@ -42,12 +42,6 @@ pub mod frame;
 pub mod greeting;
 pub mod header;
 pub mod reply;
-// issue 20: lints applied after the rewrite lands
-#[allow(
-    clippy::unwrap_used,
-    clippy::expect_used,
-    clippy::cast_possible_truncation
-)]
 pub mod request;
 
 #[cfg(test)]

@@ -64,19 +64,11 @@ pub mod durability;
 pub mod layout;
 mod limits;
 pub mod listen;
-// issue 20: lints applied after the rewrite lands
-#[allow(clippy::unwrap_used)]
 pub mod mesh;
-// issue 20: lints applied after the rewrite lands
-#[allow(clippy::unwrap_used)]
 pub mod moved_key;
 #[allow(unsafe_code)]
 pub mod os;
-// issue 20: lints applied after the rewrite lands
-#[allow(clippy::unwrap_used)]
 pub mod schema;
-// issue 20: lints applied after the rewrite lands
-#[allow(clippy::unwrap_used)]
 pub mod session;
 pub mod users;
 
