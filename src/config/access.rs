@@ -52,7 +52,7 @@ impl fmt::Debug for User {
 
 /// `[guest]` and `[[user]]`, resolved.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Access {
+pub struct AccessConfig {
     /// What an unauthenticated connection may do.
     pub guest: Grants,
     pub users: Vec<User>,
@@ -64,7 +64,7 @@ const RESERVED_USER_NAMES: [&str; 2] = ["guest", "admin"];
 pub(crate) fn resolve_access(
     raw_guest: &RawGuest,
     raw_users: &[RawUser],
-) -> Result<Access, ConfigError> {
+) -> Result<AccessConfig, ConfigError> {
     let guest = parse_grants(&raw_guest.grants, "guest.grants")?;
     let mut users: Vec<User> = Vec::with_capacity(raw_users.len());
     for (position, raw) in raw_users.iter().enumerate() {
@@ -97,7 +97,7 @@ pub(crate) fn resolve_access(
             grants: parse_grants(&raw.grants, &format!("{path}: grants"))?,
         });
     }
-    Ok(Access { guest, users })
+    Ok(AccessConfig { guest, users })
 }
 
 fn parse_grants(names: &[String], path: &str) -> Result<Grants, ConfigError> {

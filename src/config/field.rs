@@ -52,7 +52,7 @@ pub(crate) fn parse_field_type(name: &str, key_path: &str) -> Result<FieldType, 
 /// One field of a space format. Its field number is its position in [`super::Space::format`]
 /// (0-based).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Field {
+pub struct FieldConfig {
     pub name: String,
     pub field_type: FieldType,
     /// Accepts nil (and may be absent when trailing).
@@ -63,8 +63,8 @@ pub struct Field {
 pub(crate) fn resolve_format(
     raw_fields: &[RawField],
     space_path: &str,
-) -> Result<Vec<Field>, ConfigError> {
-    let mut fields: Vec<Field> = Vec::with_capacity(raw_fields.len());
+) -> Result<Vec<FieldConfig>, ConfigError> {
+    let mut fields: Vec<FieldConfig> = Vec::with_capacity(raw_fields.len());
     for (position, raw) in raw_fields.iter().enumerate() {
         let path = format!("{space_path}: format[{position}] {:?}", raw.name);
         if raw.name.is_empty() {
@@ -76,7 +76,7 @@ pub(crate) fn resolve_format(
                 format!("field name is already used by format[{earlier}]"),
             ));
         }
-        fields.push(Field {
+        fields.push(FieldConfig {
             name: raw.name.clone(),
             field_type: parse_field_type(&raw.field_type, &path)?,
             is_nullable: raw.is_nullable,

@@ -6,7 +6,7 @@
 //! Knows nothing of how storage compares keys.
 
 use super::error::ConfigError;
-use super::field::{parse_field_type, Field, FieldType};
+use super::field::{parse_field_type, FieldConfig, FieldType};
 use super::file::{RawFieldRef, RawIndex, RawPart};
 
 /// The data structure behind an index.
@@ -62,7 +62,7 @@ impl Collation {
 
 /// One key part, resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Part {
+pub struct IndexPartConfig {
     /// 0-based position of the field in the tuple.
     pub field_number: u32,
     /// The type the index compares by: the narrower of the format's type and the part's.
@@ -76,22 +76,22 @@ pub struct Part {
 /// One index, resolved. Its index id is its position in [`super::Space::indexes`]; id 0 is
 /// the primary index.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Index {
+pub struct IndexConfig {
     pub name: String,
     pub index_type: IndexType,
     /// The type as the config spells it (`tree` when omitted), which `_index` shows: Tarantool
     /// stores the type as its creator wrote it (`'TREE'`, `'tree'`, `'Tree'`).
     pub type_name: String,
     pub unique: bool,
-    pub parts: Vec<Part>,
+    pub parts: Vec<IndexPartConfig>,
 }
 
 /// Resolves one index against a format. `index_path` names it in errors.
 pub(crate) fn resolve_index(
     raw: &RawIndex,
-    format: &[Field],
+    format: &[FieldConfig],
     index_path: &str,
-) -> Result<Index, ConfigError> {
+) -> Result<IndexConfig, ConfigError> {
     let index_type = parse_index_type(&raw.index_type, index_path)?;
     if index_type == IndexType::Hash && !raw.unique {
         return Err(ConfigError::invalid(
@@ -105,7 +105,7 @@ pub(crate) fn resolve_index(
             "parts must name at least one field",
         ));
     }
-    let mut parts: Vec<Part> = Vec::with_capacity(raw.parts.len());
+    let mut parts: Vec<IndexPartConfig> = Vec::with_capacity(raw.parts.len());
     for raw_part in &raw.parts {
         let part_path = format!("{index_path}: part {}", raw_part.field);
         let part = resolve_part(raw_part, format, index_path, &part_path)?;
@@ -126,7 +126,7 @@ pub(crate) fn resolve_index(
         }
         parts.push(part);
     }
-    Ok(Index {
+    Ok(IndexConfig {
         name: raw.name.clone(),
         index_type,
         type_name: raw.index_type.clone(),
@@ -148,10 +148,10 @@ fn parse_index_type(name: &str, index_path: &str) -> Result<IndexType, ConfigErr
 
 fn resolve_part(
     raw: &RawPart,
-    format: &[Field],
+    format: &[FieldConfig],
     index_path: &str,
     part_path: &str,
-) -> Result<Part, ConfigError> {
+) -> Result<IndexPartConfig, ConfigError> {
     let field_number = find_field(&raw.field, format, index_path)?;
     let field = &format[field_number];
     let field_type = part_type(raw, field, part_path)?;
@@ -173,7 +173,7 @@ fn resolve_part(
         _ => field.is_nullable,
     };
     let collation = parse_collation(raw.collation.as_deref(), field_type, part_path)?;
-    Ok(Part {
+    Ok(IndexPartConfig {
         field_number: u32::try_from(field_number).expect("a format has fewer than 2^32 fields"),
         field_type,
         is_nullable,
@@ -185,7 +185,7 @@ fn resolve_part(
 /// in the reason: `index "v": part "zz" is not a field of the space format`.
 fn find_field(
     field_ref: &RawFieldRef,
-    format: &[Field],
+    format: &[FieldConfig],
     index_path: &str,
 ) -> Result<usize, ConfigError> {
     let found = match field_ref {
@@ -211,7 +211,11 @@ fn find_field(
 }
 
 /// The type the part compares by; checks it is indexable and compatible with the field.
-fn part_type(raw: &RawPart, field: &Field, part_path: &str) -> Result<FieldType, ConfigError> {
+fn part_type(
+    raw: &RawPart,
+    field: &FieldConfig,
+    part_path: &str,
+) -> Result<FieldType, ConfigError> {
     let resolved = match &raw.field_type {
         None => field.field_type,
         Some(name) => {

@@ -38,12 +38,12 @@ pub mod space;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-pub use access::{Access, Grants, User};
+pub use access::{AccessConfig, Grants, User};
 pub use cli::CliArgs;
 pub use durability::{Durability, WalMode};
 pub use error::ConfigError;
-pub use field::{Field, FieldType};
-pub use index::{Collation, Index, IndexType, Part};
+pub use field::{FieldConfig, FieldType};
+pub use index::{Collation, IndexConfig, IndexPartConfig, IndexType};
 pub use settings::LogLevel;
 pub use size::{parse_size_bytes, SizeError};
 pub use space::{Placement, Space};
@@ -104,7 +104,7 @@ pub struct Config {
     /// The scheduler slice each shard's thread asks for; `None` = the kernel's default.
     pub sched_slice: Option<std::time::Duration>,
     pub durability: Durability,
-    pub access: Access,
+    pub access: AccessConfig,
     /// In file order; ids and names are unique.
     pub spaces: Vec<Space>,
 }

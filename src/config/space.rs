@@ -6,9 +6,9 @@
 //! the protocol or the system spaces the server builds from these definitions.
 
 use super::error::ConfigError;
-use super::field::{resolve_format, Field};
+use super::field::{resolve_format, FieldConfig};
 use super::file::RawSpace;
-use super::index::{resolve_index, Index};
+use super::index::{resolve_index, IndexConfig};
 
 /// The smallest id of a user space; ids below are Tarantool's system spaces.
 pub const SPACE_ID_MIN: u32 = 512;
@@ -33,9 +33,9 @@ pub struct Space {
     pub name: String,
     pub placement: Placement,
     /// Field number = position (0-based).
-    pub format: Vec<Field>,
+    pub format: Vec<FieldConfig>,
     /// Index id = position; index 0 is the primary index. Never empty.
-    pub indexes: Vec<Index>,
+    pub indexes: Vec<IndexConfig>,
 }
 
 impl Space {
@@ -48,7 +48,7 @@ impl Space {
     }
 
     /// The primary index.
-    pub fn primary_index(&self) -> &Index {
+    pub fn primary_index(&self) -> &IndexConfig {
         &self.indexes[0]
     }
 }
@@ -87,7 +87,7 @@ fn resolve_space(raw: &RawSpace, path: &str) -> Result<Space, ConfigError> {
             "a space needs at least one index (the first is the primary index)",
         ));
     }
-    let mut indexes: Vec<Index> = Vec::with_capacity(raw.indexes.len());
+    let mut indexes: Vec<IndexConfig> = Vec::with_capacity(raw.indexes.len());
     for (position, raw_index) in raw.indexes.iter().enumerate() {
         let index_path = if raw_index.name.is_empty() {
             format!("{path}: index[{position}]")
@@ -166,7 +166,11 @@ fn parse_placement(shard: &str, path: &str) -> Result<Placement, ConfigError> {
 }
 
 /// The primary index identifies a row and decides its shard: unique, never nil.
-fn check_primary_index(index: &Index, format: &[Field], path: &str) -> Result<(), ConfigError> {
+fn check_primary_index(
+    index: &IndexConfig,
+    format: &[FieldConfig],
+    path: &str,
+) -> Result<(), ConfigError> {
     if !index.unique {
         return Err(ConfigError::invalid(
             path,
@@ -190,7 +194,7 @@ fn check_primary_index(index: &Index, format: &[Field], path: &str) -> Result<()
 /// A unique secondary index on a spread space would need every shard to agree on every
 /// insert; tarn does not offer that.
 fn check_secondary_index(
-    index: &Index,
+    index: &IndexConfig,
     placement: Placement,
     path: &str,
 ) -> Result<(), ConfigError> {

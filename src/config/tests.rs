@@ -8,16 +8,16 @@ use clap::Parser;
 
 use super::*;
 
-fn unsigned(name: &str) -> Field {
-    Field {
+fn unsigned(name: &str) -> FieldConfig {
+    FieldConfig {
         name: name.to_owned(),
         field_type: FieldType::Unsigned,
         is_nullable: false,
     }
 }
 
-fn tree_part(field_number: u32, field_type: FieldType) -> Part {
-    Part {
+fn tree_part(field_number: u32, field_type: FieldType) -> IndexPartConfig {
+    IndexPartConfig {
         field_number,
         field_type,
         is_nullable: false,
@@ -55,13 +55,13 @@ fn shipped_file_resolves_to_exact_values() {
     );
     assert_eq!(
         config.access,
-        Access {
+        AccessConfig {
             guest: Grants::ALL,
             users: vec![],
         }
     );
 
-    let primary_on_id = Index {
+    let primary_on_id = IndexConfig {
         name: "primary".to_owned(),
         index_type: IndexType::Tree,
         type_name: "TREE".to_owned(),
@@ -75,7 +75,7 @@ fn shipped_file_resolves_to_exact_values() {
         format: vec![
             unsigned("id"),
             unsigned("bucket_id"),
-            Field {
+            FieldConfig {
                 name: "value".to_owned(),
                 field_type: FieldType::String,
                 is_nullable: false,
@@ -94,7 +94,7 @@ fn shipped_file_resolves_to_exact_values() {
             unsigned("b"),
             unsigned("c"),
             unsigned("d"),
-            Field {
+            FieldConfig {
                 name: "name".to_owned(),
                 field_type: FieldType::String,
                 is_nullable: false,
@@ -102,7 +102,7 @@ fn shipped_file_resolves_to_exact_values() {
         ],
         indexes: vec![
             primary_on_id,
-            Index {
+            IndexConfig {
                 name: "composite".to_owned(),
                 index_type: IndexType::Tree,
                 type_name: "TREE".to_owned(),
@@ -115,7 +115,7 @@ fn shipped_file_resolves_to_exact_values() {
                     tree_part(6, FieldType::String),
                 ],
             },
-            Index {
+            IndexConfig {
                 name: "bucket_id".to_owned(),
                 index_type: IndexType::Tree,
                 type_name: "TREE".to_owned(),
@@ -211,7 +211,7 @@ fn rich_space_resolves_parts_users_and_sizes() {
     assert!(space.indexes[1].unique);
     assert_eq!(
         space.indexes[1].parts,
-        vec![Part {
+        vec![IndexPartConfig {
             field_number: 1,
             field_type: FieldType::String,
             is_nullable: false,
@@ -221,7 +221,7 @@ fn rich_space_resolves_parts_users_and_sizes() {
     assert_eq!(
         space.indexes[2].parts,
         vec![
-            Part {
+            IndexPartConfig {
                 field_number: 2,
                 field_type: FieldType::Integer,
                 is_nullable: true,

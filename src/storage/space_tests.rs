@@ -9,23 +9,23 @@ use crate::storage::tuple::FieldDef;
 
 /// Builds msgpack from a tiny literal language: numbers, "strings", nil, arrays.
 #[derive(Clone, Debug)]
-enum V {
+enum Literal {
     U(u64),
     I(i64),
     S(&'static str),
     F(f64),
     Nil,
-    A(Vec<V>),
+    A(Vec<Literal>),
 }
 
-fn write(v: &V, out: &mut Vec<u8>) {
+fn write(v: &Literal, out: &mut Vec<u8>) {
     match v {
-        V::U(u) => msgpack::write_uint(out, *u),
-        V::I(i) => msgpack::write_int(out, *i),
-        V::S(s) => msgpack::write_str(out, s.as_bytes()),
-        V::F(f) => msgpack::write_f64(out, *f),
-        V::Nil => out.push(0xc0),
-        V::A(items) => {
+        Literal::U(u) => msgpack::write_uint(out, *u),
+        Literal::I(i) => msgpack::write_int(out, *i),
+        Literal::S(s) => msgpack::write_str(out, s.as_bytes()),
+        Literal::F(f) => msgpack::write_f64(out, *f),
+        Literal::Nil => out.push(0xc0),
+        Literal::A(items) => {
             msgpack::write_array_len(out, items.len() as u32);
             for item in items {
                 write(item, out);
@@ -34,9 +34,9 @@ fn write(v: &V, out: &mut Vec<u8>) {
     }
 }
 
-fn mp(items: &[V]) -> Vec<u8> {
+fn mp(items: &[Literal]) -> Vec<u8> {
     let mut out = Vec::new();
-    write(&V::A(items.to_vec()), &mut out);
+    write(&Literal::A(items.to_vec()), &mut out);
     out
 }
 
@@ -65,12 +65,12 @@ fn two_part_space() -> Space {
     };
     let mut space = Space::new(def, Rc::new(MemoryQuota::unlimited())).unwrap();
     for (a, b) in [(1, "a"), (1, "b"), (2, "a"), (2, "c"), (3, "b")] {
-        space.insert(&mp(&[V::U(a), V::S(b)])).unwrap();
+        space.insert(&mp(&[Literal::U(a), Literal::S(b)])).unwrap();
     }
     space
 }
 
-fn select_text(space: &Space, index: u32, iterator: IteratorType, key: &[V]) -> Vec<String> {
+fn select_text(space: &Space, index: u32, iterator: IteratorType, key: &[Literal]) -> Vec<String> {
     space
         .select(index, iterator as u32, &mp(key))
         .unwrap()
@@ -78,7 +78,7 @@ fn select_text(space: &Space, index: u32, iterator: IteratorType, key: &[V]) -> 
         .collect()
 }
 
-fn select_err(space: &Space, index: u32, iterator: u32, key: &[V]) -> String {
+fn select_err(space: &Space, index: u32, iterator: u32, key: &[Literal]) -> String {
     match space.select(index, iterator, &mp(key)) {
         Ok(_) => panic!("select succeeded"),
         Err(error) => error.to_string(),
@@ -90,7 +90,7 @@ fn tree_iterators_match_tarantools_table() {
     use IteratorType::*;
     let space = two_part_space();
     let t = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-    let two = [V::U(2)];
+    let two = [Literal::U(2)];
     assert_eq!(
         select_text(&space, 0, Eq, &two),
         t(&["[2, \"a\"]", "[2, \"c\"]"])
@@ -117,7 +117,7 @@ fn tree_iterators_match_tarantools_table() {
     );
     assert_eq!(select_text(&space, 0, Gt, &two), t(&["[3, \"b\"]"]));
 
-    let two_b = [V::U(2), V::S("b")];
+    let two_b = [Literal::U(2), Literal::S("b")];
     assert!(select_text(&space, 0, Eq, &two_b).is_empty());
     assert!(select_text(&space, 0, Req, &two_b).is_empty());
     assert_eq!(
@@ -170,11 +170,16 @@ fn select_errors_are_tarantools() {
         "Index 'primary' (TREE) of space 'tester' (memtx) does not support requested iterator type"
     );
     assert_eq!(
-        select_err(&space, 0, 0, &[V::U(1), V::S("a"), V::U(3)]),
+        select_err(
+            &space,
+            0,
+            0,
+            &[Literal::U(1), Literal::S("a"), Literal::U(3)]
+        ),
         "Invalid key part count (expected [0..2], got 3)"
     );
     assert_eq!(
-        select_err(&space, 0, 0, &[V::S("x")]),
+        select_err(&space, 0, 0, &[Literal::S("x")]),
         "Supplied key type of part 0 does not match index part type: expected unsigned"
     );
     assert_eq!(
@@ -204,7 +209,9 @@ fn hash_two_part_space() -> Space {
         }],
     };
     let mut space = Space::new(def, Rc::new(MemoryQuota::unlimited())).unwrap();
-    space.insert(&mp(&[V::U(1), V::S("a")])).unwrap();
+    space
+        .insert(&mp(&[Literal::U(1), Literal::S("a")]))
+        .unwrap();
     space
 }
 
@@ -217,33 +224,46 @@ fn select_checks_come_in_tarantools_order() {
     let hash = hash_two_part_space();
     let invalid_iterator = "Illegal parameters, Invalid iterator type";
     assert_eq!(select_err(&tree, 7, 12, &[]), invalid_iterator);
-    assert_eq!(select_err(&tree, 0, 12, &[V::S("x")]), invalid_iterator);
+    assert_eq!(
+        select_err(&tree, 0, 12, &[Literal::S("x")]),
+        invalid_iterator
+    );
     assert_eq!(select_err(&tree, 0, u32::MAX, &[]), invalid_iterator);
     let partial = |got| {
         format!("HASH index  does not support selects via a partial key (expected 2 parts, got {got}). Please Consider changing index type to TREE.")
     };
-    assert_eq!(select_err(&hash, 0, 0, &[V::S("x")]), partial(1));
-    assert_eq!(select_err(&hash, 0, 5, &[V::U(1)]), partial(1));
+    assert_eq!(select_err(&hash, 0, 0, &[Literal::S("x")]), partial(1));
+    assert_eq!(select_err(&hash, 0, 5, &[Literal::U(1)]), partial(1));
     assert_eq!(select_err(&hash, 0, 5, &[]), partial(0));
-    assert_eq!(select_err(&hash, 0, 2, &[V::U(1)]), partial(1));
+    assert_eq!(select_err(&hash, 0, 2, &[Literal::U(1)]), partial(1));
     assert_eq!(
-        select_err(&hash, 0, 0, &[V::S("x"), V::S("a"), V::S("b")]),
+        select_err(
+            &hash,
+            0,
+            0,
+            &[Literal::S("x"), Literal::S("a"), Literal::S("b")]
+        ),
         "Invalid key part count (expected [0..2], got 3)"
     );
     assert_eq!(
-        select_err(&hash, 0, 5, &[V::S("x"), V::S("a")]),
+        select_err(&hash, 0, 5, &[Literal::S("x"), Literal::S("a")]),
         "Supplied key type of part 0 does not match index part type: expected unsigned"
     );
     assert_eq!(
-        select_err(&hash, 0, 5, &[V::U(1), V::S("a")]),
+        select_err(&hash, 0, 5, &[Literal::U(1), Literal::S("a")]),
         "Index 'pk' (HASH) of space 'hash2' (memtx) does not support requested iterator type"
     );
     assert_eq!(
-        select_err(&tree, 0, 7, &[V::S("x")]),
+        select_err(&tree, 0, 7, &[Literal::S("x")]),
         "Supplied key type of part 0 does not match index part type: expected unsigned"
     );
     assert_eq!(
-        select_err(&tree, 0, 7, &[V::U(1), V::S("a"), V::U(3)]),
+        select_err(
+            &tree,
+            0,
+            7,
+            &[Literal::U(1), Literal::S("a"), Literal::U(3)]
+        ),
         "Invalid key part count (expected [0..2], got 3)"
     );
     // An empty key is fine for ALL, and for GT on HASH (2.6 answers the whole space).
@@ -262,12 +282,21 @@ fn exact_matches_check_the_part_count_before_the_types() {
         "Supplied key type of part 0 does not match index part type: expected unsigned";
     for space in [&mut tree, &mut hash] {
         for (key, expected) in [
-            (vec![V::S("x")], exact(1)),
-            (vec![V::U(1)], exact(1)),
+            (vec![Literal::S("x")], exact(1)),
+            (vec![Literal::U(1)], exact(1)),
             (vec![], exact(0)),
-            (vec![V::U(1), V::S("a"), V::U(3)], exact(3)),
-            (vec![V::S("x"), V::S("a"), V::S("b")], exact(3)),
-            (vec![V::S("x"), V::S("a")], wrong_type.to_string()),
+            (
+                vec![Literal::U(1), Literal::S("a"), Literal::U(3)],
+                exact(3),
+            ),
+            (
+                vec![Literal::S("x"), Literal::S("a"), Literal::S("b")],
+                exact(3),
+            ),
+            (
+                vec![Literal::S("x"), Literal::S("a")],
+                wrong_type.to_string(),
+            ),
         ] {
             let key = mp(&key);
             assert_eq!(space.get(0, &key).unwrap_err().to_string(), expected);
@@ -277,8 +306,10 @@ fn exact_matches_check_the_part_count_before_the_types() {
         }
     }
     let mut nullable = people_with_unique_nullable_age();
-    nullable.insert(&mp(&[V::U(1), V::S("a"), V::Nil])).unwrap();
-    let nil_key = mp(&[V::Nil]);
+    nullable
+        .insert(&mp(&[Literal::U(1), Literal::S("a"), Literal::Nil]))
+        .unwrap();
+    let nil_key = mp(&[Literal::Nil]);
     assert_eq!(nullable.select(2, 0, &nil_key).unwrap().count(), 1);
     for error in [
         nullable.get(2, &nil_key).unwrap_err(),
@@ -302,36 +333,55 @@ fn update_moving_the_primary_key_onto_a_taken_key_is_3() {
     // Tarantool 2.6 (2026-12-02) replaces in the primary index first: a taken key is 3 with
     // the tuple holding it as the old tuple, a free one 94; a secondary conflict comes after.
     let mut space = people();
-    space.insert(&mp(&[V::U(1), V::S("a"), V::U(10)])).unwrap();
-    space.insert(&mp(&[V::U(2), V::S("b"), V::U(20)])).unwrap();
-    let set = |field: u64, value: V| V::A(vec![V::S("="), V::U(field), value]);
-    let update = |space: &mut Space, ops: Vec<V>| {
+    space
+        .insert(&mp(&[Literal::U(1), Literal::S("a"), Literal::U(10)]))
+        .unwrap();
+    space
+        .insert(&mp(&[Literal::U(2), Literal::S("b"), Literal::U(20)]))
+        .unwrap();
+    let set =
+        |field: u64, value: Literal| Literal::A(vec![Literal::S("="), Literal::U(field), value]);
+    let update = |space: &mut Space, ops: Vec<Literal>| {
         space
-            .update(0, &mp(&[V::U(1)]), &mp(&ops), 0)
+            .update(0, &mp(&[Literal::U(1)]), &mp(&ops), 0)
             .unwrap_err()
             .to_string()
     };
     let taken = "Duplicate key exists in unique index \"primary\" in space \"people\" with old tuple - [2, \"b\", 20] and new tuple - [2, \"a\", 10]";
-    assert_eq!(update(&mut space, vec![set(0, V::U(2))]), taken);
+    assert_eq!(update(&mut space, vec![set(0, Literal::U(2))]), taken);
     assert_eq!(
-        update(&mut space, vec![V::A(vec![V::S("+"), V::U(0), V::U(1)])]),
+        update(
+            &mut space,
+            vec![Literal::A(vec![
+                Literal::S("+"),
+                Literal::U(0),
+                Literal::U(1)
+            ])]
+        ),
         taken
     );
     let moved = "Attempt to modify a tuple field which is part of primary index in space 'people'";
-    assert_eq!(update(&mut space, vec![set(0, V::U(3))]), moved);
+    assert_eq!(update(&mut space, vec![set(0, Literal::U(3))]), moved);
     // The primary index first: a free key with a taken name is still 94, a taken key 3.
     assert_eq!(
-        update(&mut space, vec![set(0, V::U(3)), set(1, V::S("b"))]),
+        update(
+            &mut space,
+            vec![set(0, Literal::U(3)), set(1, Literal::S("b"))]
+        ),
         moved
     );
-    assert!(update(&mut space, vec![set(0, V::U(2)), set(1, V::S("b"))]).contains("\"primary\""));
+    assert!(update(
+        &mut space,
+        vec![set(0, Literal::U(2)), set(1, Literal::S("b"))]
+    )
+    .contains("\"primary\""));
     // The new tuple is checked against the format before any index.
     assert_eq!(
-        update(&mut space, vec![set(0, V::U(2)), set(1, V::U(7))]),
+        update(&mut space, vec![set(0, Literal::U(2)), set(1, Literal::U(7))]),
         "Tuple field 2 (name) type does not match one required by operation: expected string, got unsigned"
     );
     assert_eq!(
-        text(space.get(0, &mp(&[V::U(1)])).unwrap().unwrap()),
+        text(space.get(0, &mp(&[Literal::U(1)])).unwrap().unwrap()),
         "[1, \"a\", 10]"
     );
     assert_eq!(space.len(), 2);
@@ -380,15 +430,17 @@ fn non_unique_index_orders_ties_by_primary_key_and_nil_first() {
     use IteratorType::*;
     let mut space = people();
     for (id, name, age) in [
-        (5, "e", V::U(30)),
-        (1, "a", V::U(30)),
-        (3, "c", V::Nil),
-        (2, "b", V::U(20)),
-        (4, "d", V::U(30)),
+        (5, "e", Literal::U(30)),
+        (1, "a", Literal::U(30)),
+        (3, "c", Literal::Nil),
+        (2, "b", Literal::U(20)),
+        (4, "d", Literal::U(30)),
     ] {
-        space.insert(&mp(&[V::U(id), V::S(name), age])).unwrap();
+        space
+            .insert(&mp(&[Literal::U(id), Literal::S(name), age]))
+            .unwrap();
     }
-    let ids = |iterator, key: &[V]| -> Vec<u64> {
+    let ids = |iterator, key: &[Literal]| -> Vec<u64> {
         space
             .select(2, iterator as u32, &mp(key))
             .unwrap()
@@ -402,12 +454,15 @@ fn non_unique_index_orders_ties_by_primary_key_and_nil_first() {
             .collect()
     };
     assert_eq!(ids(All, &[]), vec![3, 2, 1, 4, 5]);
-    assert_eq!(ids(Eq, &[V::U(30)]), vec![1, 4, 5]);
-    assert_eq!(ids(Req, &[V::U(30)]), vec![5, 4, 1]);
-    assert_eq!(ids(Lt, &[V::U(30)]), vec![2, 3]);
-    assert_eq!(ids(Eq, &[V::Nil]), vec![3]);
+    assert_eq!(ids(Eq, &[Literal::U(30)]), vec![1, 4, 5]);
+    assert_eq!(ids(Req, &[Literal::U(30)]), vec![5, 4, 1]);
+    assert_eq!(ids(Lt, &[Literal::U(30)]), vec![2, 3]);
+    assert_eq!(ids(Eq, &[Literal::Nil]), vec![3]);
     assert_eq!(
-        space.get(2, &mp(&[V::U(30)])).unwrap_err().to_string(),
+        space
+            .get(2, &mp(&[Literal::U(30)]))
+            .unwrap_err()
+            .to_string(),
         "Get() doesn't support partial keys and non-unique indexes"
     );
 }
@@ -415,10 +470,14 @@ fn non_unique_index_orders_ties_by_primary_key_and_nil_first() {
 #[test]
 fn hash_index_lookups_and_errors() {
     let mut space = people();
-    space.insert(&mp(&[V::U(1), V::S("a")])).unwrap();
-    space.insert(&mp(&[V::U(2), V::S("b")])).unwrap();
+    space
+        .insert(&mp(&[Literal::U(1), Literal::S("a")]))
+        .unwrap();
+    space
+        .insert(&mp(&[Literal::U(2), Literal::S("b")]))
+        .unwrap();
     let found: Vec<String> = space
-        .select(1, 0, &mp(&[V::S("b")]))
+        .select(1, 0, &mp(&[Literal::S("b")]))
         .unwrap()
         .map(|(_, t)| text(t))
         .collect();
@@ -429,11 +488,11 @@ fn hash_index_lookups_and_errors() {
         "HASH index  does not support selects via a partial key (expected 1 parts, got 0). Please Consider changing index type to TREE."
     );
     assert_eq!(
-        select_err(&space, 1, 3, &[V::S("a")]),
+        select_err(&space, 1, 3, &[Literal::S("a")]),
         "Index 'name' (HASH) of space 'people' (memtx) does not support requested iterator type"
     );
     assert_eq!(
-        text(space.get(1, &mp(&[V::S("a")])).unwrap().unwrap()),
+        text(space.get(1, &mp(&[Literal::S("a")])).unwrap().unwrap()),
         "[1, \"a\"]"
     );
 }
@@ -441,29 +500,39 @@ fn hash_index_lookups_and_errors() {
 #[test]
 fn duplicates_are_refused_and_change_nothing() {
     let mut space = people();
-    space.insert(&mp(&[V::U(1), V::S("a"), V::U(10)])).unwrap();
-    space.insert(&mp(&[V::U(2), V::S("b"), V::U(20)])).unwrap();
-    let err = space.insert(&mp(&[V::U(1), V::S("z")])).unwrap_err();
+    space
+        .insert(&mp(&[Literal::U(1), Literal::S("a"), Literal::U(10)]))
+        .unwrap();
+    space
+        .insert(&mp(&[Literal::U(2), Literal::S("b"), Literal::U(20)]))
+        .unwrap();
+    let err = space
+        .insert(&mp(&[Literal::U(1), Literal::S("z")]))
+        .unwrap_err();
     assert_eq!(
         err.to_string(),
         "Duplicate key exists in unique index \"primary\" in space \"people\" with old tuple - [1, \"a\", 10] and new tuple - [1, \"z\"]"
     );
     // REPLACE may overwrite by primary key but not collide in a unique secondary.
-    let err = space.replace(&mp(&[V::U(1), V::S("b")])).unwrap_err();
+    let err = space
+        .replace(&mp(&[Literal::U(1), Literal::S("b")]))
+        .unwrap_err();
     assert_eq!(
         err.to_string(),
         "Duplicate key exists in unique index \"name\" in space \"people\" with old tuple - [2, \"b\", 20] and new tuple - [1, \"b\"]"
     );
     assert_eq!(
-        text(space.get(0, &mp(&[V::U(1)])).unwrap().unwrap()),
+        text(space.get(0, &mp(&[Literal::U(1)])).unwrap().unwrap()),
         "[1, \"a\", 10]"
     );
     assert_eq!(space.select(2, 2, &mp(&[])).unwrap().count(), 2);
     // Replacing a tuple by itself under a new secondary key moves its entries.
-    space.replace(&mp(&[V::U(1), V::S("c"), V::U(5)])).unwrap();
-    assert!(space.get(1, &mp(&[V::S("a")])).unwrap().is_none());
+    space
+        .replace(&mp(&[Literal::U(1), Literal::S("c"), Literal::U(5)]))
+        .unwrap();
+    assert!(space.get(1, &mp(&[Literal::S("a")])).unwrap().is_none());
     assert_eq!(
-        text(space.get(1, &mp(&[V::S("c")])).unwrap().unwrap()),
+        text(space.get(1, &mp(&[Literal::S("c")])).unwrap().unwrap()),
         "[1, \"c\", 5]"
     );
     let ages: Vec<String> = space
@@ -477,12 +546,18 @@ fn duplicates_are_refused_and_change_nothing() {
 #[test]
 fn delete_removes_from_every_index() {
     let mut space = people();
-    space.insert(&mp(&[V::U(1), V::S("a"), V::U(10)])).unwrap();
-    let deleted = space.delete(1, &mp(&[V::S("a")])).unwrap().old.unwrap();
+    space
+        .insert(&mp(&[Literal::U(1), Literal::S("a"), Literal::U(10)]))
+        .unwrap();
+    let deleted = space
+        .delete(1, &mp(&[Literal::S("a")]))
+        .unwrap()
+        .old
+        .unwrap();
     assert_eq!(text(&deleted), "[1, \"a\", 10]");
     assert!(space.is_empty());
     assert!(space.indexes().iter().all(|index| index.is_empty()));
-    assert!(space.delete(0, &mp(&[V::U(1)])).unwrap().is_none());
+    assert!(space.delete(0, &mp(&[Literal::U(1)])).unwrap().is_none());
     assert_eq!(
         space.delete(0, &mp(&[])).unwrap_err().to_string(),
         "Invalid key part count in an exact match (expected 1, got 0)"
@@ -505,20 +580,22 @@ fn quota_refuses_writes_that_do_not_fit_and_changes_nothing() {
     };
     let quota = Rc::new(MemoryQuota::new(120));
     let mut space = Space::new(def, quota.clone()).unwrap();
-    space.insert(&mp(&[V::U(1), V::S("x")])).unwrap();
+    space
+        .insert(&mp(&[Literal::U(1), Literal::S("x")]))
+        .unwrap();
     let used = quota.used_bytes();
     assert!(used > 0 && used <= 120, "{used}");
     let err = space
         .insert(&mp(&[
-            V::U(2),
-            V::S("a string too long for the quota that remains"),
+            Literal::U(2),
+            Literal::S("a string too long for the quota that remains"),
         ]))
         .unwrap_err();
     assert!(matches!(err, StorageError::MemoryIssue { .. }), "{err}");
     assert!(err.to_string().starts_with("Failed to allocate "), "{err}");
     assert_eq!(space.len(), 1);
     assert_eq!(quota.used_bytes(), used);
-    space.delete(0, &mp(&[V::U(1)])).unwrap();
+    space.delete(0, &mp(&[Literal::U(1)])).unwrap();
     assert_eq!(quota.used_bytes(), 0);
 }
 
@@ -529,23 +606,26 @@ fn bulk_load_builds_every_index_and_refuses_duplicates() {
         .rev()
         .map(|id| {
             let name: &'static str = Box::leak(format!("n{id}").into_boxed_str());
-            mp(&[V::U(id), V::S(name), V::U(id % 7)])
+            mp(&[Literal::U(id), Literal::S(name), Literal::U(id % 7)])
         })
         .collect();
     space.bulk_load(rows.iter().map(Vec::as_slice)).unwrap();
     assert_eq!(space.len(), 100);
     let by_age: Vec<u64> = space
-        .select(2, 0, &mp(&[V::U(3)]))
+        .select(2, 0, &mp(&[Literal::U(3)]))
         .unwrap()
         .map(|_| 0)
         .collect();
     assert_eq!(by_age.len(), 14);
     assert_eq!(
-        text(space.get(1, &mp(&[V::S("n42")])).unwrap().unwrap()),
+        text(space.get(1, &mp(&[Literal::S("n42")])).unwrap().unwrap()),
         "[42, \"n42\", 0]"
     );
 
-    let duplicate = [mp(&[V::U(1), V::S("x")]), mp(&[V::U(1), V::S("y")])];
+    let duplicate = [
+        mp(&[Literal::U(1), Literal::S("x")]),
+        mp(&[Literal::U(1), Literal::S("y")]),
+    ];
     let err = space
         .bulk_load(duplicate.iter().map(Vec::as_slice))
         .unwrap_err();
@@ -586,7 +666,7 @@ fn add_index_builds_over_existing_tuples() {
     assert!(matches!(err, StorageError::TupleFound { .. }));
     assert_eq!(space.indexes().len(), 2);
     assert_eq!(
-        select_text(&space, 1, IteratorType::Eq, &[V::S("b")]).len(),
+        select_text(&space, 1, IteratorType::Eq, &[Literal::S("b")]).len(),
         2
     );
 }
@@ -605,11 +685,11 @@ fn scalar_and_number_indexes_treat_equal_numbers_as_one_key() {
         )],
     };
     let mut space = Space::new(def, Rc::new(MemoryQuota::unlimited())).unwrap();
-    space.insert(&mp(&[V::U(1)])).unwrap();
-    assert!(space.insert(&mp(&[V::F(1.0)])).is_err());
-    space.insert(&mp(&[V::I(-1)])).unwrap();
-    space.insert(&mp(&[V::S("a")])).unwrap();
-    space.insert(&mp(&[V::F(0.5)])).unwrap();
+    space.insert(&mp(&[Literal::U(1)])).unwrap();
+    assert!(space.insert(&mp(&[Literal::F(1.0)])).is_err());
+    space.insert(&mp(&[Literal::I(-1)])).unwrap();
+    space.insert(&mp(&[Literal::S("a")])).unwrap();
+    space.insert(&mp(&[Literal::F(0.5)])).unwrap();
     let all = select_text(&space, 0, IteratorType::All, &[]);
     assert_eq!(all, vec!["[-1]", "[0.5]", "[1]", "[\"a\"]"]);
 }
@@ -641,13 +721,13 @@ fn unsigned_primary_keys_iterate_correctly_at_byte_edges() {
     };
     let mut space = Space::new(def, Rc::new(MemoryQuota::unlimited())).unwrap();
     for id in [0, 255, 256, 65535, u64::MAX - 1, u64::MAX] {
-        space.insert(&mp(&[V::U(id)])).unwrap();
+        space.insert(&mp(&[Literal::U(id)])).unwrap();
     }
-    let ids = |iterator: IteratorType, key: &[V]| -> Vec<String> {
+    let ids = |iterator: IteratorType, key: &[Literal]| -> Vec<String> {
         select_text(&space, 0, iterator, key)
     };
     assert_eq!(
-        ids(Gt, &[V::U(255)]),
+        ids(Gt, &[Literal::U(255)]),
         [
             "[256]",
             "[65535]",
@@ -655,15 +735,18 @@ fn unsigned_primary_keys_iterate_correctly_at_byte_edges() {
             "[18446744073709551615]"
         ]
     );
-    assert_eq!(ids(Le, &[V::U(255)]), ["[255]", "[0]"]);
-    assert_eq!(ids(Lt, &[V::U(256)]), ["[255]", "[0]"]);
-    assert_eq!(ids(Eq, &[V::U(65535)]), ["[65535]"]);
-    assert!(ids(Gt, &[V::U(u64::MAX)]).is_empty());
-    assert_eq!(ids(Ge, &[V::U(u64::MAX)]), ["[18446744073709551615]"]);
-    assert_eq!(ids(Le, &[V::U(u64::MAX)]).len(), 6);
-    assert!(ids(Lt, &[V::U(0)]).is_empty());
-    assert_eq!(ids(Req, &[V::U(u64::MAX - 1)]), ["[18446744073709551614]"]);
-    assert!(ids(Eq, &[V::U(1)]).is_empty());
+    assert_eq!(ids(Le, &[Literal::U(255)]), ["[255]", "[0]"]);
+    assert_eq!(ids(Lt, &[Literal::U(256)]), ["[255]", "[0]"]);
+    assert_eq!(ids(Eq, &[Literal::U(65535)]), ["[65535]"]);
+    assert!(ids(Gt, &[Literal::U(u64::MAX)]).is_empty());
+    assert_eq!(ids(Ge, &[Literal::U(u64::MAX)]), ["[18446744073709551615]"]);
+    assert_eq!(ids(Le, &[Literal::U(u64::MAX)]).len(), 6);
+    assert!(ids(Lt, &[Literal::U(0)]).is_empty());
+    assert_eq!(
+        ids(Req, &[Literal::U(u64::MAX - 1)]),
+        ["[18446744073709551614]"]
+    );
+    assert!(ids(Eq, &[Literal::U(1)]).is_empty());
 }
 
 #[test]
@@ -681,42 +764,52 @@ fn primary_only_space_refuses_duplicates_and_quota_without_changes() {
     };
     let quota = Rc::new(MemoryQuota::new(100));
     let mut space = Space::new(def, quota.clone()).unwrap();
-    space.insert(&mp(&[V::U(1), V::S("a")])).unwrap();
+    space
+        .insert(&mp(&[Literal::U(1), Literal::S("a")]))
+        .unwrap();
     let used = quota.used_bytes();
-    let err = space.insert(&mp(&[V::U(1), V::S("b")])).unwrap_err();
+    let err = space
+        .insert(&mp(&[Literal::U(1), Literal::S("b")]))
+        .unwrap_err();
     assert_eq!(
         err.to_string(),
         "Duplicate key exists in unique index \"primary\" in space \"kv\" with old tuple - [1, \"a\"] and new tuple - [1, \"b\"]"
     );
     assert_eq!(
-        text(space.get(0, &mp(&[V::U(1)])).unwrap().unwrap()),
+        text(space.get(0, &mp(&[Literal::U(1)])).unwrap().unwrap()),
         "[1, \"a\"]"
     );
     assert_eq!(quota.used_bytes(), used);
     // A replace that grows past the quota leaves the old tuple in place.
     let err = space
         .replace(&mp(&[
-            V::U(1),
-            V::S("a value much longer than the quota has room for, even with the old tuple freed"),
+            Literal::U(1),
+            Literal::S(
+                "a value much longer than the quota has room for, even with the old tuple freed",
+            ),
         ]))
         .unwrap_err();
     assert!(matches!(err, StorageError::MemoryIssue { .. }));
     assert_eq!(
-        text(space.get(0, &mp(&[V::U(1)])).unwrap().unwrap()),
+        text(space.get(0, &mp(&[Literal::U(1)])).unwrap().unwrap()),
         "[1, \"a\"]"
     );
     assert_eq!(quota.used_bytes(), used);
     // An insert that does not fit leaves no trace.
     let err = space
         .insert(&mp(&[
-            V::U(2),
-            V::S("another value much longer than the quota has room for, whatever else happens"),
+            Literal::U(2),
+            Literal::S(
+                "another value much longer than the quota has room for, whatever else happens",
+            ),
         ]))
         .unwrap_err();
     assert!(matches!(err, StorageError::MemoryIssue { .. }));
     assert_eq!(space.len(), 1);
     assert_eq!(quota.used_bytes(), used);
-    space.replace(&mp(&[V::U(1), V::S("z")])).unwrap();
+    space
+        .replace(&mp(&[Literal::U(1), Literal::S("z")]))
+        .unwrap();
     assert_eq!(quota.used_bytes(), used);
     assert_eq!(space.memory().tuple_bytes as u64 + 24, used);
 }
@@ -724,7 +817,12 @@ fn primary_only_space_refuses_duplicates_and_quota_without_changes() {
 #[test]
 fn the_prefetch_hint_reads_the_unsigned_key_field_or_nothing() {
     let hint = |data: &[u8], field_no| unvalidated_uint_field(data, field_no);
-    let tuple = mp(&[V::U(7), V::S("x"), V::U(300), V::Nil]);
+    let tuple = mp(&[
+        Literal::U(7),
+        Literal::S("x"),
+        Literal::U(300),
+        Literal::Nil,
+    ]);
     assert_eq!(hint(&tuple, 0), Some(7));
     assert_eq!(hint(&tuple, 1), None, "a string is no unsigned key");
     assert_eq!(hint(&tuple, 2), Some(300));
@@ -732,7 +830,7 @@ fn the_prefetch_hint_reads_the_unsigned_key_field_or_nothing() {
     assert_eq!(hint(&tuple, 4), None, "past the last field");
     assert_eq!(hint(&tuple[..tuple.len() - 2], 2), None, "cut short");
     assert_eq!(
-        hint(&mp(&[V::A(vec![]), V::U(1)]), 1),
+        hint(&mp(&[Literal::A(vec![]), Literal::U(1)]), 1),
         None,
         "behind an array"
     );
@@ -756,20 +854,30 @@ fn primary_only_space_on_a_later_field_replaces_and_refuses_like_any_other() {
         )],
     };
     let mut space = Space::new(def, Rc::new(MemoryQuota::unlimited())).unwrap();
-    space.insert(&mp(&[V::S("a"), V::U(5)])).unwrap();
-    space.replace(&mp(&[V::S("b"), V::U(5)])).unwrap();
-    space.replace(&mp(&[V::S("c"), V::U(6)])).unwrap();
+    space
+        .insert(&mp(&[Literal::S("a"), Literal::U(5)]))
+        .unwrap();
+    space
+        .replace(&mp(&[Literal::S("b"), Literal::U(5)]))
+        .unwrap();
+    space
+        .replace(&mp(&[Literal::S("c"), Literal::U(6)]))
+        .unwrap();
     assert_eq!(space.len(), 2);
     assert_eq!(
-        text(space.get(0, &mp(&[V::U(5)])).unwrap().unwrap()),
+        text(space.get(0, &mp(&[Literal::U(5)])).unwrap().unwrap()),
         "[\"b\", 5]"
     );
-    let err = space.replace(&mp(&[V::S("d"), V::S("5")])).unwrap_err();
+    let err = space
+        .replace(&mp(&[Literal::S("d"), Literal::S("5")]))
+        .unwrap_err();
     assert_eq!(
         err.to_string(),
         "Tuple field 2 type does not match one required by operation: expected unsigned, got string"
     );
-    let err = space.insert(&mp(&[V::S("e"), V::U(6)])).unwrap_err();
+    let err = space
+        .insert(&mp(&[Literal::S("e"), Literal::U(6)]))
+        .unwrap_err();
     assert!(matches!(err, StorageError::TupleFound { .. }), "{err}");
     assert_eq!(space.len(), 2);
 }
@@ -819,11 +927,11 @@ proptest::proptest! {
         // An `Rc<[u8]>` of the one-slot tuple, rounded to 8, and a 24-byte entry.
         let footprint = |data: &[u8]| ((16 + 1 + 4 + data.len()).next_multiple_of(8) + 24) as u64;
         let mut used = 0u64;
-        let value = |len: usize| V::S(&"abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefgh"[..len]);
+        let value = |len: usize| Literal::S(&"abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefgh"[..len]);
         for write in writes {
             match write {
                 Write::Insert(id, len) | Write::Replace(id, len) => {
-                    let data = mp(&[V::U(id), value(len)]);
+                    let data = mp(&[Literal::U(id), value(len)]);
                     let insert = matches!(write, Write::Insert(..));
                     let old = model.get(&id).map(|old| footprint(old)).unwrap_or(0);
                     let new = footprint(&data);
@@ -842,13 +950,13 @@ proptest::proptest! {
                     }
                 }
                 Write::Delete(id) => {
-                    let deleted = space.delete(0, &mp(&[V::U(id)])).unwrap();
+                    let deleted = space.delete(0, &mp(&[Literal::U(id)])).unwrap();
                     let expected = model.remove(&id);
                     proptest::prop_assert_eq!(deleted.old.as_ref().map(Tuple::data), expected.as_deref());
                     used -= expected.map_or(0, |data| footprint(&data));
                 }
                 Write::ReplaceWithStringKey(id) => {
-                    let err = space.replace(&mp(&[V::S("1"), V::U(id)])).unwrap_err();
+                    let err = space.replace(&mp(&[Literal::S("1"), Literal::U(id)])).unwrap_err();
                     let refused = matches!(err, StorageError::FieldType { .. });
                     proptest::prop_assert!(refused, "{}", err);
                 }
@@ -1017,17 +1125,21 @@ fn pieces_writes_match_writes_of_the_joined_bytes() {
         Err(error) => format!("error: {error}"),
     };
     let tuples: Vec<Vec<u8>> = vec![
-        mp(&[V::U(1), V::U(7), V::S("a")]),
-        mp(&[V::U(300), V::Nil, V::S("b")]),
-        mp(&[V::U(1), V::S("a")]),
-        mp(&[V::U(2), V::S("b"), V::U(30)]),
-        mp(&[V::S("x"), V::U(7), V::S("a")]),
-        mp(&[V::I(-1), V::U(7), V::S("a")]),
-        mp(&[V::U(1)]),
+        mp(&[Literal::U(1), Literal::U(7), Literal::S("a")]),
+        mp(&[Literal::U(300), Literal::Nil, Literal::S("b")]),
+        mp(&[Literal::U(1), Literal::S("a")]),
+        mp(&[Literal::U(2), Literal::S("b"), Literal::U(30)]),
+        mp(&[Literal::S("x"), Literal::U(7), Literal::S("a")]),
+        mp(&[Literal::I(-1), Literal::U(7), Literal::S("a")]),
+        mp(&[Literal::U(1)]),
         mp(&[]),
         vec![0x05],
         vec![0x93, 0x01, 0x07],
-        [mp(&[V::U(4), V::U(7), V::S("a")]), vec![0xc0]].concat(),
+        [
+            mp(&[Literal::U(4), Literal::U(7), Literal::S("a")]),
+            vec![0xc0],
+        ]
+        .concat(),
     ];
     for make in [kv as fn() -> Space, people, two_part_space] {
         for tuple in &tuples {
@@ -1085,17 +1197,25 @@ fn undone_write() -> impl proptest::strategy::Strategy<Value = UndoneWrite> {
 const NAMES: [&str; 12] = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"];
 
 fn person(id: u64, name: u8, age: Option<u64>) -> Vec<u8> {
-    let age = age.map_or(V::Nil, V::U);
-    mp(&[V::U(id), V::S(NAMES[name as usize]), age])
+    let age = age.map_or(Literal::Nil, Literal::U);
+    mp(&[Literal::U(id), Literal::S(NAMES[name as usize]), age])
 }
 
 fn apply_undone_write(space: &mut Space, write: &UndoneWrite) -> Result<Change> {
-    let set_age = |age: u64| mp(&[V::A(vec![V::S("="), V::U(2), V::U(age)])]);
+    let set_age = |age: u64| {
+        mp(&[Literal::A(vec![
+            Literal::S("="),
+            Literal::U(2),
+            Literal::U(age),
+        ])])
+    };
     match write {
         UndoneWrite::Insert(id, name, age) => space.insert(&person(*id, *name, *age)),
         UndoneWrite::Replace(id, name, age) => space.replace(&person(*id, *name, *age)),
-        UndoneWrite::Delete(id) => space.delete(0, &mp(&[V::U(*id)])),
-        UndoneWrite::UpdateAge(id, age) => space.update(0, &mp(&[V::U(*id)]), &set_age(*age), 0),
+        UndoneWrite::Delete(id) => space.delete(0, &mp(&[Literal::U(*id)])),
+        UndoneWrite::UpdateAge(id, age) => {
+            space.update(0, &mp(&[Literal::U(*id)]), &set_age(*age), 0)
+        }
         UndoneWrite::Upsert(id, name, age) => {
             space.upsert_stored(&person(*id, *name, None), &set_age(*age), 0)
         }

@@ -109,7 +109,7 @@ pub struct WriterStats {
     pub rows_refused: u64,
 }
 
-struct State {
+struct WriterState {
     builder: BatchBuilder,
     lsn_next: u64,
     /// The LSN of the first row in `builder`, meaningful when it is not empty.
@@ -168,8 +168,8 @@ impl EpochEnd {
 /// woken: the owner undoes every write logged after that LSN.
 type RollbackHook = Box<dyn FnMut(u64)>;
 
-struct Shared {
-    state: RefCell<State>,
+struct WriterShared {
+    state: RefCell<WriterState>,
     /// `state.lsn_durable_last`, readable without a borrow: every write reads it (the
     /// shard forgets the undo of what is durable).
     lsn_durable_last: Cell<u64>,
@@ -180,7 +180,7 @@ struct Shared {
 /// A shard's WAL writer; cheap to clone (all clones share one log).
 #[derive(Clone)]
 pub struct WalWriter {
-    shared: Rc<Shared>,
+    shared: Rc<WriterShared>,
 }
 
 impl WalWriter {
@@ -199,8 +199,8 @@ impl WalWriter {
     ) -> (WalWriter, impl Future<Output = ()>) {
         assert!(config.lsn_next >= 1, "LSNs start at 1");
         assert!(config.max_file_size_bytes > FILE_HEADER_SIZE_BYTES as u64);
-        let shared = Rc::new(Shared {
-            state: RefCell::new(State {
+        let shared = Rc::new(WriterShared {
+            state: RefCell::new(WriterState {
                 builder: BatchBuilder::with_capacity(64 << 10),
                 lsn_next: config.lsn_next,
                 lsn_first_unflushed: config.lsn_next,
@@ -334,7 +334,7 @@ impl WalWriter {
     }
 }
 
-impl State {
+impl WriterState {
     fn check_accepting(&self) -> Result<()> {
         if self.poisoned.is_some() {
             return Err(self.poisoned_error());
@@ -393,7 +393,7 @@ impl State {
 /// [`WalError::Poisoned`] when the writer stopped).
 #[must_use = "a row is acknowledged only once its commit resolves"]
 pub struct Commit {
-    shared: Rc<Shared>,
+    shared: Rc<WriterShared>,
     epoch: Rc<Epoch>,
     generation: u64,
     lsn: u64,
@@ -440,7 +440,7 @@ struct Flush {
 }
 
 /// Waits for rows, takes them all, writes them; stops after closing or when poisoned.
-async fn run_flusher<S: Sink>(shared: Rc<Shared>, mut sink: S, config: WriterConfig) {
+async fn run_flusher<S: Sink>(shared: Rc<WriterShared>, mut sink: S, config: WriterConfig) {
     let mut file = FileProgress::default();
     while let Some(flush) = poll_fn(|cx| take_flush(&shared, cx)).await {
         let Flush {
@@ -562,7 +562,7 @@ impl FailureLog {
 /// (`docs/format.md`), after syncing it, so that recovery reads damage in it as corruption
 /// rather than as a torn write. A failed writer leaves its file unmarked.
 async fn seal_on_clean_close<S: Sink>(
-    shared: &Shared,
+    shared: &WriterShared,
     sink: &mut S,
     file: &FileProgress,
 ) -> io::Result<()> {
@@ -581,7 +581,7 @@ async fn seal_on_clean_close<S: Sink>(
     sink.sync_data().await
 }
 
-fn take_flush(shared: &Shared, cx: &mut Context<'_>) -> Poll<Option<Flush>> {
+fn take_flush(shared: &WriterShared, cx: &mut Context<'_>) -> Poll<Option<Flush>> {
     let mut state = shared.state.borrow_mut();
     let rotation_only = state.builder.is_empty() && state.rotation_requested && !state.closing;
     if state.builder.is_empty() && !rotation_only {

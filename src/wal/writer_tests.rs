@@ -17,7 +17,7 @@ const FINGERPRINT: u64 = 0x5eed;
 
 /// What the next calls of a [`MemorySink`] do, in order; a call with nothing queued works.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Call {
+enum PlannedOutcome {
     Works,
     /// Fails with this error kind, after yielding a few times so that rows are appended
     /// while the flush is "on the disk".
@@ -30,7 +30,7 @@ enum Call {
 struct Disk {
     /// Files by their first LSN.
     files: BTreeMap<u64, Vec<u8>>,
-    plan: VecDeque<(&'static str, Call)>,
+    plan: VecDeque<(&'static str, PlannedOutcome)>,
 }
 
 /// Files in memory. Each call takes the first planned outcome for its kind of call.
@@ -41,11 +41,11 @@ struct MemorySink {
 }
 
 impl MemorySink {
-    fn plan(&self, call: &'static str, outcome: Call) {
+    fn plan(&self, call: &'static str, outcome: PlannedOutcome) {
         self.disk.borrow_mut().plan.push_back((call, outcome));
     }
 
-    async fn outcome(&self, call: &'static str) -> io::Result<Call> {
+    async fn outcome(&self, call: &'static str) -> io::Result<PlannedOutcome> {
         let planned = {
             let mut disk = self.disk.borrow_mut();
             match disk.plan.front() {
@@ -54,11 +54,11 @@ impl MemorySink {
                     disk.plan.pop_front();
                     outcome
                 }
-                _ => Call::Works,
+                _ => PlannedOutcome::Works,
             }
         };
         match planned {
-            Call::Fails(kind) => {
+            PlannedOutcome::Fails(kind) => {
                 for _ in 0..4 {
                     yield_now().await;
                 }
@@ -101,7 +101,7 @@ impl Sink for MemorySink {
         let current = self.current.ok_or_else(|| io::Error::other("no file"))?;
         let mut disk = self.disk.borrow_mut();
         let file = disk.files.get_mut(&current).expect("an open file");
-        if outcome == Call::ShortWrite {
+        if outcome == PlannedOutcome::ShortWrite {
             file.extend_from_slice(&bytes[..bytes.len() / 2]);
             return Err(io::Error::new(io::ErrorKind::WriteZero, "short write"));
         }
@@ -194,7 +194,7 @@ fn out_of_space_refuses_the_flush_and_every_row_behind_it_then_writes_resume() {
     let (outcomes, later, rollbacks, stats) = run(async move {
         let (writer, rollbacks) = writer_recording_rollbacks(&sink, false);
         append(&writer, 1).await.expect("durable");
-        sink.plan("append", Call::Fails(io::ErrorKind::StorageFull));
+        sink.plan("append", PlannedOutcome::Fails(io::ErrorKind::StorageFull));
         let mut commits: Vec<Commit> = (2..=10).map(|k| append(&writer, k)).collect();
         // The flusher takes rows 2..=10 and its write "runs"; rows 11..=20 queue behind.
         yield_now().await;
@@ -231,7 +231,7 @@ fn a_short_write_is_cut_off_the_file_it_went_into() {
         let (writer, _) = writer_recording_rollbacks(&sink, true);
         append(&writer, 1).await.expect("durable");
         append(&writer, 2).await.expect("durable");
-        sink.plan("append", Call::ShortWrite);
+        sink.plan("append", PlannedOutcome::ShortWrite);
         let refused = append(&writer, 3).await;
         let resumed = append(&writer, 4).await;
         writer.close().await.expect("closes");
@@ -250,9 +250,15 @@ fn a_file_that_could_not_be_created_is_removed_and_writes_resume() {
     let (first, second, resumed, poisoned) = run(async move {
         let (writer, _) = writer_recording_rollbacks(&sink, false);
         // The very first flush creates the first file: out of space, twice.
-        sink.plan("start_file", Call::Fails(io::ErrorKind::StorageFull));
+        sink.plan(
+            "start_file",
+            PlannedOutcome::Fails(io::ErrorKind::StorageFull),
+        );
         let first = append(&writer, 1).await;
-        sink.plan("append", Call::Fails(io::ErrorKind::QuotaExceeded));
+        sink.plan(
+            "append",
+            PlannedOutcome::Fails(io::ErrorKind::QuotaExceeded),
+        );
         let second = append(&writer, 1).await;
         let resumed = append(&writer, 1).await;
         let poisoned = writer.poisoned();
@@ -273,7 +279,10 @@ fn a_failed_fsync_poisons_the_writer_even_when_it_says_the_disk_is_full() {
     let (outcomes, later, rollbacks, closed, poisoned) = run(async move {
         let (writer, rollbacks) = writer_recording_rollbacks(&sink, true);
         append(&writer, 1).await.expect("durable");
-        sink.plan("sync_data", Call::Fails(io::ErrorKind::StorageFull));
+        sink.plan(
+            "sync_data",
+            PlannedOutcome::Fails(io::ErrorKind::StorageFull),
+        );
         let commits: Vec<Commit> = (2..=5).map(|k| append(&writer, k)).collect();
         let outcomes = outcomes(commits).await;
         let later = writer
@@ -310,7 +319,7 @@ fn a_commit_durable_before_a_failure_stays_durable_when_polled_after_it() {
         while writer.lsn_durable_last() < 1 {
             yield_now().await;
         }
-        sink.plan("append", Call::Fails(io::ErrorKind::StorageFull));
+        sink.plan("append", PlannedOutcome::Fails(io::ErrorKind::StorageFull));
         let covering = writer.commit_appended();
         let refused = append(&writer, 2).await;
         // Another row made durable after the failure: the old epoch's flush still decides.
@@ -331,7 +340,7 @@ fn a_commit_of_everything_appended_fails_when_any_of_it_is_refused() {
     let outcome = run(async move {
         let (writer, _) = writer_recording_rollbacks(&sink, false);
         append(&writer, 1).await.expect("durable");
-        sink.plan("append", Call::Fails(io::ErrorKind::StorageFull));
+        sink.plan("append", PlannedOutcome::Fails(io::ErrorKind::StorageFull));
         let row = append(&writer, 2);
         let covering = writer.commit_appended();
         let _ = row.await;
@@ -345,7 +354,7 @@ fn any_other_write_error_poisons() {
     let sink = MemorySink::default();
     let (outcome, later) = run(async move {
         let (writer, _) = writer_recording_rollbacks(&sink, false);
-        sink.plan("append", Call::Fails(io::ErrorKind::Other));
+        sink.plan("append", PlannedOutcome::Fails(io::ErrorKind::Other));
         let outcome = append(&writer, 1).await;
         let later = writer
             .append(RowKind::Replace, 512, &row(2))
@@ -377,7 +386,10 @@ fn a_new_file_that_could_not_be_created_leaves_the_previous_one_whole() {
             append(&writer, key).await.expect("durable");
         }
         writer.rotate();
-        sink.plan("start_file", Call::Fails(io::ErrorKind::StorageFull));
+        sink.plan(
+            "start_file",
+            PlannedOutcome::Fails(io::ErrorKind::StorageFull),
+        );
         let refused = append(&writer, 4).await;
         let resumed = append(&writer, 4).await;
         writer.close().await.expect("closes");

@@ -15,7 +15,7 @@ use clap::Parser;
 /// (tarn or Tarantool). Both use space 512 `kv`.
 #[derive(Debug, Clone, Parser)]
 #[command(name = "perf-simple-query", version)]
-pub struct Args {
+pub struct LoadArguments {
     /// Shards (in-process) or client executor threads (--connect). Default: all cores
     /// (with --connect: no more than --conns).
     #[arg(long)]
@@ -164,8 +164,8 @@ pub enum Mode {
 
 /// Arguments checked and resolved (defaults that depend on the machine filled in).
 #[derive(Debug, Clone)]
-pub struct Config {
-    pub args: Args,
+pub struct LoadConfig {
+    pub args: LoadArguments,
     pub smp: usize,
     pub operation: Operation,
     pub budget: Budget,
@@ -179,7 +179,7 @@ pub struct Config {
 /// config, so that a change of the server's default does not change what is measured.
 pub const IN_PROCESS_WAL_DEFAULT: tarn::config::WalMode = tarn::config::WalMode::None;
 
-impl Config {
+impl LoadConfig {
     /// The WAL mode the in-process server runs with; `None` with `--connect`, where the
     /// server's own mode applies and the client cannot know it.
     pub fn in_process_wal(&self) -> Option<tarn::config::WalMode> {
@@ -190,7 +190,7 @@ impl Config {
     }
 }
 
-impl Args {
+impl LoadArguments {
     pub fn operation(&self) -> Operation {
         if self.write {
             Operation::Replace
@@ -206,7 +206,7 @@ impl Args {
     }
 
     /// Resolves defaults and refuses contradictions; the error is the text to print.
-    pub fn resolve(self) -> Result<Config, String> {
+    pub fn resolve(self) -> Result<LoadConfig, String> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         // With --connect and no --smp, never more client threads than connections.
         let smp = match (self.smp, &self.connect) {
@@ -291,7 +291,7 @@ impl Args {
                 Mode::Connect { addr }
             }
         };
-        Ok(Config {
+        Ok(LoadConfig {
             operation: self.operation(),
             args: self,
             smp,
@@ -322,10 +322,10 @@ fn clock_seed() -> u64 {
 mod tests {
     use super::*;
 
-    fn parse(args: &[&str]) -> Result<Config, String> {
+    fn parse(args: &[&str]) -> Result<LoadConfig, String> {
         let mut all = vec!["perf-simple-query"];
         all.extend_from_slice(args);
-        Args::try_parse_from(all)
+        LoadArguments::try_parse_from(all)
             .map_err(|e| e.to_string())?
             .resolve()
     }

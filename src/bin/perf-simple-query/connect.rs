@@ -27,8 +27,8 @@ use glommio::{LocalExecutorBuilder, Placement};
 use tarn::protocol::client::{decode_reply, encode_auth, split_server_frame, Reply};
 use tarn::protocol::greeting::{parse_greeting, GREETING_SIZE};
 
-use crate::cli::{Budget, Config, Operation};
-use crate::driver::{Driver, DriverError, Outcome, Progress, Scope};
+use crate::cli::{Budget, LoadConfig, Operation};
+use crate::driver::{Driver, DriverError, LoadProgress, Outcome, Scope};
 use crate::histogram::Histogram;
 use crate::workload::{encode_customer_insert, encode_operation, KeyGenerator};
 
@@ -43,7 +43,7 @@ const SILENCE_POLL: Duration = Duration::from_millis(100);
 
 /// Everything a connection needs to know, shared by the executors.
 #[derive(Debug, Clone)]
-struct Plan {
+struct NetworkRunPlan {
     addr: SocketAddr,
     threads: usize,
     conns: usize,
@@ -60,14 +60,14 @@ struct Plan {
 }
 
 pub struct Connect {
-    plan: Plan,
+    plan: NetworkRunPlan,
 }
 
 impl Connect {
-    pub fn new(config: &Config, addr: SocketAddr) -> Connect {
+    pub fn new(config: &LoadConfig, addr: SocketAddr) -> Connect {
         let args = &config.args;
         Connect {
-            plan: Plan {
+            plan: NetworkRunPlan {
                 addr,
                 threads: config.smp,
                 conns: args.conns,
@@ -97,7 +97,7 @@ impl Driver for Connect {
         Scope::Client
     }
 
-    fn run(self: Box<Self>, progress: Arc<Progress>) -> Result<Outcome, DriverError> {
+    fn run(self: Box<Self>, progress: Arc<LoadProgress>) -> Result<Outcome, DriverError> {
         let plan = Arc::new(self.plan);
         if plan.pipeline > MAX_PIPELINE {
             return Err(DriverError::Setup(format!(
@@ -195,7 +195,7 @@ impl Watchdog {
 
     /// Blocks until every worker is done; returns true when that took shutting the sockets
     /// down because the server went silent.
-    fn wait_for_workers(&self, plan: &Plan, progress: &Progress) -> bool {
+    fn wait_for_workers(&self, plan: &NetworkRunPlan, progress: &LoadProgress) -> bool {
         let mut last_change: Option<(u64, Instant)> = None;
         while progress.done_workers() < plan.threads {
             std::thread::sleep(SILENCE_POLL);
@@ -238,7 +238,7 @@ pub struct LoadReport {
 /// [`crate::workload::write_customer`]); each of the `--conns` connections sends a contiguous
 /// id range with `--pipeline` requests in flight. Any error reply fails the load.
 pub fn load_customers(
-    config: &Config,
+    config: &LoadConfig,
     addr: SocketAddr,
     rows: u64,
 ) -> Result<LoadReport, DriverError> {
@@ -282,11 +282,11 @@ pub fn load_customers(
 }
 
 /// One loader executor: its connections, each inserting its id range concurrently.
-async fn load_worker(thread: usize, plan: &Arc<Plan>) -> Result<(), DriverError> {
+async fn load_worker(thread: usize, plan: &Arc<NetworkRunPlan>) -> Result<(), DriverError> {
     let indexes = connections_of(thread, plan.threads, plan.conns);
     let mut tasks = Vec::with_capacity(indexes.len());
     for index in indexes {
-        let mut connection = Connection::open(plan).await?;
+        let mut connection = LoadConnection::open(plan).await?;
         let ids = populate_range(index, plan.conns, plan.partitions);
         let (pipeline, seed) = (plan.pipeline, plan.seed);
         tasks.push(glommio::spawn_local(async move {
@@ -320,15 +320,15 @@ fn populate_range(index: usize, conns: usize, partitions: u64) -> std::ops::Rang
 
 async fn worker(
     thread: usize,
-    plan: &Arc<Plan>,
-    progress: &Arc<Progress>,
+    plan: &Arc<NetworkRunPlan>,
+    progress: &Arc<LoadProgress>,
     watchdog: &Arc<Watchdog>,
 ) -> Result<Histogram, DriverError> {
     progress.register_current_thread();
     let indexes = connections_of(thread, plan.threads, plan.conns);
     let mut connections = Vec::with_capacity(indexes.len());
     for index in indexes.clone() {
-        connections.push(Connection::open(plan).await?);
+        connections.push(LoadConnection::open(plan).await?);
         debug_assert!(index < plan.conns);
     }
     if plan.populate {
@@ -402,7 +402,7 @@ impl WorkerState {
     }
 }
 
-struct Connection {
+struct LoadConnection {
     addr: SocketAddr,
     stream: TcpStream,
     read_buf: Vec<u8>,
@@ -416,8 +416,8 @@ fn io_error(what: &str, addr: SocketAddr, e: impl std::fmt::Display) -> DriverEr
     DriverError::Connection(format!("{what} {addr}: {e}"))
 }
 
-impl Connection {
-    async fn open(plan: &Plan) -> Result<Connection, DriverError> {
+impl LoadConnection {
+    async fn open(plan: &NetworkRunPlan) -> Result<LoadConnection, DriverError> {
         let addr = plan.addr;
         let stream = TcpStream::connect(addr)
             .await
@@ -427,7 +427,7 @@ impl Connection {
             .and_then(|()| stream.set_read_timeout(Some(plan.io_timeout)))
             .and_then(|()| stream.set_write_timeout(Some(plan.io_timeout)))
             .map_err(|e| io_error("socket options for", addr, e))?;
-        let mut connection = Connection {
+        let mut connection = LoadConnection {
             addr,
             stream,
             read_buf: vec![0; READ_BUFFER_BYTES],
@@ -573,9 +573,9 @@ impl Connection {
     /// The measured loop: keep `pipeline` requests in flight until stopped or out of budget.
     async fn load(
         &mut self,
-        plan: &Plan,
+        plan: &NetworkRunPlan,
         mut keys: KeyGenerator,
-        progress: &Progress,
+        progress: &LoadProgress,
         worker: &WorkerState,
         watchdog: &Watchdog,
     ) -> Result<(), DriverError> {

@@ -1,14 +1,14 @@
 //! The seam between the measuring machinery and what generates the operations.
 //!
 //! A [`Driver`] runs on its own thread and blocks until done. It reports through the shared
-//! [`Progress`]: per-shard completed operations and errors (atomics the sampler reads every
+//! [`LoadProgress`]: per-shard completed operations and errors (atomics the sampler reads every
 //! second), the perf counters of each worker thread, and a readiness count. The protocol:
 //!
 //! 1. Each worker sets itself up (connects, populates), registers its counters, then calls
-//!    [`Progress::worker_ready`] and waits for [`Progress::is_measuring`].
+//!    [`LoadProgress::worker_ready`] and waits for [`LoadProgress::is_measuring`].
 //! 2. The sampler starts measuring once every worker is ready.
-//! 3. Workers count operations until [`Progress::should_stop`] or their own budget ends, then
-//!    [`Progress::worker_done`].
+//! 3. Workers count operations until [`LoadProgress::should_stop`] or their own budget ends, then
+//!    [`LoadProgress::worker_done`].
 //!
 //! Two drivers: `--connect` (a network client, `connect.rs`) and in-process (tarn's shards
 //! in this process, `inprocess.rs`).
@@ -16,7 +16,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
-use crate::cli::{Config, Mode};
+use crate::cli::{LoadConfig, Mode};
 use crate::histogram::Histogram;
 use crate::perf_counters::{Availability, Readings, ThreadCounters};
 
@@ -69,11 +69,11 @@ pub trait Driver: Send {
     fn workers(&self) -> usize;
     fn scope(&self) -> Scope;
     /// Runs to completion; called on a thread of its own.
-    fn run(self: Box<Self>, progress: Arc<Progress>) -> Result<Outcome, DriverError>;
+    fn run(self: Box<Self>, progress: Arc<LoadProgress>) -> Result<Outcome, DriverError>;
 }
 
 /// The driver for the chosen mode.
-pub fn driver_for(config: &Config) -> Box<dyn Driver> {
+pub fn driver_for(config: &LoadConfig) -> Box<dyn Driver> {
     match &config.mode {
         Mode::InProcess => Box::new(crate::inprocess::InProcess::new(config)),
         Mode::Connect { addr } => Box::new(crate::connect::Connect::new(config, *addr)),
@@ -102,7 +102,7 @@ pub struct Totals {
 }
 
 #[derive(Default)]
-pub struct Progress {
+pub struct LoadProgress {
     pub workers: Vec<WorkerProgress>,
     ready: AtomicUsize,
     done: AtomicUsize,
@@ -119,13 +119,13 @@ pub struct Progress {
     first_error: Mutex<Option<String>>,
 }
 
-impl Progress {
-    pub fn new(workers: usize, stop_on_error: bool, counts_tasks: bool) -> Progress {
-        Progress {
+impl LoadProgress {
+    pub fn new(workers: usize, stop_on_error: bool, counts_tasks: bool) -> LoadProgress {
+        LoadProgress {
             workers: (0..workers).map(|_| WorkerProgress::default()).collect(),
             stop_on_error,
             counts_tasks,
-            ..Progress::default()
+            ..LoadProgress::default()
         }
     }
 

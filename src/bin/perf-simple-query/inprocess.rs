@@ -58,9 +58,9 @@ use tarn::server::start_cores;
 use tarn::storage::key::SearchKeyBuf;
 use tarn::storage::prefetch::prefetch_slice;
 
-use crate::cli::{Budget, Config, Operation, IN_PROCESS_WAL_DEFAULT};
+use crate::cli::{Budget, LoadConfig, Operation, IN_PROCESS_WAL_DEFAULT};
 use crate::connect::describe;
-use crate::driver::{Driver, DriverError, MeshReport, Outcome, Progress, Scope};
+use crate::driver::{Driver, DriverError, LoadProgress, MeshReport, Outcome, Scope};
 use crate::histogram::Histogram;
 use crate::workload::{encode_operation, KeyGenerator, KV_SPACE_ID};
 use tarn::config::WalMode;
@@ -70,7 +70,7 @@ const POPULATE_ROUND: usize = 256;
 
 /// Everything a core needs to know, shared by the cores.
 #[derive(Debug, Clone)]
-struct Plan {
+struct InProcessRunPlan {
     shards: usize,
     operation: Operation,
     concurrency: usize,
@@ -84,14 +84,14 @@ struct Plan {
 }
 
 pub struct InProcess {
-    plan: Plan,
+    plan: InProcessRunPlan,
 }
 
 impl InProcess {
-    pub fn new(config: &Config) -> InProcess {
+    pub fn new(config: &LoadConfig) -> InProcess {
         let args = &config.args;
         InProcess {
-            plan: Plan {
+            plan: InProcessRunPlan {
                 shards: config.smp,
                 operation: config.operation,
                 concurrency: args.concurrency,
@@ -126,9 +126,9 @@ impl Driver for InProcess {
         Scope::Process
     }
 
-    fn run(self: Box<Self>, progress: Arc<Progress>) -> Result<Outcome, DriverError> {
+    fn run(self: Box<Self>, progress: Arc<LoadProgress>) -> Result<Outcome, DriverError> {
         let plan = Arc::new(self.plan);
-        let data_dir = DataDir::create()?;
+        let data_dir = TemporaryDataDir::create()?;
         let mut config = tarn::config::Config::from_toml_str(tarn::config::SHIPPED_CONFIG_TOML)
             .map_err(|e| DriverError::Setup(format!("shipped config: {e}")))?;
         config.data_dir = data_dir.path.clone();
@@ -194,12 +194,12 @@ fn mesh_since(now: MeshStats, then: MeshStats) -> MeshStats {
 }
 
 /// A fresh data directory for the run's WAL and schema record, removed at the end.
-struct DataDir {
+struct TemporaryDataDir {
     path: PathBuf,
 }
 
-impl DataDir {
-    fn create() -> Result<DataDir, DriverError> {
+impl TemporaryDataDir {
+    fn create() -> Result<TemporaryDataDir, DriverError> {
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default()
@@ -208,11 +208,11 @@ impl DataDir {
         let path = std::env::temp_dir().join(name);
         std::fs::create_dir(&path)
             .map_err(|e| DriverError::Setup(format!("data dir {}: {e}", path.display())))?;
-        Ok(DataDir { path })
+        Ok(TemporaryDataDir { path })
     }
 }
 
-impl Drop for DataDir {
+impl Drop for TemporaryDataDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.path);
     }
@@ -283,7 +283,7 @@ fn assert_key_encoding(core: &Core, keys: &[u64]) {
 }
 
 /// Keys this core draws during the measurement.
-fn drawn_keys(plan: &Plan, owned: &[u64]) -> Result<Vec<u64>, DriverError> {
+fn drawn_keys(plan: &InProcessRunPlan, owned: &[u64]) -> Result<Vec<u64>, DriverError> {
     match (plan.single_key, plan.shard_aware) {
         (false, true) => Ok(owned.to_vec()),
         (false, false) => Ok((0..plan.partitions).collect()),
@@ -298,7 +298,7 @@ fn drawn_keys(plan: &Plan, owned: &[u64]) -> Result<Vec<u64>, DriverError> {
     })
 }
 
-fn no_owned_keys(plan: &Plan) -> impl Fn() -> DriverError + '_ {
+fn no_owned_keys(plan: &InProcessRunPlan) -> impl Fn() -> DriverError + '_ {
     move || {
         DriverError::Setup(format!(
             "a shard owns none of the {} keys; give more --partitions or --shard-aware false",
@@ -309,8 +309,8 @@ fn no_owned_keys(plan: &Plan) -> impl Fn() -> DriverError + '_ {
 
 async fn core_main(
     core: Rc<Core>,
-    plan: &Plan,
-    progress: &Progress,
+    plan: &InProcessRunPlan,
+    progress: &LoadProgress,
 ) -> Result<CoreOutcome, DriverError> {
     let id = core.id();
     assert_eq!(core.shard_count, plan.shards);
@@ -334,7 +334,7 @@ async fn core_main(
 
     progress.worker_ready();
     // Nothing runs on any core until measuring starts (populating is local), so the
-    // executor may block: see `Progress::block_until_released`.
+    // executor may block: see `LoadProgress::block_until_released`.
     progress.block_until_released();
     if !progress.is_measuring() {
         return Ok(CoreOutcome {
@@ -427,7 +427,7 @@ impl Load {
         }
     }
 
-    async fn run(&mut self, id: usize, progress: &Progress) -> Result<(), DriverError> {
+    async fn run(&mut self, id: usize, progress: &LoadProgress) -> Result<(), DriverError> {
         let counts = &progress.workers[id];
         // Starts this core's task count from zero (the call takes the counts).
         let _ = glommio::executor().executor_stats();
@@ -565,7 +565,7 @@ mod tests {
 
     #[test]
     fn drawn_keys_follow_shard_awareness() {
-        let plan = Plan {
+        let plan = InProcessRunPlan {
             shards: 2,
             operation: Operation::Get,
             concurrency: 1,
@@ -580,12 +580,12 @@ mod tests {
         let owned: Vec<u64> = (0..100).filter(|&k| placement_of(k, 2) == 1).collect();
         assert!(!owned.is_empty() && owned.len() < 100);
         assert_eq!(drawn_keys(&plan, &owned).unwrap(), owned);
-        let unaware = Plan {
+        let unaware = InProcessRunPlan {
             shard_aware: false,
             ..plan.clone()
         };
         assert_eq!(drawn_keys(&unaware, &owned).unwrap().len(), 100);
-        let single = Plan {
+        let single = InProcessRunPlan {
             single_key: true,
             ..plan.clone()
         };

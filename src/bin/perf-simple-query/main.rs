@@ -3,7 +3,7 @@
 //! | module | owns |
 //! | --- | --- |
 //! | [`cli`] | options, defaults, contradictions |
-//! | [`driver`] | the seam: a [`driver::Driver`] generates operations, [`driver::Progress`] is what the sampler reads |
+//! | [`driver`] | the seam: a [`driver::Driver`] generates operations, [`driver::LoadProgress`] is what the sampler reads |
 //! | [`inprocess`] | the default: tarn's shards in this process, fed through `Session` |
 //! | [`connect`] | `--connect`: IPROTO over TCP against any server |
 //! | [`workload`] | keys and request encoding, shared by every driver |
@@ -31,8 +31,8 @@ use std::sync::Arc;
 
 use clap::Parser;
 
-use crate::cli::{Args, Config, Mode};
-use crate::driver::{driver_for, Progress, Scope};
+use crate::cli::{LoadArguments, LoadConfig, Mode};
+use crate::driver::{driver_for, LoadProgress, Scope};
 use crate::report::{latency_line, mesh_line, result_json, summary_table, RunFacts};
 
 /// Counts the allocations of the whole process (the `allocs/op` column); with `--connect`,
@@ -47,7 +47,7 @@ fn main() -> ExitCode {
     // The shards in this process get the heap the server gives them.
     tarn::server::os::heap::restart_with_huge_pages();
     tarn::server::os::heap::grow_in_large_steps();
-    let config = match Args::parse().resolve() {
+    let config = match LoadArguments::parse().resolve() {
         Ok(config) => config,
         Err(text) => {
             eprintln!("perf-simple-query: {text}");
@@ -63,7 +63,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(config: &Config) -> Result<ExitCode, String> {
+fn run(config: &LoadConfig) -> Result<ExitCode, String> {
     for note in &config.notes {
         eprintln!("note: {note}");
     }
@@ -73,7 +73,7 @@ fn run(config: &Config) -> Result<ExitCode, String> {
     let driver = driver_for(config);
     let scope = driver.scope();
     let counts_tasks = scope == Scope::Process;
-    let progress = Arc::new(Progress::new(
+    let progress = Arc::new(LoadProgress::new(
         driver.workers(),
         config.args.stop_on_error,
         counts_tasks,
@@ -139,7 +139,7 @@ fn run(config: &Config) -> Result<ExitCode, String> {
 
 /// `--load-customers ROWS`: loads, prints one line (and the JSON document) and exits.
 fn load_customers(
-    config: &Config,
+    config: &LoadConfig,
     addr: std::net::SocketAddr,
     rows: u64,
 ) -> Result<ExitCode, String> {
@@ -173,7 +173,7 @@ fn load_customers(
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_header(config: &Config) {
+fn print_header(config: &LoadConfig) {
     let target = match &config.mode {
         Mode::InProcess => "in-process".to_string(),
         Mode::Connect { addr } => format!(
@@ -194,7 +194,7 @@ fn print_header(config: &Config) {
     );
 }
 
-fn print_counter_notes(progress: &Progress, scope: Scope) {
+fn print_counter_notes(progress: &LoadProgress, scope: Scope) {
     let availability = progress.availability().unwrap_or_default();
     if let Some(error) = &availability.hardware_error {
         println!(

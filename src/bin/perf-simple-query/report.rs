@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use crate::cli::{Budget, Config, Mode};
+use crate::cli::{Budget, LoadConfig, Mode};
 use crate::driver::{MeshReport, Scope};
 use crate::histogram::Histogram;
 use crate::json::Json;
@@ -213,7 +213,7 @@ fn mesh_json(mesh: Option<&MeshReport>) -> Json {
 
 /// Everything the JSON document holds besides the samples.
 pub struct RunFacts<'a> {
-    pub config: &'a Config,
+    pub config: &'a LoadConfig,
     pub scope: Scope,
     pub availability: Option<Availability>,
     pub populated_keys: u64,
@@ -222,7 +222,7 @@ pub struct RunFacts<'a> {
     pub first_error: Option<String>,
 }
 
-fn parameters(config: &Config) -> Json {
+fn parameters(config: &LoadConfig) -> Json {
     let args = &config.args;
     let (mode, connect) = match &config.mode {
         Mode::InProcess => ("in-process", None),
@@ -355,10 +355,11 @@ mod tests {
         let table = summary_table(&[sample(1000, readings)]);
         let insns = table.lines().find(|l| l.starts_with("insns/op")).unwrap();
         assert!(insns.contains("n/a") && !insns.contains('0'), "{insns}");
-        let config = <crate::cli::Args as clap::Parser>::try_parse_from(["x", "--smp", "1"])
-            .unwrap()
-            .resolve()
-            .unwrap();
+        let config =
+            <crate::cli::LoadArguments as clap::Parser>::try_parse_from(["x", "--smp", "1"])
+                .unwrap()
+                .resolve()
+                .unwrap();
         let json = result_json(
             &[sample(1000, readings)],
             &RunFacts {

@@ -6,7 +6,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::cli::Budget;
-use crate::driver::Progress;
+use crate::driver::LoadProgress;
 use crate::perf_counters::Readings;
 use crate::report::{sample_line, Sample};
 use tarn::counting_allocator::allocations_total;
@@ -14,7 +14,7 @@ use tarn::counting_allocator::allocations_total;
 const POLL: Duration = Duration::from_millis(10);
 
 /// Waits until every worker is set up (true) or the driver thread has ended (false).
-pub fn wait_until_ready<T>(progress: &Progress, driver: &JoinHandle<T>) -> bool {
+pub fn wait_until_ready<T>(progress: &LoadProgress, driver: &JoinHandle<T>) -> bool {
     loop {
         if progress.ready_workers() == progress.workers.len() && !progress.should_stop() {
             return true;
@@ -38,7 +38,7 @@ struct Snapshot {
     counters: Readings,
 }
 
-fn snapshot(progress: &Progress) -> Snapshot {
+fn snapshot(progress: &LoadProgress) -> Snapshot {
     let counters = progress.read_counters();
     let totals = progress.totals();
     Snapshot {
@@ -52,13 +52,13 @@ fn snapshot(progress: &Progress) -> Snapshot {
     }
 }
 
-fn finished(progress: &Progress) -> bool {
+fn finished(progress: &LoadProgress) -> bool {
     progress.should_stop() || progress.done_workers() == progress.workers.len()
 }
 
 /// Starts the measurement and samples until the budget is spent, every worker is done, or
 /// the run is stopped (an error with --stop-on-error).
-pub fn measure(progress: &Progress, budget: Budget) -> Vec<Sample> {
+pub fn measure(progress: &LoadProgress, budget: Budget) -> Vec<Sample> {
     let seconds_limit = match budget {
         Budget::Duration(d) => Some(d.as_secs()),
         Budget::OperationsPerShard(_) => None,

@@ -184,11 +184,11 @@ struct Internal<K, V> {
     len: usize,
     keys: [K; SEPARATOR_CAPACITY],
     /// `Some` exactly in `..=len`.
-    children: [Option<Node<K, V>>; INTERNAL_FANOUT],
+    children: [Option<BTreeNode<K, V>>; INTERNAL_FANOUT],
 }
 
 /// All children of one node are of one kind: the tree is balanced.
-enum Node<K, V> {
+enum BTreeNode<K, V> {
     Leaf(Box<Leaf<K, V>>),
     Internal(Box<Internal<K, V>>),
 }
@@ -300,17 +300,17 @@ impl<K: TreeKey, V> Internal<K, V> {
     }
 
     #[inline]
-    fn child(&self, index: usize) -> &Node<K, V> {
+    fn child(&self, index: usize) -> &BTreeNode<K, V> {
         self.children[index].as_ref().expect(MISSING_CHILD)
     }
 
     #[inline]
-    fn child_mut(&mut self, index: usize) -> &mut Node<K, V> {
+    fn child_mut(&mut self, index: usize) -> &mut BTreeNode<K, V> {
         self.children[index].as_mut().expect(MISSING_CHILD)
     }
 
     /// Adds `separator` at `index` and `child` right after it; the node has room.
-    fn insert_at(&mut self, index: usize, separator: K, child: Node<K, V>) {
+    fn insert_at(&mut self, index: usize, separator: K, child: BTreeNode<K, V>) {
         debug_assert!(self.len < SEPARATOR_CAPACITY && index <= self.len);
         let len = self.len;
         self.keys[index..=len].rotate_right(1);
@@ -321,7 +321,7 @@ impl<K: TreeKey, V> Internal<K, V> {
     }
 
     /// Removes separator `index` and the child to its right, returning both.
-    fn remove_at(&mut self, index: usize) -> (K, Node<K, V>) {
+    fn remove_at(&mut self, index: usize) -> (K, BTreeNode<K, V>) {
         debug_assert!(index < self.len);
         let len = self.len;
         self.keys[index..len].rotate_left(1);
@@ -338,7 +338,7 @@ impl<K: TreeKey, V> Internal<K, V> {
         &mut self,
         index: usize,
         separator: K,
-        child: Node<K, V>,
+        child: BTreeNode<K, V>,
     ) -> (K, Box<Internal<K, V>>) {
         debug_assert_eq!(self.len, SEPARATOR_CAPACITY);
         let mid = SEPARATOR_CAPACITY / 2;
@@ -361,18 +361,18 @@ impl<K: TreeKey, V> Internal<K, V> {
     }
 }
 
-impl<K: TreeKey, V> Node<K, V> {
+impl<K: TreeKey, V> BTreeNode<K, V> {
     fn is_underfull(&self) -> bool {
         match self {
-            Node::Leaf(leaf) => leaf.len < LEAF_MIN,
-            Node::Internal(internal) => internal.len < INTERNAL_MIN_SEPARATORS,
+            BTreeNode::Leaf(leaf) => leaf.len < LEAF_MIN,
+            BTreeNode::Internal(internal) => internal.len < INTERNAL_MIN_SEPARATORS,
         }
     }
 
     fn first_key(&self) -> &K {
         match self {
-            Node::Leaf(leaf) => &leaf.keys[0],
-            Node::Internal(internal) => internal.child(0).first_key(),
+            BTreeNode::Leaf(leaf) => &leaf.keys[0],
+            BTreeNode::Internal(internal) => internal.child(0).first_key(),
         }
     }
 }
@@ -381,12 +381,12 @@ enum InsertOutcome<K, V> {
     Replaced(V),
     Added,
     /// The node split: this separator and right sibling go into the parent.
-    Split(K, Node<K, V>),
+    Split(K, BTreeNode<K, V>),
 }
 
-fn insert_into<K: TreeKey, V>(node: &mut Node<K, V>, key: K, value: V) -> InsertOutcome<K, V> {
+fn insert_into<K: TreeKey, V>(node: &mut BTreeNode<K, V>, key: K, value: V) -> InsertOutcome<K, V> {
     match node {
-        Node::Leaf(leaf) => {
+        BTreeNode::Leaf(leaf) => {
             prefetch_slice(&leaf.values[..]);
             let position = K::count_less(leaf.keys(), key.probe());
             if position < leaf.len && leaf.keys[position] == key {
@@ -398,9 +398,9 @@ fn insert_into<K: TreeKey, V>(node: &mut Node<K, V>, key: K, value: V) -> Insert
                 return InsertOutcome::Added;
             }
             let (separator, right) = leaf.split_insert(position, key, value);
-            InsertOutcome::Split(separator, Node::Leaf(right))
+            InsertOutcome::Split(separator, BTreeNode::Leaf(right))
         }
-        Node::Internal(internal) => {
+        BTreeNode::Internal(internal) => {
             let index = K::count_not_greater(internal.keys(), key.probe());
             match insert_into(internal.child_mut(index), key, value) {
                 InsertOutcome::Split(separator, child) if internal.len < SEPARATOR_CAPACITY => {
@@ -409,7 +409,7 @@ fn insert_into<K: TreeKey, V>(node: &mut Node<K, V>, key: K, value: V) -> Insert
                 }
                 InsertOutcome::Split(separator, child) => {
                     let (up, right) = internal.split_insert(index, separator, child);
-                    InsertOutcome::Split(up, Node::Internal(right))
+                    InsertOutcome::Split(up, BTreeNode::Internal(right))
                 }
                 outcome => outcome,
             }
@@ -417,9 +417,9 @@ fn insert_into<K: TreeKey, V>(node: &mut Node<K, V>, key: K, value: V) -> Insert
     }
 }
 
-fn remove_from<K: TreeKey, V>(node: &mut Node<K, V>, probe: &K::Probe) -> Option<(K, V)> {
+fn remove_from<K: TreeKey, V>(node: &mut BTreeNode<K, V>, probe: &K::Probe) -> Option<(K, V)> {
     match node {
-        Node::Leaf(leaf) => {
+        BTreeNode::Leaf(leaf) => {
             let position = K::count_less(leaf.keys(), probe);
             if position < leaf.len && leaf.keys[position].probe() == probe {
                 Some(leaf.remove_at(position))
@@ -427,7 +427,7 @@ fn remove_from<K: TreeKey, V>(node: &mut Node<K, V>, probe: &K::Probe) -> Option
                 None
             }
         }
-        Node::Internal(internal) => {
+        BTreeNode::Internal(internal) => {
             let index = K::count_not_greater(internal.keys(), probe);
             let removed = remove_from(internal.child_mut(index), probe)?;
             if internal.child(index).is_underfull() {
@@ -449,7 +449,7 @@ fn rebalance<K: TreeKey, V>(parent: &mut Internal<K, V>, index: usize) {
     };
     let separator = &mut parent.keys[left_index];
     let merged = match (left, right) {
-        (Node::Leaf(left), Node::Leaf(right)) => {
+        (BTreeNode::Leaf(left), BTreeNode::Leaf(right)) => {
             let total = left.len + right.len;
             if total <= LEAF_CAPACITY {
                 let count = right.len;
@@ -466,7 +466,7 @@ fn rebalance<K: TreeKey, V>(parent: &mut Internal<K, V>, index: usize) {
                 false
             }
         }
-        (Node::Internal(left), Node::Internal(right)) => {
+        (BTreeNode::Internal(left), BTreeNode::Internal(right)) => {
             let total = left.len + 1 + right.len;
             if total <= SEPARATOR_CAPACITY {
                 merge_internal(left, std::mem::take(separator), right);
@@ -592,14 +592,14 @@ enum CursorAt {
 /// keys (in process, 386-400 -> 347-349 ns), while loading an internal node's children
 /// with its keys (to save a step per level) gained nothing.
 #[inline]
-fn node_position<K, V>(node: &Node<K, V>) -> CursorAt {
+fn node_position<K, V>(node: &BTreeNode<K, V>) -> CursorAt {
     match node {
-        Node::Internal(internal) => {
+        BTreeNode::Internal(internal) => {
             prefetch_line((&internal.len as *const usize).cast());
             prefetch_slice(&internal.keys[..]);
             CursorAt::SearchInternal((&**internal as *const Internal<K, V>).cast())
         }
-        Node::Leaf(leaf) => {
+        BTreeNode::Leaf(leaf) => {
             prefetch_line((&leaf.len as *const usize).cast());
             prefetch_slice(&leaf.keys[..]);
             prefetch_slice(&leaf.values[..]);
@@ -610,7 +610,7 @@ fn node_position<K, V>(node: &Node<K, V>) -> CursorAt {
 
 /// An ordered map from `K` to `V`.
 pub struct BTree<K, V> {
-    root: Option<Node<K, V>>,
+    root: Option<BTreeNode<K, V>>,
     len: usize,
     /// Changes whenever a node may have been freed (and when the tree is made), and is
     /// never the same in two trees: a [`LookupCursor`] taken with this stamp may follow
@@ -739,12 +739,13 @@ impl<K: TreeKey, V> BTree<K, V> {
                 CursorAt::SearchInternal(node) => {
                     let internal = &*node.cast::<Internal<K, V>>();
                     let slot = &internal.children[K::count_not_greater(internal.keys(), probe)];
-                    prefetch_line((slot as *const Option<Node<K, V>>).cast());
-                    cursor.at = CursorAt::ReadChild((slot as *const Option<Node<K, V>>).cast());
+                    prefetch_line((slot as *const Option<BTreeNode<K, V>>).cast());
+                    cursor.at =
+                        CursorAt::ReadChild((slot as *const Option<BTreeNode<K, V>>).cast());
                     None
                 }
                 CursorAt::ReadChild(slot) => {
-                    cursor.at = match &*slot.cast::<Option<Node<K, V>>>() {
+                    cursor.at = match &*slot.cast::<Option<BTreeNode<K, V>>>() {
                         Some(child) => node_position(child),
                         None => CursorAt::Done,
                     };
@@ -805,11 +806,11 @@ impl<K: TreeKey, V> BTree<K, V> {
         let mut node = self.root.as_ref()?;
         loop {
             match node {
-                Node::Internal(internal) => {
+                BTreeNode::Internal(internal) => {
                     let index = count::<K, AVX2, true, _>(&internal.keys, internal.len, probe);
                     node = internal.child(index);
                 }
-                Node::Leaf(leaf) => return Some(leaf),
+                BTreeNode::Leaf(leaf) => return Some(leaf),
             }
         }
     }
@@ -834,11 +835,11 @@ impl<K: TreeKey, V> BTree<K, V> {
         let mut node = root.as_mut()?;
         loop {
             match node {
-                Node::Internal(internal) => {
+                BTreeNode::Internal(internal) => {
                     let index = K::count_not_greater(internal.keys(), probe);
                     node = internal.child_mut(index);
                 }
-                Node::Leaf(leaf) => {
+                BTreeNode::Leaf(leaf) => {
                     prefetch_slice(std::slice::from_ref(&**leaf));
                     return Some(LeafHandle {
                         leaf,
@@ -859,11 +860,11 @@ impl<K: TreeKey, V> BTree<K, V> {
             let mut node = root;
             loop {
                 match node {
-                    Node::Internal(internal) => {
+                    BTreeNode::Internal(internal) => {
                         let index = K::count_not_greater(internal.keys(), key.probe());
                         node = internal.child_mut(index);
                     }
-                    Node::Leaf(leaf) => {
+                    BTreeNode::Leaf(leaf) => {
                         prefetch_slice(&leaf.values[..]);
                         let position = K::count_less(leaf.keys(), key.probe());
                         if position < leaf.len && leaf.keys[position] == key {
@@ -889,7 +890,7 @@ impl<K: TreeKey, V> BTree<K, V> {
         let Some(root) = &mut self.root else {
             let mut leaf = Leaf::empty();
             leaf.insert_at(0, key, value);
-            self.root = Some(Node::Leaf(leaf));
+            self.root = Some(BTreeNode::Leaf(leaf));
             self.len = 1;
             return None;
         };
@@ -902,7 +903,7 @@ impl<K: TreeKey, V> BTree<K, V> {
                 new_root.children[1] = Some(right);
                 new_root.keys[0] = separator;
                 new_root.len = 1;
-                self.root = Some(Node::Internal(new_root));
+                self.root = Some(BTreeNode::Internal(new_root));
             }
         }
         self.len += 1;
@@ -920,8 +921,8 @@ impl<K: TreeKey, V> BTree<K, V> {
         self.stamp = fresh_stamp();
         self.len -= 1;
         let collapsed = match root {
-            Node::Internal(internal) if internal.len == 0 => internal.children[0].take(),
-            Node::Leaf(leaf) if leaf.len == 0 => None,
+            BTreeNode::Internal(internal) if internal.len == 0 => internal.children[0].take(),
+            BTreeNode::Leaf(leaf) if leaf.len == 0 => None,
             _ => return Some(removed),
         };
         self.root = collapsed;
@@ -941,7 +942,7 @@ impl<K: TreeKey, V> BTree<K, V> {
         if len == 0 {
             return BTree::new();
         }
-        let mut level: Vec<Node<K, V>> = Vec::with_capacity(len.div_ceil(LEAF_CAPACITY));
+        let mut level: Vec<BTreeNode<K, V>> = Vec::with_capacity(len.div_ceil(LEAF_CAPACITY));
         for size in even_sizes(len, LEAF_CAPACITY) {
             let mut leaf = Leaf::empty();
             for (slot, (key, value)) in entries.by_ref().take(size).enumerate() {
@@ -950,7 +951,7 @@ impl<K: TreeKey, V> BTree<K, V> {
                 leaf.values[slot] = Some(value);
                 leaf.len = slot + 1;
             }
-            level.push(Node::Leaf(leaf));
+            level.push(BTreeNode::Leaf(leaf));
         }
         debug_assert!(entries.next().is_none(), "ExactSizeIterator told the truth");
         while level.len() > 1 {
@@ -966,7 +967,7 @@ impl<K: TreeKey, V> BTree<K, V> {
                     parent.children[slot] = Some(child);
                 }
                 parent.len = size - 1;
-                parents.push(Node::Internal(parent));
+                parents.push(BTreeNode::Internal(parent));
             }
             level = parents;
         }
@@ -1117,12 +1118,12 @@ impl<'a, K: TreeKey, V> Cursor<'a, K, V> {
     /// Descends from `node` along its first or last children to a leaf.
     fn to_edge(
         mut path: SmallVec<[(&'a Internal<K, V>, usize); 8]>,
-        mut node: &'a Node<K, V>,
+        mut node: &'a BTreeNode<K, V>,
         side: Side,
     ) -> Cursor<'a, K, V> {
         loop {
             match node {
-                Node::Internal(internal) => {
+                BTreeNode::Internal(internal) => {
                     let index = match side {
                         Side::First => 0,
                         Side::Last => internal.len,
@@ -1130,7 +1131,7 @@ impl<'a, K: TreeKey, V> Cursor<'a, K, V> {
                     path.push((internal, index));
                     node = internal.child(index);
                 }
-                Node::Leaf(leaf) => {
+                BTreeNode::Leaf(leaf) => {
                     let position = match side {
                         Side::First => 0,
                         Side::Last => leaf.len - 1,
@@ -1147,17 +1148,17 @@ impl<'a, K: TreeKey, V> Cursor<'a, K, V> {
 
     /// Descends towards `probe`; the leaf position is how many of its keys are below it
     /// (`inclusive`: are at most it), which may be the leaf's length.
-    fn towards(root: &'a Node<K, V>, probe: &K::Probe, inclusive: bool) -> Cursor<'a, K, V> {
+    fn towards(root: &'a BTreeNode<K, V>, probe: &K::Probe, inclusive: bool) -> Cursor<'a, K, V> {
         let mut path = SmallVec::new();
         let mut node = root;
         loop {
             match node {
-                Node::Internal(internal) => {
+                BTreeNode::Internal(internal) => {
                     let index = K::count_not_greater(internal.keys(), probe);
                     path.push((&**internal, index));
                     node = internal.child(index);
                 }
-                Node::Leaf(leaf) => {
+                BTreeNode::Leaf(leaf) => {
                     // As in `get`: the first entry's value is read right after the search.
                     prefetch_slice(&leaf.values[..]);
                     let position = if inclusive {
@@ -1176,7 +1177,7 @@ impl<'a, K: TreeKey, V> Cursor<'a, K, V> {
     }
 
     /// The least entry within `start`, if any.
-    fn first_in(root: &'a Node<K, V>, start: Bound<&K::Probe>) -> Option<Cursor<'a, K, V>> {
+    fn first_in(root: &'a BTreeNode<K, V>, start: Bound<&K::Probe>) -> Option<Cursor<'a, K, V>> {
         let mut cursor = match start {
             Bound::Unbounded => return Some(Cursor::to_edge(SmallVec::new(), root, Side::First)),
             Bound::Included(probe) => Cursor::towards(root, probe, false),
@@ -1192,7 +1193,7 @@ impl<'a, K: TreeKey, V> Cursor<'a, K, V> {
     }
 
     /// The greatest entry within `end`, if any.
-    fn last_in(root: &'a Node<K, V>, end: Bound<&K::Probe>) -> Option<Cursor<'a, K, V>> {
+    fn last_in(root: &'a BTreeNode<K, V>, end: Bound<&K::Probe>) -> Option<Cursor<'a, K, V>> {
         let mut cursor = match end {
             Bound::Unbounded => return Some(Cursor::to_edge(SmallVec::new(), root, Side::Last)),
             Bound::Included(probe) => Cursor::towards(root, probe, true),
@@ -1269,7 +1270,7 @@ enum End<'a, K, V> {
 
 impl<'a, K: TreeKey, V> End<'a, K, V> {
     #[inline]
-    fn locate(&mut self, root: &'a Node<K, V>, side: Side) -> &mut Cursor<'a, K, V> {
+    fn locate(&mut self, root: &'a BTreeNode<K, V>, side: Side) -> &mut Cursor<'a, K, V> {
         if let End::Edge = self {
             *self = End::At(Cursor::to_edge(SmallVec::new(), root, side));
         }
@@ -1291,7 +1292,7 @@ impl<'a, K: TreeKey, V> End<'a, K, V> {
 /// A lazy, double-ended walk over the entries between two ends.
 pub struct Range<'a, K, V> {
     /// `None` for an empty range, and once the two ends have met.
-    root: Option<&'a Node<K, V>>,
+    root: Option<&'a BTreeNode<K, V>>,
     front: End<'a, K, V>,
     back: End<'a, K, V>,
 }
@@ -1340,7 +1341,7 @@ impl<K: TreeKey + std::fmt::Debug, V> BTree<K, V> {
 }
 
 fn check_node<K: TreeKey + std::fmt::Debug, V>(
-    node: &Node<K, V>,
+    node: &BTreeNode<K, V>,
     lower: Option<&K>,
     upper: Option<&K>,
     depth: usize,
@@ -1350,7 +1351,7 @@ fn check_node<K: TreeKey + std::fmt::Debug, V>(
     let in_bounds =
         |key: &K| lower.is_none_or(|lower| lower <= key) && upper.is_none_or(|upper| key < upper);
     match node {
-        Node::Leaf(leaf) => {
+        BTreeNode::Leaf(leaf) => {
             assert_eq!(
                 *leaf_depth.get_or_insert(depth),
                 depth,
@@ -1370,7 +1371,7 @@ fn check_node<K: TreeKey + std::fmt::Debug, V>(
                 .all(|(slot, v)| v.is_some() == (slot < leaf.len)));
             leaf.len
         }
-        Node::Internal(internal) => {
+        BTreeNode::Internal(internal) => {
             assert!(internal.len >= 1 && internal.len <= SEPARATOR_CAPACITY);
             assert!(
                 is_root || internal.len >= INTERNAL_MIN_SEPARATORS,

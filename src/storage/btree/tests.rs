@@ -12,15 +12,15 @@ impl TreeKey for Vec<u8> {
 }
 
 #[derive(Debug, Clone)]
-enum Op {
+enum TreeOperation {
     Insert(u64, u64),
     Remove(u64),
     Get(u64),
-    Range(Bound<u64>, Bound<u64>, Walk),
+    Range(Bound<u64>, Bound<u64>, RangeDirection),
 }
 
 #[derive(Debug, Clone, Copy)]
-enum Walk {
+enum RangeDirection {
     Forward,
     Backward,
     /// Alternates ends, to check that the two ends meet exactly once.
@@ -35,13 +35,17 @@ fn bound(keys: std::ops::Range<u64>) -> impl Strategy<Value = Bound<u64>> {
     ]
 }
 
-fn op(keys: std::ops::Range<u64>) -> impl Strategy<Value = Op> {
-    let walk = prop_oneof![Just(Walk::Forward), Just(Walk::Backward), Just(Walk::Both)];
+fn op(keys: std::ops::Range<u64>) -> impl Strategy<Value = TreeOperation> {
+    let walk = prop_oneof![
+        Just(RangeDirection::Forward),
+        Just(RangeDirection::Backward),
+        Just(RangeDirection::Both)
+    ];
     prop_oneof![
-        6 => (keys.clone(), any::<u64>()).prop_map(|(k, v)| Op::Insert(k, v)),
-        4 => keys.clone().prop_map(Op::Remove),
-        2 => keys.clone().prop_map(Op::Get),
-        1 => (bound(keys.clone()), bound(keys), walk).prop_map(|(s, e, w)| Op::Range(s, e, w)),
+        6 => (keys.clone(), any::<u64>()).prop_map(|(k, v)| TreeOperation::Insert(k, v)),
+        4 => keys.clone().prop_map(TreeOperation::Remove),
+        2 => keys.clone().prop_map(TreeOperation::Get),
+        1 => (bound(keys.clone()), bound(keys), walk).prop_map(|(s, e, w)| TreeOperation::Range(s, e, w)),
     ]
 }
 
@@ -71,16 +75,21 @@ fn end_admits(end: Bound<u64>, key: u64) -> bool {
     }
 }
 
-fn walk(tree: &BTree<u64, u64>, start: Bound<u64>, end: Bound<u64>, how: Walk) -> Vec<(u64, u64)> {
+fn walk(
+    tree: &BTree<u64, u64>,
+    start: Bound<u64>,
+    end: Bound<u64>,
+    how: RangeDirection,
+) -> Vec<(u64, u64)> {
     let mut range = tree.range(start.as_ref(), end.as_ref());
     match how {
-        Walk::Forward => range.map(|(k, v)| (*k, *v)).collect(),
-        Walk::Backward => {
+        RangeDirection::Forward => range.map(|(k, v)| (*k, *v)).collect(),
+        RangeDirection::Backward => {
             let mut entries: Vec<_> = range.rev().map(|(k, v)| (*k, *v)).collect();
             entries.reverse();
             entries
         }
-        Walk::Both => {
+        RangeDirection::Both => {
             let (mut front, mut back) = (Vec::new(), Vec::new());
             while let Some((k, v)) = range.next() {
                 front.push((*k, *v));
@@ -97,16 +106,20 @@ fn walk(tree: &BTree<u64, u64>, start: Bound<u64>, end: Bound<u64>, how: Walk) -
     }
 }
 
-fn run_against_model(initial: Vec<u64>, ops: Vec<Op>) {
+fn run_against_model(initial: Vec<u64>, ops: Vec<TreeOperation>) {
     let mut model: BTreeMap<u64, u64> = initial.iter().map(|&k| (k, k * 7)).collect();
     let mut tree = BTree::from_sorted(model.iter().map(|(k, v)| (*k, *v)).collect::<Vec<_>>());
     tree.check_invariants();
     for op in ops {
         match op {
-            Op::Insert(key, value) => assert_eq!(tree.insert(key, value), model.insert(key, value)),
-            Op::Remove(key) => assert_eq!(tree.remove(&key), model.remove(&key)),
-            Op::Get(key) => assert_eq!(tree.get_key_value(&key), model.get_key_value(&key)),
-            Op::Range(start, end, how) => {
+            TreeOperation::Insert(key, value) => {
+                assert_eq!(tree.insert(key, value), model.insert(key, value))
+            }
+            TreeOperation::Remove(key) => assert_eq!(tree.remove(&key), model.remove(&key)),
+            TreeOperation::Get(key) => {
+                assert_eq!(tree.get_key_value(&key), model.get_key_value(&key))
+            }
+            TreeOperation::Range(start, end, how) => {
                 assert_eq!(
                     walk(&tree, start, end, how),
                     model_range(&model, start, end)
@@ -257,7 +270,7 @@ fn node_layout_is_as_sized() {
     // A value slot is the bare pointer: `None` lives in the pointer's niche.
     assert_eq!(size_of::<Option<Tuple>>(), size_of::<Tuple>());
     assert_eq!(size_of::<Tuple>(), 16);
-    assert_eq!(size_of::<Option<Node<u64, Tuple>>>(), 16);
+    assert_eq!(size_of::<Option<BTreeNode<u64, Tuple>>>(), 16);
     // A full leaf costs 24 bytes an entry plus its length: within the old std map's 24
     // per entry and its node headers and slack.
     assert_eq!(size_of::<Leaf<u64, Tuple>>(), 8 + LEAF_CAPACITY * (8 + 16));

@@ -7,7 +7,7 @@ use crate::storage::error::StorageError;
 
 /// A msgpack value for building test input.
 #[derive(Debug, Clone, PartialEq)]
-pub(super) enum V {
+pub(super) enum TestValue {
     Nil,
     U(u64),
     /// Encoded with an int format even when non-negative (0xd3), to test format-byte typing.
@@ -16,43 +16,43 @@ pub(super) enum V {
     F32(f32),
     F64(f64),
     S(String),
-    A(Vec<V>),
+    A(Vec<TestValue>),
     Bool(bool),
     Dec,
     /// Msgpack bytes as they are.
     Raw(Vec<u8>),
 }
 
-pub(super) fn s(text: &str) -> V {
-    V::S(text.to_string())
+pub(super) fn s(text: &str) -> TestValue {
+    TestValue::S(text.to_string())
 }
 
-pub(super) fn encode_into(out: &mut Vec<u8>, value: &V) {
+pub(super) fn encode_into(out: &mut Vec<u8>, value: &TestValue) {
     match value {
-        V::Nil => out.push(0xc0),
-        V::U(n) => write_uint(out, *n),
-        V::IFmt(n) => {
+        TestValue::Nil => out.push(0xc0),
+        TestValue::U(n) => write_uint(out, *n),
+        TestValue::IFmt(n) => {
             out.push(0xd3);
             out.extend_from_slice(&n.to_be_bytes());
         }
-        V::I(n) => write_int(out, *n),
-        V::F32(x) => write_f32(out, *x),
-        V::F64(x) => write_f64(out, *x),
-        V::S(text) => write_str(out, text.as_bytes()),
-        V::A(items) => {
+        TestValue::I(n) => write_int(out, *n),
+        TestValue::F32(x) => write_f32(out, *x),
+        TestValue::F64(x) => write_f64(out, *x),
+        TestValue::S(text) => write_str(out, text.as_bytes()),
+        TestValue::A(items) => {
             write_array_len(out, items.len() as u32);
             for item in items {
                 encode_into(out, item);
             }
         }
-        V::Bool(b) => out.push(if *b { 0xc3 } else { 0xc2 }),
+        TestValue::Bool(b) => out.push(if *b { 0xc3 } else { 0xc2 }),
         // decimal 1: d5 01 00 1c
-        V::Dec => out.extend_from_slice(&[0xd5, 0x01, 0x00, 0x1c]),
-        V::Raw(bytes) => out.extend_from_slice(bytes),
+        TestValue::Dec => out.extend_from_slice(&[0xd5, 0x01, 0x00, 0x1c]),
+        TestValue::Raw(bytes) => out.extend_from_slice(bytes),
     }
 }
 
-pub(super) fn enc(value: &V) -> Vec<u8> {
+pub(super) fn enc(value: &TestValue) -> Vec<u8> {
     let mut out = Vec::new();
     encode_into(&mut out, value);
     out
@@ -71,14 +71,14 @@ pub(super) fn names(name: &str) -> Option<u32> {
 /// Runs `ops` (wire base 0) on `tuple`; the new tuple bytes or the error message.
 /// Every list also runs on the update tree (the engine of nested paths), which must agree
 /// with the flat engine on ops that stay at the top level.
-fn run_base(base: u32, tuple: &V, ops: &V) -> Result<Vec<u8>, String> {
+fn run_base(base: u32, tuple: &TestValue, ops: &TestValue) -> Result<Vec<u8>, String> {
     run_engines(base, &enc(tuple), ops, &[])
 }
 
 fn run_engines(
     base: u32,
     tuple: &[u8],
-    ops: &V,
+    ops: &TestValue,
     double_fields: &[bool],
 ) -> Result<Vec<u8>, String> {
     let ops_bytes = enc(ops);
@@ -102,25 +102,25 @@ fn run_engines(
     result
 }
 
-fn run(tuple: &V, ops: &V) -> Result<Vec<u8>, String> {
+fn run(tuple: &TestValue, ops: &TestValue) -> Result<Vec<u8>, String> {
     run_base(0, tuple, ops)
 }
 
-fn op(name: &str, field: V, args: &[V]) -> V {
+fn op(name: &str, field: TestValue, args: &[TestValue]) -> TestValue {
     let mut items = vec![s(name), field];
     items.extend_from_slice(args);
-    V::A(items)
+    TestValue::A(items)
 }
 
-fn ops(list: &[V]) -> V {
-    V::A(list.to_vec())
+fn ops(list: &[TestValue]) -> TestValue {
+    TestValue::A(list.to_vec())
 }
 
-fn t(items: &[V]) -> V {
-    V::A(items.to_vec())
+fn t(items: &[TestValue]) -> TestValue {
+    TestValue::A(items.to_vec())
 }
 
-fn ok(items: &[V]) -> Result<Vec<u8>, String> {
+fn ok(items: &[TestValue]) -> Result<Vec<u8>, String> {
     Ok(enc(&t(items)))
 }
 
@@ -128,7 +128,7 @@ fn err(message: &str) -> Result<Vec<u8>, String> {
     Err(message.to_string())
 }
 
-use V::{F32, F64, I, U};
+use TestValue::{F32, F64, I, U};
 
 // ---------------------------------------------------------------- `=`
 
@@ -156,9 +156,13 @@ fn set_replaces_appends_and_counts_from_end() {
     assert_eq!(
         run(
             &tuple,
-            &ops(&[op("=", U(1), &[t(&[V::Nil, V::Bool(true)])])])
+            &ops(&[op(
+                "=",
+                U(1),
+                &[t(&[TestValue::Nil, TestValue::Bool(true)])]
+            )])
         ),
-        ok(&[U(1), t(&[V::Nil, V::Bool(true)])])
+        ok(&[U(1), t(&[TestValue::Nil, TestValue::Bool(true)])])
     );
     // Two `=` on one field: the last wins.
     assert_eq!(
@@ -305,7 +309,7 @@ fn delete_errors() {
         err("Field -3 was not found in the tuple")
     );
     // [2.6: count -1 and 'a']
-    for bad in [I(-1), s("a"), V::IFmt(1)] {
+    for bad in [I(-1), s("a"), TestValue::IFmt(1)] {
         assert_eq!(
             run(&tuple, &ops(&[op("#", U(1), &[bad])])),
             err("Argument type in operation '#' on field 2 does not match field type: expected a positive integer")
@@ -348,8 +352,8 @@ fn integer_arithmetic() {
     // A non-negative result is stored as uint even from int-format inputs.
     assert_eq!(
         run(
-            &t(&[U(1), V::IFmt(5)]),
-            &ops(&[op("+", U(1), &[V::IFmt(0)])])
+            &t(&[U(1), TestValue::IFmt(5)]),
+            &ops(&[op("+", U(1), &[TestValue::IFmt(0)])])
         ),
         Ok(vec![0x92, 0x01, 0x05])
     );
@@ -442,7 +446,11 @@ fn float_arithmetic_narrows_to_float_when_exact() {
 }
 
 /// Runs `ops` on `tuple` with the fields of `double_fields` typed `double`; the raw bytes.
-fn run_typed(tuple: &V, ops: &V, double_fields: &[bool]) -> Result<Vec<u8>, String> {
+fn run_typed(
+    tuple: &TestValue,
+    ops: &TestValue,
+    double_fields: &[bool],
+) -> Result<Vec<u8>, String> {
     run_engines(0, &enc(tuple), ops, double_fields)
 }
 
@@ -453,7 +461,7 @@ fn second_field(out: Result<Vec<u8>, String>) -> Vec<u8> {
     out[2..].to_vec()
 }
 
-fn f64_bits(bits: u64) -> V {
+fn f64_bits(bits: u64) -> TestValue {
     F64(f64::from_bits(bits))
 }
 
@@ -462,8 +470,8 @@ fn float_results_beyond_float32_range_stay_doubles() {
     // [2.6, 2026-12-02, field of type number: 2.5 + inf ⇒ cb 7f f0 ..; 2.5 - inf ⇒
     // cb ff f0 ..; 2.5 + 1e300 ⇒ cb; 2.5 + f32::MAX ⇒ ca 7f 7f ff ff]
     let field = t(&[U(1), F64(2.5)]);
-    let plus = |arg: V| second_field(run(&field, &ops(&[op("+", U(1), &[arg])])));
-    let minus = |arg: V| second_field(run(&field, &ops(&[op("-", U(1), &[arg])])));
+    let plus = |arg: TestValue| second_field(run(&field, &ops(&[op("+", U(1), &[arg])])));
+    let minus = |arg: TestValue| second_field(run(&field, &ops(&[op("-", U(1), &[arg])])));
     assert_eq!(plus(F64(f64::INFINITY)), enc(&F64(f64::INFINITY)));
     assert_eq!(minus(F64(f64::INFINITY)), enc(&F64(f64::NEG_INFINITY)));
     assert_eq!(plus(F32(f32::INFINITY)), enc(&F64(f64::INFINITY)));
@@ -496,7 +504,7 @@ fn float_results_beyond_float32_range_stay_doubles() {
 #[test]
 fn nan_results_keep_the_nan_operand_as_x86_tarantool_does() {
     // Every expected value observed on Tarantool 2.6 (x86-64), 2026-12-02.
-    let on = |field: V, opcode: &str, arg: V| {
+    let on = |field: TestValue, opcode: &str, arg: TestValue| {
         second_field(run(&t(&[U(1), field]), &ops(&[op(opcode, U(1), &[arg])])))
     };
     let bits = |out: Vec<u8>| {
@@ -622,7 +630,7 @@ fn arithmetic_type_errors_are_26() {
         err("Argument type in operation '+' on field -1 does not match field type: expected a number")
     );
     assert_eq!(
-        run(&t(&[U(1), U(5)]), &ops(&[op("-", U(1), &[V::Nil])])),
+        run(&t(&[U(1), U(5)]), &ops(&[op("-", U(1), &[TestValue::Nil])])),
         err("Argument type in operation '-' on field 2 does not match field type: expected a number")
     );
 }
@@ -638,13 +646,13 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
-fn raw(text: &str) -> V {
-    V::Raw(unhex(text))
+fn raw(text: &str) -> TestValue {
+    TestValue::Raw(unhex(text))
 }
 
 /// Runs Lua-style ops (index base 1, as the [2.6] probes sent them) on the tuple given as
 /// hex; the new tuple as hex or the error message.
-fn lua(tuple_hex: &str, list: &[V]) -> Result<String, String> {
+fn lua(tuple_hex: &str, list: &[TestValue]) -> Result<String, String> {
     run_engines(1, &unhex(tuple_hex), &ops(list), &[]).map(|out| hex(&out))
 }
 
@@ -766,11 +774,17 @@ fn bitwise_type_errors_are_26() {
     );
     // MP_INT format holding a positive number is not MP_UINT.
     assert_eq!(
-        run(&t(&[U(1), V::IFmt(5)]), &ops(&[op("&", U(1), &[U(1)])])),
+        run(
+            &t(&[U(1), TestValue::IFmt(5)]),
+            &ops(&[op("&", U(1), &[U(1)])])
+        ),
         err(expected)
     );
     assert_eq!(
-        run(&t(&[U(1), U(5)]), &ops(&[op("&", U(1), &[V::IFmt(1)])])),
+        run(
+            &t(&[U(1), U(5)]),
+            &ops(&[op("&", U(1), &[TestValue::IFmt(1)])])
+        ),
         err(expected)
     );
     assert_eq!(
@@ -781,7 +795,7 @@ fn bitwise_type_errors_are_26() {
 
 // ---------------------------------------------------------------- `:`
 
-fn splice(offset: V, length: V, paste: &str) -> V {
+fn splice(offset: TestValue, length: TestValue, paste: &str) -> TestValue {
     ops(&[op(":", U(1), &[offset, length, s(paste)])])
 }
 
@@ -1051,7 +1065,7 @@ fn field_id_errors() {
         err("Field '[2' UPDATE error: invalid JSON in position 3")
     );
     assert_eq!(
-        run(&tuple, &ops(&[op("=", V::Bool(true), &[U(1)])])),
+        run(&tuple, &ops(&[op("=", TestValue::Bool(true), &[U(1)])])),
         err("Illegal parameters, field id must be a number or a string")
     );
     assert_eq!(
@@ -1480,7 +1494,7 @@ fn bad_tuples_are_reported_not_panicked_on() {
 
 #[test]
 fn apply_appends_to_out_and_keeps_untouched_tail_verbatim() {
-    let fields: Vec<V> = (0..40).map(U).collect();
+    let fields: Vec<TestValue> = (0..40).map(U).collect();
     let tuple = t(&fields);
     let bytes = enc(&ops(&[op("+", U(1), &[U(100)])]));
     let decoded = UpdateOps::decode(&bytes, 0, &names).expect("valid ops");
@@ -1549,7 +1563,7 @@ fn skipping_mode_still_reports_broken_tuples() {
 
 #[test]
 fn lowest_field_touched() {
-    let lowest = |list: &[V], count| {
+    let lowest = |list: &[TestValue], count| {
         let bytes = enc(&ops(list));
         let decoded = UpdateOps::decode(&bytes, 0, &names).expect("valid ops");
         decoded.lowest_field_touched(count)
@@ -1573,41 +1587,41 @@ fn lowest_field_touched() {
 // ---------------------------------------------------------------- properties
 
 mod props {
-    use super::{enc, names, op, ops, s, t, UpdateOps, V};
+    use super::{enc, names, op, ops, s, t, TestValue, UpdateOps};
     use proptest::prelude::*;
 
-    fn leaf() -> impl Strategy<Value = V> {
+    fn leaf() -> impl Strategy<Value = TestValue> {
         prop_oneof![
-            Just(V::Nil),
-            any::<bool>().prop_map(V::Bool),
-            any::<u64>().prop_map(V::U),
-            (0u64..20).prop_map(V::U),
-            (i64::MIN..0).prop_map(V::I),
-            any::<i64>().prop_map(V::IFmt),
-            any::<f32>().prop_map(V::F32),
-            any::<f64>().prop_map(V::F64),
-            "[a-z]{0,6}".prop_map(V::S),
-            Just(V::Dec),
+            Just(TestValue::Nil),
+            any::<bool>().prop_map(TestValue::Bool),
+            any::<u64>().prop_map(TestValue::U),
+            (0u64..20).prop_map(TestValue::U),
+            (i64::MIN..0).prop_map(TestValue::I),
+            any::<i64>().prop_map(TestValue::IFmt),
+            any::<f32>().prop_map(TestValue::F32),
+            any::<f64>().prop_map(TestValue::F64),
+            "[a-z]{0,6}".prop_map(TestValue::S),
+            Just(TestValue::Dec),
         ]
     }
 
-    fn value() -> impl Strategy<Value = V> {
+    fn value() -> impl Strategy<Value = TestValue> {
         prop_oneof![
             4 => leaf(),
-            1 => prop::collection::vec(leaf(), 0..3).prop_map(V::A),
+            1 => prop::collection::vec(leaf(), 0..3).prop_map(TestValue::A),
         ]
     }
 
-    fn field_id() -> impl Strategy<Value = V> {
+    fn field_id() -> impl Strategy<Value = TestValue> {
         prop_oneof![
-            6 => (-8i64..8).prop_map(|n| if n < 0 { V::I(n) } else { V::U(n as u64) }),
+            6 => (-8i64..8).prop_map(|n| if n < 0 { TestValue::I(n) } else { TestValue::U(n as u64) }),
             1 => prop::sample::select(vec!["v", "w", "[2]", "[0]", "zz", "[2].a", "", "[9]"])
                 .prop_map(s),
             1 => leaf(),
         ]
     }
 
-    fn any_op() -> impl Strategy<Value = V> {
+    fn any_op() -> impl Strategy<Value = TestValue> {
         let name = prop::sample::select(vec!["=", "+", "-", "&", "|", "^", ":", "!", "#", "x"]);
         (
             name,
@@ -1619,7 +1633,7 @@ mod props {
                 // Mostly give each op the argument count it needs, so execution is reached.
                 if well_formed {
                     let wanted = if name == ":" { 3 } else { 1 };
-                    args.resize(wanted, V::U(1));
+                    args.resize(wanted, TestValue::U(1));
                     if name == ":" {
                         args[2] = s("xyz");
                     }
@@ -1630,8 +1644,8 @@ mod props {
 
     #[derive(Debug, Clone)]
     enum ModelOp {
-        Set(i64, V),
-        Insert(i64, V),
+        Set(i64, TestValue),
+        Insert(i64, TestValue),
         Delete(i64, u64),
     }
 
@@ -1655,7 +1669,7 @@ mod props {
     }
 
     /// A plain `Vec` implementation of `=`, `!`, `#` straight from spec §12.2.
-    fn model(tuple: &mut Vec<V>, list: &[ModelOp]) -> Result<(), String> {
+    fn model(tuple: &mut Vec<TestValue>, list: &[ModelOp]) -> Result<(), String> {
         for op in list {
             let len = tuple.len() as i64;
             match op {
@@ -1674,12 +1688,12 @@ mod props {
         Ok(())
     }
 
-    fn wire(list: &[ModelOp], base: u32) -> V {
+    fn wire(list: &[ModelOp], base: u32) -> TestValue {
         let field = |f: i64| {
             if f >= 0 {
-                V::U(f as u64 + u64::from(base))
+                TestValue::U(f as u64 + u64::from(base))
             } else {
-                V::I(f)
+                TestValue::I(f)
             }
         };
         ops(&list
@@ -1687,7 +1701,7 @@ mod props {
             .map(|m| match m {
                 ModelOp::Set(f, v) => op("=", field(*f), std::slice::from_ref(v)),
                 ModelOp::Insert(f, v) => op("!", field(*f), std::slice::from_ref(v)),
-                ModelOp::Delete(f, c) => op("#", field(*f), &[V::U(*c)]),
+                ModelOp::Delete(f, c) => op("#", field(*f), &[TestValue::U(*c)]),
             })
             .collect::<Vec<_>>())
     }
@@ -1727,8 +1741,8 @@ mod props {
             tuple_bytes in prop::collection::vec(any::<u8>(), 0..40),
         ) {
             let _ = UpdateOps::decode(&ops_bytes, 0, &names);
-            let valid = enc(&ops(&[op("#", V::I(-1), &[V::U(1)]), op("+", V::U(0), &[V::U(1)]),
-                op("!", V::I(-1), &[V::U(1)])]));
+            let valid = enc(&ops(&[op("#", TestValue::I(-1), &[TestValue::U(1)]), op("+", TestValue::U(0), &[TestValue::U(1)]),
+                op("!", TestValue::I(-1), &[TestValue::U(1)])]));
             let decoded = UpdateOps::decode(&valid, 0, &names).expect("valid ops");
             let mut out = Vec::new();
             let _ = decoded.apply(&tuple_bytes, &mut out, &[]);
