@@ -130,6 +130,16 @@ pub enum WalError {
         crate::wal::format::ROW_BODY_BYTES_MAX
     )]
     RowTooLarge { body_bytes: usize },
+
+    /// A tuple over [`crate::wal::format::ROW_BODY_BYTES_MAX`] given to the snapshot writer
+    /// (with `wal_mode = none` no row limit stopped it earlier): written, the snapshot could
+    /// not be read back, so the snapshot is refused instead.
+    #[error(
+        "a tuple of {tuple_bytes} bytes in space {space_id} is over the limit of {} bytes a \
+         snapshot can hold",
+        crate::wal::format::ROW_BODY_BYTES_MAX
+    )]
+    SnapshotTupleTooLarge { space_id: u32, tuple_bytes: usize },
 }
 
 impl WalError {

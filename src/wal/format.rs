@@ -614,7 +614,9 @@ impl BlockBuilder {
         self.bytes.len().saturating_sub(BLOCK_HEADER_SIZE_BYTES)
     }
 
-    /// Adds a tuple; the caller finishes the block first when the space changes.
+    /// Adds a tuple; the caller finishes the block first when the space changes, and refuses
+    /// a tuple over [`ROW_BODY_BYTES_MAX`] (as the snapshot writer does), which keeps every
+    /// length here below 4 GiB.
     pub fn push_tuple(&mut self, space_id: u32, tuple: &[u8]) {
         if self.tuple_count == 0 {
             self.bytes.clear();

@@ -23,7 +23,7 @@ use crate::wal::format::{
     decode_block, decode_block_header, decode_file_header, decode_trailer, encode_file_header,
     encode_trailer, is_trailer_magic, BlockBuilder, FileHeader, FileKind, Trailer,
     BLOCK_HEADER_SIZE_BYTES, BLOCK_PAYLOAD_BYTES_TARGET, BLOCK_TRAILER_SIZE_BYTES,
-    FILE_HEADER_SIZE_BYTES, SNAPSHOT_TRAILER_SIZE_BYTES,
+    FILE_HEADER_SIZE_BYTES, ROW_BODY_BYTES_MAX, SNAPSHOT_TRAILER_SIZE_BYTES,
 };
 
 /// What a snapshot file says about itself.
@@ -75,8 +75,17 @@ impl SnapshotEncoder {
         }
     }
 
-    /// Adds a tuple; returns a chunk of file bytes when one is ready to write.
-    fn push(&mut self, space_id: u32, tuple: &[u8]) -> Option<Vec<u8>> {
+    /// Adds a tuple; returns a chunk of file bytes when one is ready to write. A tuple over
+    /// [`ROW_BODY_BYTES_MAX`] is refused: its block would pass what the readers take back
+    /// (their block limit is derived from that size), and its length might not fit the
+    /// format's u32.
+    fn push(&mut self, space_id: u32, tuple: &[u8]) -> Result<Option<Vec<u8>>> {
+        if tuple.len() > ROW_BODY_BYTES_MAX {
+            return Err(WalError::SnapshotTupleTooLarge {
+                space_id,
+                tuple_bytes: tuple.len(),
+            });
+        }
         let space_changes = !self.block.is_empty() && self.block.space_id() != space_id;
         if space_changes {
             self.spaces_done.push(self.block.space_id());
@@ -91,7 +100,7 @@ impl SnapshotEncoder {
         }
         self.block.push_tuple(space_id, tuple);
         self.tuple_count += 1;
-        ready
+        Ok(ready)
     }
 
     fn finish_block(&mut self) -> Option<Vec<u8>> {
@@ -143,11 +152,10 @@ pub async fn write_snapshot<T: AsRef<[u8]>>(
         .map_err(io_error("creating snapshot", &path_in_progress))?;
     let mut position_bytes = 0u64;
     let mut encoder = SnapshotEncoder::new(meta);
-    let chunks = tuples
-        .into_iter()
-        .filter_map(|(space_id, tuple)| encoder.push(space_id, tuple.as_ref()));
-    for chunk in chunks {
-        position_bytes += write_all_at(&file, chunk, position_bytes, &path_in_progress).await?;
+    for (space_id, tuple) in tuples {
+        if let Some(chunk) = encoder.push(space_id, tuple.as_ref())? {
+            position_bytes += write_all_at(&file, chunk, position_bytes, &path_in_progress).await?;
+        }
     }
     let (last, tuple_count) = encoder.finish();
     position_bytes += write_all_at(&file, last, position_bytes, &path_in_progress).await?;
@@ -211,7 +219,7 @@ pub fn write_snapshot_blocking<T: AsRef<[u8]>>(
     let mut encoder = SnapshotEncoder::new(meta);
     let mut size_bytes = 0u64;
     for (space_id, tuple) in tuples {
-        if let Some(chunk) = encoder.push(space_id, tuple.as_ref()) {
+        if let Some(chunk) = encoder.push(space_id, tuple.as_ref())? {
             file.write_all(&chunk)
                 .map_err(io_error("writing snapshot"))?;
             size_bytes += chunk.len() as u64;
@@ -455,5 +463,29 @@ mod tests {
         builder.finish(&mut bytes);
         bytes.pop();
         assert_eq!(read_error(&bytes).to_string(), expected.to_string());
+    }
+
+    /// A tuple the snapshot readers would refuse (past the row limit; past 4 GiB its length
+    /// would not even fit the format's u32) is refused when written, as a typed error rather
+    /// than a panic: with `wal_mode = none` no row limit stops it before. The tuple is
+    /// never read (the check comes first), so its zeroed pages are never touched.
+    #[test]
+    fn a_tuple_over_the_row_limit_is_refused_not_written_or_panicked_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let meta = SnapshotMeta {
+            shard_id: 0,
+            lsn: 5,
+            schema_fingerprint: 1,
+        };
+        let huge = vec![0u8; ROW_BODY_BYTES_MAX + 1];
+        let tuples = [(512, vec![0x91, 0x01]), (512, huge)];
+        match write_snapshot_blocking(dir.path(), &meta, tuples) {
+            Err(WalError::SnapshotTupleTooLarge {
+                space_id,
+                tuple_bytes,
+            }) => assert_eq!((space_id, tuple_bytes), (512, ROW_BODY_BYTES_MAX + 1)),
+            other => panic!("{other:?}"),
+        }
+        assert!(!dir.path().join(snapshot_file_name(5)).exists());
     }
 }
