@@ -92,7 +92,9 @@ pub enum RequestTarget<'a> {
 
 impl<'a> Request<'a> {
     /// What this request reads or writes (see [`RequestTarget`]).
-    #[inline]
+    // Always inlined: where the caller knows the request's kind, the match folds away and
+    // the target costs only its fields' loads.
+    #[inline(always)]
     pub fn target(&self) -> RequestTarget<'a> {
         match *self {
             Request::Select(r) => RequestTarget::Read {

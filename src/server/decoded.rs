@@ -5,14 +5,22 @@
 //! tenth of a get's instructions.
 //!
 //! Knows nothing of what a packet means: it holds, by position, what was worked out for a
-//! packet (its decoding, and on the accepting core where it runs).
+//! packet (its decoding, and on the accepting core where it runs: [`Routed`]).
 
+use crate::placement::Destination;
 use crate::protocol::header::Header;
 use crate::protocol::request::Request;
 use crate::protocol::PacketError;
 
 /// A packet decoded: its header and request, or the error to answer instead.
 pub type Decoded<'p> = Result<(Header, Request<'p>), PacketError>;
+
+/// A packet decoded and routed, once: its decoding and where its request runs (`Here` for a
+/// packet that did not decode: its error is answered here).
+pub struct Routed<'p> {
+    pub decoded: Decoded<'p>,
+    pub route: Destination,
+}
 
 /// How far ahead of the running packet a decoding is kept. The fetch-ahead reads 8 local
 /// lookups ahead, so about 16 packets on two cores; one that reads further (a long stretch

@@ -56,7 +56,7 @@
 //! whose key no owner holds is kept (once); the others are dropped, counted in a warning.
 
 use crate::config::{Config, Placement};
-use crate::placement::shard_of_key;
+use crate::placement::shard_of_row;
 use crate::server::schema;
 use crate::storage::key::SearchKeyBuf;
 use crate::storage::{StorageError, Tuple};
@@ -70,7 +70,7 @@ use std::time::{Duration, Instant};
 pub const LAYOUT_FILE: &str = "layout.toml";
 const LAYOUT_FILE_IN_PROGRESS: &str = "layout.toml.inprogress";
 const LAYOUT_VERSION: u32 = 1;
-/// The placement function every shard count is read with: `server::shard_of_key`.
+/// The placement function every shard count is read with: `placement::shard_of_key`.
 pub const PLACEMENT_FUNCTION: &str = "crc32c-primary-key-modulo-shards";
 const STAGING_PREFIX: &str = "relayout-";
 const STAGING_SUFFIX: &str = ".inprogress";
@@ -173,12 +173,14 @@ impl Layout {
     }
 
     /// The shard that owns the row with `encoded_primary_key` in `space_id`, as the request
-    /// path routes it (`Placement::Single` is shard 0, see `schema::placement_of`).
+    /// path routes it (see `placement::route`).
     pub fn owner(&self, space_id: u32, encoded_primary_key: &[u8]) -> usize {
-        match self.spaces.get(&space_id) {
-            Some(Placement::Single) => 0,
-            Some(Placement::All) | None => shard_of_key(encoded_primary_key, self.shard_count),
-        }
+        let placement = self.spaces.get(&space_id).copied();
+        shard_of_row(
+            placement.unwrap_or(Placement::All),
+            encoded_primary_key,
+            self.shard_count,
+        )
     }
 
     /// Whether every row has the same owner in both (the generation does not matter).

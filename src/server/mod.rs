@@ -94,6 +94,8 @@ const SHUTDOWN_CUT_WAIT: Duration = Duration::from_secs(2);
 /// What every core reads and nobody writes after start-up.
 pub struct Shared {
     pub config: Config,
+    /// Where each space's rows are: what routes every request.
+    pub catalog: crate::placement::Catalog,
     pub users: users::Users,
     pub instance_uuid: uuid::Uuid,
     /// The data directory's fingerprint, carried by every WAL file and snapshot.
@@ -111,6 +113,7 @@ impl Shared {
     pub fn new(config: Config, shard_count: usize, fingerprint: u64) -> Shared {
         Shared {
             users: users::Users::from_config(&config),
+            catalog: schema::catalog(&config, shard_count),
             config,
             instance_uuid: uuid::Uuid::new_v4(),
             fingerprint,

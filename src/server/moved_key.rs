@@ -13,14 +13,15 @@
 //! an UPDATE's ops outside the update engine: it must stay cheap and conservative).
 
 use crate::msgpack::{self, Value};
+use crate::placement::{self, Destination, SpacePlacement};
 use crate::protocol::client::{decode_reply, split_server_frame};
 use crate::protocol::request::{Select, Update};
 use crate::server::mesh::batch::Kind;
 use crate::server::mesh::core::Core;
 use crate::server::mesh::inbox::Inbox;
-use crate::server::schema::{self, SpacePlacement, SCHEMA_VERSION};
+use crate::server::schema::SCHEMA_VERSION;
 use crate::shard::{MovedKey, Shard};
-use crate::storage::key::{KeyPart, SearchKeyBuf};
+use crate::storage::key::KeyPart;
 use crate::storage::text::msgpack_to_text;
 use crate::storage::StorageError;
 use std::rc::Rc;
@@ -29,20 +30,21 @@ use std::rc::Rc;
 /// shard ran the update and already looked there); `None` when nothing needs asking.
 /// `shard` is this core's.
 pub fn owner_to_ask(core: &Core, shard: &Shard, moved: &MovedKey) -> Option<usize> {
-    if core.shard_count == 1
-        || schema::placement_of(&core.shared.config, moved.space_id) != SpacePlacement::ByPrimaryKey
-    {
+    let catalog = &core.shared.catalog;
+    if catalog.placement(moved.space_id) != SpacePlacement::ByPrimaryKey {
         return None;
     }
     let space = shard.engine.find_space(moved.space_id)?;
-    let mut encoded = SearchKeyBuf::new();
-    space.indexes()[0]
-        .def
-        .key_def
-        .encode_from_tuple_data(&moved.new_tuple, &mut encoded)
-        .ok()?;
-    let owner = crate::placement::shard_of_key(&encoded, core.shard_count);
-    (owner != core.id()).then_some(owner)
+    let key_def = &space.indexes()[0].def.key_def;
+    let destination = placement::route_by_primary_key(catalog, moved.space_id, core.id(), |key| {
+        key_def
+            .encode_from_tuple_data(&moved.new_tuple, key)
+            .is_ok()
+    });
+    match destination {
+        Destination::Owner(owner) => Some(owner),
+        Destination::Here | Destination::EveryCore => None,
+    }
 }
 
 /// Asks `owner` for the tuple holding the new primary key of `moved`; the reply that
@@ -113,8 +115,7 @@ fn holder_in_reply(reply: &[u8]) -> Option<Vec<u8>> {
 /// [`Awaiting::MovedKey`]: crate::shard::Awaiting::MovedKey
 pub fn may_move_key(core: &Core, update: &Update<'_>) -> bool {
     if update.index_id != 0
-        || schema::placement_of(&core.shared.config, update.space_id)
-            != SpacePlacement::ByPrimaryKey
+        || core.shared.catalog.placement(update.space_id) != SpacePlacement::ByPrimaryKey
     {
         return false;
     }

@@ -4,8 +4,9 @@
 //!
 //! Knows the config's types and storage's definitions; nothing of sockets or files.
 
-use crate::config::{self, Config, Placement};
+use crate::config::{self, Config};
 use crate::msgpack::{write_array_len, write_str, write_uint};
+use crate::placement::Catalog;
 use crate::storage::{
     Collation, Engine, FieldDef, FieldType, IndexDef, IndexKind, KeyDef, KeyPart, SpaceDef,
     SpaceFormat,
@@ -18,17 +19,6 @@ pub const SPACE_ID_VINDEX: u32 = 289;
 
 /// Every response carries it; tarn's schema only changes with a restart.
 pub const SCHEMA_VERSION: u64 = 1;
-
-/// Which shards hold a space's tuples.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SpacePlacement {
-    /// Spread by primary key over all shards.
-    ByPrimaryKey,
-    /// Whole on shard 0 (spaces with unique secondary indexes).
-    Shard0,
-    /// A read-only copy on every shard (the system spaces).
-    Everywhere,
-}
 
 pub fn is_system_space(space_id: u32) -> bool {
     space_id < 512
@@ -79,14 +69,20 @@ pub fn tarantool_system_space(space_id: u32) -> Option<(&'static str, bool)> {
         .map(|&(_, name, is_view)| (name, is_view))
 }
 
-pub fn placement_of(config: &Config, space_id: u32) -> SpacePlacement {
-    if is_system_space(space_id) {
-        return SpacePlacement::Everywhere;
-    }
-    match config.spaces.iter().find(|space| space.id == space_id) {
-        Some(space) if space.placement == Placement::Single => SpacePlacement::Shard0,
-        _ => SpacePlacement::ByPrimaryKey,
-    }
+/// The placement catalog of the config's spaces over `shard_count` shards: what routes
+/// each request, built once at start.
+pub fn catalog(config: &Config, shard_count: usize) -> Catalog {
+    Catalog::new(
+        shard_count,
+        config.spaces.iter().map(|space| {
+            let primary_key = space_def(space)
+                .indexes
+                .into_iter()
+                .next()
+                .map(|index| index.key_def);
+            (space.id, space.placement, primary_key)
+        }),
+    )
 }
 
 fn field_type(ty: config::FieldType) -> FieldType {

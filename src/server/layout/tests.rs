@@ -1,5 +1,6 @@
 use super::*;
 use crate::msgpack::{write_array_len, write_str, write_uint};
+use crate::placement::shard_of_key;
 use std::collections::BTreeSet;
 
 const KV: u32 = 512;
@@ -22,7 +23,7 @@ fn kv_tuple(id: u64, value: &str) -> Vec<u8> {
 }
 
 /// The owner of a `kv` id as the request path routes it: its unsigned fast path hashes the
-/// id's 8 big-endian bytes (`Session::owner_of`).
+/// id's 8 big-endian bytes (`placement::route`).
 fn kv_owner(id: u64, shard_count: usize) -> usize {
     shard_of_key(&id.to_be_bytes(), shard_count)
 }

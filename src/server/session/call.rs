@@ -1,7 +1,17 @@
 //! CALL: the functions a session answers (`box.info`, `box.snapshot`) and the crud calls,
 //! planned here and run here, on their owner, or on every core.
 
-use super::*;
+use super::admit::access_denied;
+use super::{Pending, Session, Unacknowledged};
+use crate::crud::{self, on_shard, CrudReply, Plan};
+use crate::msgpack::{write_str, write_uint};
+use crate::placement::{self, Destination};
+use crate::protocol::reply;
+use crate::protocol::request::Call;
+use crate::protocol::ErrorCode;
+use crate::server::mesh::batch::Kind;
+use crate::server::schema::SCHEMA_VERSION;
+use crate::server::users::Access;
 
 impl Session {
     pub(super) async fn call(
@@ -88,11 +98,8 @@ impl Session {
         };
         match &plan {
             Plan::Reply(_) => self.crud_here(&plan, sync, out),
-            Plan::Point(point) => {
-                let owner = self.crud_owner(point.space_id, &point.op);
-                if owner == self.core.id() {
-                    self.crud_here(&plan, sync, out);
-                } else {
+            Plan::Point(point) => match self.route_crud_op(point.space_id, &point.op) {
+                Destination::Owner(owner) => {
                     let slot = self
                         .core
                         .queue(owner, Kind::CrudCall, 0, packet, &self.inbox);
@@ -101,8 +108,11 @@ impl Session {
                         slot,
                     });
                 }
+                Destination::Here | Destination::EveryCore => self.crud_here(&plan, sync, out),
+            },
+            _ if placement::route_to_every_core(&self.core.shared.catalog) == Destination::Here => {
+                self.crud_here(&plan, sync, out)
             }
-            _ if self.core.shard_count == 1 => self.crud_here(&plan, sync, out),
             Plan::Many(_) => self.crud_many(&plan, sync, out).await,
             _ => self.crud_fan_out(packet, &plan, sync, out).await,
         }

@@ -1,7 +1,16 @@
 //! Fan-out: a select or a crud call that every core runs a part of, and the merge of
 //! their answers into one reply.
 
-use super::*;
+use super::Session;
+use crate::crud::{self, on_shard, CrudReply, Plan};
+use crate::msgpack;
+use crate::placement::Destination;
+use crate::protocol::reply::DataReply;
+use crate::protocol::request::Select;
+use crate::server::mesh::batch::Kind;
+use crate::server::mesh::crud_payloads as wire;
+use crate::server::schema::SCHEMA_VERSION;
+use crate::storage::IteratorType;
 
 impl Session {
     /// A `*_many` call on several cores: each owner gets its ops, in order, in one message
@@ -17,7 +26,11 @@ impl Session {
         // positions[core] = the indexes into `many.ops` that core owns, in order.
         let mut positions: Vec<Vec<usize>> = vec![Vec::new(); shard_count];
         for (at, op) in many.ops.iter().enumerate() {
-            positions[self.crud_owner(many.space_id, op)].push(at);
+            let owner = match self.route_crud_op(many.space_id, op) {
+                Destination::Owner(owner) => owner,
+                Destination::Here | Destination::EveryCore => me,
+            };
+            positions[owner].push(at);
         }
         // Slots are 0.. in the order queued: the inbox was empty after `finish`.
         let mut slots: Vec<(usize, u32)> = Vec::new();
@@ -55,14 +68,14 @@ impl Session {
         };
         let mut refusal = Refusal::default();
         match local {
-            Ok(local) => place(&mut items, &positions[me], local),
+            Ok(local) => put_back(&mut items, &positions[me], local),
             Err(error) => refusal.here(error),
         }
         if !slots.is_empty() {
             self.inbox.wait().await;
             for &(peer, slot) in &slots {
                 match wire::decode_items(self.inbox.replies().get(slot)) {
-                    Some(remote) => place(&mut items, &positions[peer], remote),
+                    Some(remote) => put_back(&mut items, &positions[peer], remote),
                     None => refusal.elsewhere(),
                 }
             }
@@ -224,7 +237,7 @@ pub(super) fn merge(
 }
 
 /// Puts one core's outcomes (in the order of its ops) back at the ops' positions.
-pub(super) fn place(
+fn put_back(
     items: &mut [crud::write::BatchItem],
     positions: &[usize],
     outcomes: Vec<crud::write::BatchItem>,

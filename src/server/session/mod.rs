@@ -3,6 +3,11 @@
 //! a merge. [`Connection`](crate::server::connection::Connection) feeds it packets from a
 //! socket; a benchmark can feed it packets directly (see [`crate::server::start_cores`]).
 //!
+//! This file is the decision tree, `Session::start`: admit (`admit`) -> route (`route`,
+//! computed once per packet by [`placement::route`](crate::placement::route)) -> here,
+//! hop to the owner, or fan out (`fan_out`) -> finish (`order`). CALL is `call`. The
+//! branches compute and return; none decides where a request runs.
+//!
 //! Replies keep request order. A point request owned by this core is executed at once and
 //! its reply written straight into `out`; one owned by another core is queued in this tick's
 //! batch for that core, and its place in `out` remembered: [`Session::finish`] waits for all
@@ -13,7 +18,7 @@
 //! (spliced like any forwarded request), a `*_many` call and a fan-out (select, count, ...)
 //! awaited in place after the queued requests finish.
 //!
-//! The packets of one socket read go through as a [`Run`]: each is decoded and placed once,
+//! The packets of one socket read go through as a [`Run`]: each is decoded and routed once,
 //! a few packets before its turn, so that its lookup is fetched ahead
 //! ([`Session::prefetch_before`]); [`Session::submit_in`] then runs it without an await,
 //! except the few requests that must wait ([`Deferred`]: a CALL, a fan-out select, and on
@@ -29,25 +34,21 @@ mod fan_out;
 mod order;
 mod route;
 
-use admit::{access_denied, invalid_iterator, unsupported};
+use admit::Admission;
 
-use crate::crud::{self, on_shard, CrudReply, Plan};
-use crate::msgpack::{self, write_str, write_uint};
-use crate::protocol::reply::{self, DataReply, ErrorEntry};
-use crate::protocol::request::{Call, Request, Select};
-use crate::protocol::{ErrorCode, PacketError, ProtocolError};
-use crate::server::decoded::{Decoded, DecodedAhead};
+use crate::crud;
+use crate::placement::{self, Destination};
+use crate::protocol::reply;
+use crate::protocol::request::Request;
+use crate::protocol::PacketError;
+use crate::server::decoded::{Decoded, DecodedAhead, Routed};
 use crate::server::mesh::batch::Kind;
 use crate::server::mesh::core::Core;
-use crate::server::mesh::crud_payloads as wire;
 use crate::server::mesh::inbox::Inbox;
 use crate::server::moved_key;
-use crate::server::schema::{self, SpacePlacement, SCHEMA_VERSION};
-use crate::server::users::{Access, AuthError};
+use crate::server::schema::SCHEMA_VERSION;
 use crate::shard::prefetch::{Ahead, LookupPipeline, PointTarget};
 use crate::shard::{Awaiting, MovedKey};
-use crate::storage::key::SearchKeyBuf;
-use crate::storage::{FieldType, IteratorType};
 use crate::wal::Commit;
 use std::rc::Rc;
 
@@ -73,8 +74,8 @@ struct KeyCheck {
 /// the packets decoded on the way, so that each packet is decoded once.
 pub struct Run<'p> {
     pipeline: LookupPipeline,
-    /// Each packet decoded ahead, with the core that runs it where that was worked out.
-    decoded: DecodedAhead<(Decoded<'p>, Option<usize>)>,
+    /// Each packet decoded and routed ahead.
+    decoded: DecodedAhead<Routed<'p>>,
 }
 
 /// A request that waits before its reply is complete: a CALL, a select every core scans, or
@@ -186,7 +187,7 @@ impl Session {
         out: &mut Vec<u8>,
     ) -> Option<Deferred<'p>> {
         match run.decoded.get(at) {
-            Some((decoded, owner)) => self.start(packet, decoded, *owner, out),
+            Some(routed) => self.start(packet, &routed.decoded, Some(routed.route), out),
             None => self.start(packet, &decode(packet), None, out),
         }
     }
@@ -202,18 +203,18 @@ impl Session {
             }
             (Wait::Run, _) => unreachable!("only calls and fan-out selects are run deferred"),
             (Wait::KeyCheck, _) => self.finish(out).await,
-            (Wait::Alone { owner }, request) => {
+            (Wait::Alone { owner }, _) => {
                 self.finish(out).await;
-                self.run_on(owner, packet, request, sync, out);
+                self.forward(owner, packet, out);
                 self.finish(out).await;
             }
         }
     }
 
-    /// Runs a decoded packet as far as it goes without waiting; returns the request when it
-    /// must wait (see [`Session::run_deferred`]). `known_owner` is the core that runs it,
-    /// when already worked out (the same answer [`Session::select_owner`] or
-    /// [`Session::write_owner`] gives).
+    /// Runs a decoded packet as far as it goes without waiting: admit -> route -> here, hop
+    /// or fan out. Returns the request when it must wait (see [`Session::run_deferred`]).
+    /// `routed` is its route when the run worked it out ahead (see [`Run`]); otherwise it
+    /// is worked out here, once the request is admitted.
     // Inlined into its callers, so that the path of a packet decoded here gets the decoder
     // inlined too: gets 5-7% faster at 10,000 keys in process, 2-3% at a million.
     #[inline]
@@ -221,7 +222,7 @@ impl Session {
         &mut self,
         packet: &'p [u8],
         decoded: &Decoded<'p>,
-        known_owner: Option<usize>,
+        routed: Option<Destination>,
         out: &mut Vec<u8>,
     ) -> Option<Deferred<'p>> {
         // By reference: decoded where it lies, in the run or on the stack, never moved.
@@ -233,154 +234,81 @@ impl Session {
             }
         };
         let sync = header.sync;
-        let wrong_schema = header.schema_version != 0 && header.schema_version != SCHEMA_VERSION;
-        let in_stream = header.stream_id != 0 && !matches!(request, Request::Ping);
-        if (wrong_schema || in_stream) && crud::fast_call::has_torn_args(request) {
-            // The general decoder would have refused the packet before either check.
-            let error = crud::fast_call::torn_args_error();
-            reply::encode_protocol_error(out, sync, SCHEMA_VERSION, &error);
-            return None;
-        }
-        if wrong_schema {
-            let error = ProtocolError::WrongSchemaVersion {
-                server_version: SCHEMA_VERSION,
-                request_version: header.schema_version,
-            };
-            reply::encode_protocol_error(out, sync, SCHEMA_VERSION, &error);
-            return None;
-        }
-        if in_stream {
-            unsupported(out, sync, "streams");
-            return None;
-        }
-        match request {
-            Request::Ping => reply::encode_ok(out, sync, SCHEMA_VERSION),
-            Request::Id(_) => reply::encode_id_reply(out, sync, SCHEMA_VERSION, 3, &[], None),
-            Request::Auth(auth) => self.authenticate(auth, sync, out),
-            Request::Call(_) => {
-                return Some(Deferred {
-                    sync,
-                    request: *request,
-                    wait: Wait::Run,
-                })
-            }
-            Request::Eval(_) => unsupported(out, sync, "Lua (EVAL)"),
-            Request::Execute(_) | Request::Prepare(_) => unsupported(out, sync, "SQL"),
-            Request::Begin(_) | Request::Commit | Request::Rollback => {
-                let name = match request {
-                    Request::Begin(_) => "BEGIN",
-                    Request::Commit => "COMMIT",
-                    _ => "ROLLBACK",
-                };
-                reply::encode_protocol_error(
-                    out,
-                    sync,
-                    SCHEMA_VERSION,
-                    &ProtocolError::OutOfStream(name),
-                );
-            }
-            // Watchers are not offered in IPROTO_ID; a WATCH gets no reply by definition.
-            Request::Watch(_) | Request::Unwatch(_) => {}
-            Request::Select(select) => {
-                // Tarantool's `box_select` checks the iterator before it looks for the space.
-                if !IteratorType::is_known_code(select.iterator) {
-                    invalid_iterator(out, sync, select.iterator);
-                    return None;
-                }
-                if !self.check_access(Access::Read, select.space_id, sync, out) {
-                    return None;
-                }
-                if schema::is_view(select.space_id) && !self.grants().read {
-                    self.select_view(select, sync, out);
-                } else {
-                    match known_owner.or_else(|| self.select_owner(select)) {
-                        Some(owner) => self.run_on(owner, packet, request, sync, out),
-                        None => {
-                            return Some(Deferred {
-                                sync,
-                                request: *request,
-                                wait: Wait::Run,
-                            })
-                        }
+        let wait = match self.admit(header, request, out) {
+            Admission::Answered => return None,
+            Admission::Call => Some(Wait::Run),
+            Admission::Data => {
+                // Worked out once: ahead in the run, or here.
+                let route = match routed {
+                    Some(route) => route,
+                    None => {
+                        let catalog = &self.core.shared.catalog;
+                        placement::route_request(request, catalog, self.core.id())
                     }
+                };
+                match route {
+                    Destination::Here => self.here(request, sync, out),
+                    Destination::Owner(owner) => self.hop(owner, packet, request, out),
+                    // Only a select fans out; it waits for the requests before it.
+                    Destination::EveryCore => Some(Wait::Run),
                 }
             }
-            Request::Insert(_)
-            | Request::Replace(_)
-            | Request::Update(_)
-            | Request::Delete(_)
-            | Request::Upsert(_) => {
-                if let Some(wait) = self.write(packet, request, known_owner, sync, out) {
-                    return Some(Deferred {
-                        sync,
-                        request: *request,
-                        wait,
-                    });
-                }
-            }
-        }
-        None
+        };
+        wait.map(|wait| Deferred {
+            sync,
+            request: *request,
+            wait,
+        })
     }
 
-    /// Runs or queues a write; what it must wait for before the next request when it is an
-    /// UPDATE that may move its primary key to another shard (see [`Wait`]).
-    fn write(
+    /// Executes a request here, its reply into `out` (a write's waits for its commit in
+    /// [`Session::finish`]); what it must wait for before the next request: an UPDATE that
+    /// answered 94 and leaves a key check (see [`moved_key`]).
+    fn here(&mut self, request: &Request<'_>, sync: u64, out: &mut Vec<u8>) -> Option<Wait> {
+        let start = out.len();
+        let mut shard = self.core.shard.borrow_mut();
+        shard.execute(sync, SCHEMA_VERSION, request, out);
+        // Every arm moves its value out, so nothing is left to drop.
+        match shard.take_awaiting() {
+            Awaiting::Nothing => None,
+            Awaiting::Commit(commit) => {
+                self.unacknowledged.push(Unacknowledged {
+                    commit,
+                    start,
+                    end: out.len(),
+                    sync,
+                });
+                None
+            }
+            Awaiting::MovedKey(moved) => {
+                let owner = moved_key::owner_to_ask(&self.core, &shard, &moved)?;
+                self.key_checks.push(KeyCheck {
+                    owner,
+                    moved,
+                    start,
+                    end: out.len(),
+                });
+                Some(Wait::KeyCheck)
+            }
+        }
+    }
+
+    /// A request for core `owner`: queued (see [`Session::forward`]), unless it is an UPDATE
+    /// that may move its primary key, which runs alone (see [`Wait::Alone`]).
+    fn hop(
         &mut self,
+        owner: usize,
         packet: &[u8],
         request: &Request<'_>,
-        known_owner: Option<usize>,
-        sync: u64,
-        out: &mut Vec<u8>,
+        out: &[u8],
     ) -> Option<Wait> {
-        let space_id = match request {
-            Request::Insert(r) | Request::Replace(r) => r.space_id,
-            Request::Upsert(r) => r.space_id,
-            Request::Update(r) => r.space_id,
-            Request::Delete(r) => r.space_id,
-            _ => return None,
-        };
-        if !self.check_access(Access::Write, space_id, sync, out) {
-            return None;
-        }
-        if schema::is_system_space(space_id) {
-            // As Tarantool 2.6 answers: a view refuses writes (113); an id below 512 that
-            // names no system space is a missing space (36). A write to any other system
-            // space would change the schema, which tarn takes from its config only.
-            match schema::tarantool_system_space(space_id) {
-                Some((name, true)) => reply::encode_error(
-                    out,
-                    sync,
-                    SCHEMA_VERSION,
-                    ErrorCode::ER_VIEW_IS_RO,
-                    &format!("View '{name}' is read-only"),
-                ),
-                Some((_, false)) => unsupported(
-                    out,
-                    sync,
-                    "schema changes over IPROTO (edit the config file)",
-                ),
-                None => crate::shard::errors::encode_storage_error(
-                    out,
-                    sync,
-                    SCHEMA_VERSION,
-                    &crate::storage::StorageError::NoSuchSpace(space_id.to_string().into()),
-                ),
-            }
-            return None;
-        }
-        let owner = known_owner.unwrap_or_else(|| self.write_owner(request));
+        // The ops of an update are read only here, and only when it goes to another core.
         if let Request::Update(update) = request {
-            // Another core's update that may move the key runs alone; the ops of every other
-            // one are read only here, and only when it goes to another core.
-            if owner != self.core.id() && moved_key::may_move_key(&self.core, update) {
+            if moved_key::may_move_key(&self.core, update) {
                 return Some(Wait::Alone { owner });
             }
-            self.run_on(owner, packet, request, sync, out);
-            // Only an update run here that answered 94 leaves a key check (and each is
-            // finished before the next request starts).
-            return (!self.key_checks.is_empty()).then_some(Wait::KeyCheck);
         }
-        self.run_on(owner, packet, request, sync, out);
+        self.forward(owner, packet, out);
         None
     }
 
@@ -405,55 +333,34 @@ impl Session {
             return;
         }
         let Run { pipeline, decoded } = run;
-        let lookup = pipeline.before_running(&self.core.shard.borrow(), running, |at| {
+        let shard = self.core.shard.borrow();
+        let lookup = pipeline.before_running(&shard, running, |at| {
             let Some(packet) = packet_at(at) else {
                 return Ahead::End;
             };
             let packet_decoded = decode(packet);
-            let (owner, lookup) = self.place(&packet_decoded);
-            decoded.keep(running, at, (packet_decoded, owner));
+            let (route, target) = self.route(&packet_decoded);
+            // Only a request run here looks up this core's shard.
+            let lookup = match route {
+                Destination::Here => PointTarget::of(&target, &shard.engine),
+                Destination::Owner(_) | Destination::EveryCore => None,
+            };
+            let routed = Routed {
+                decoded: packet_decoded,
+                route,
+            };
+            decoded.keep(running, at, routed);
             lookup.map_or(Ahead::Other, Ahead::Lookup)
         });
+        drop(shard);
         // Packet `running` is submitted next and, when it is this lookup's request,
         // executed here before any await: its select reads the entry where the walk found it.
         self.core.shard.borrow_mut().set_fetched(lookup);
     }
 
-    /// Executes here, or queues for `owner` with the reply's place remembered.
-    fn run_on(
-        &mut self,
-        owner: usize,
-        packet: &[u8],
-        request: &Request<'_>,
-        sync: u64,
-        out: &mut Vec<u8>,
-    ) {
-        if owner == self.core.id() {
-            let start = out.len();
-            let mut shard = self.core.shard.borrow_mut();
-            shard.execute(sync, SCHEMA_VERSION, request, out);
-            // Every arm moves its value out, so nothing is left to drop.
-            match shard.take_awaiting() {
-                Awaiting::Nothing => {}
-                Awaiting::Commit(commit) => self.unacknowledged.push(Unacknowledged {
-                    commit,
-                    start,
-                    end: out.len(),
-                    sync,
-                }),
-                Awaiting::MovedKey(moved) => {
-                    if let Some(owner) = moved_key::owner_to_ask(&self.core, &shard, &moved) {
-                        self.key_checks.push(KeyCheck {
-                            owner,
-                            moved,
-                            start,
-                            end: out.len(),
-                        });
-                    }
-                }
-            }
-            return;
-        }
+    /// Queues a request for core `owner`, another one, with its reply's place in `out`
+    /// remembered ([`Session::finish`] puts it there).
+    fn forward(&mut self, owner: usize, packet: &[u8], out: &[u8]) {
         let slot = self
             .core
             .queue(owner, Kind::Execute, 0, packet, &self.inbox);

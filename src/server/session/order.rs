@@ -1,7 +1,10 @@
 //! Reply order: the replies of a session's queued requests (other cores', and local writes
 //! waiting for their commit) put into their places in `out`, in request order.
 
-use super::*;
+use super::{KeyCheck, Pending, Session, Unacknowledged};
+use crate::server::mesh::inbox::Inbox;
+use crate::server::moved_key;
+use crate::server::schema::SCHEMA_VERSION;
 
 impl Session {
     /// Waits for the replies of every queued request and puts each in its place in `out`.
