@@ -53,7 +53,6 @@ const LONG_FUNCTIONS: &[&str] = &[
     "src/server/mesh/serve.rs::serve_batch",
     "src/server/mod.rs::start_cores",
     "src/server/session/fan_out.rs::crud_many",
-    "src/server/session/mod.rs::start",
     "src/shard/mod.rs::execute",
     "src/storage/space.rs::put",
     "src/storage/space_tests.rs::tree_iterators_match_tarantools_table",
