@@ -46,12 +46,10 @@ const LONG_FUNCTIONS: &[&str] = &[
     "src/protocol/tests.rs::auth_follows_the_2_11_table",
     "src/protocol/tests.rs::common_like_packet",
     "src/protocol/tests.rs::every_request_roundtrips",
-    "src/server/connection/mod.rs::serve_on",
     "src/server/layout.rs::prepare_for_recovery",
     "src/server/layout.rs::read_old_shards",
     "src/server/listen.rs::serve_clients",
     "src/server/mesh/serve.rs::serve_batch",
-    "src/server/mod.rs::start_cores",
     "src/server/session/fan_out.rs::crud_many",
     "src/shard/mod.rs::execute",
     "src/storage/space.rs::put",
@@ -62,7 +60,6 @@ const LONG_FUNCTIONS: &[&str] = &[
     "src/storage/update/tree.rs::branch_map",
     "src/storage/update/tree.rs::do_nop",
     "src/wal/tests.rs::a_damaged_newest_snapshot_is_refused_naming_the_older_checkpoint_and_forced_uses_it",
-    "src/wal/writer.rs::run_flusher",
 ];
 
 /// Type names defined more than once in `src/` today, each to get a name of its own.

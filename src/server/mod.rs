@@ -210,17 +210,7 @@ where
     let finished = Arc::new(AtomicUsize::new(0));
     let joined = Arc::new(AtomicUsize::new(0));
     let any_failed = Arc::new(AtomicBool::new(false));
-    let handles = LocalExecutorPoolBuilder::new(placement)
-        // A core that sleeps is woken by the kernel when work arrives: tens of microseconds
-        // on a VM, paid by the request that woke it (on several shards once more by a hop to
-        // a sleeping peer). So after each burst of work it polls for `idle_poll` first. The
-        // vendored glommio yields the CPU on each empty round of that spin (patch 6 in
-        // `vendor/glommio/TARN-PATCHES.md`), so a client on the same core is not starved.
-        .spin_before_park(shared.config.idle_poll)
-        // glommio names each executor's thread, and the helper thread it starts for blocking
-        // calls, `tarn-N` (N its own count from 1); once a shard knows its id, its executor's
-        // thread is renamed `shard-ID`, the id its log lines carry.
-        .name("tarn")
+    let handles = executor_pool(placement, shared.config.idle_poll)
         .on_all_shards(move || {
             let (shared, mesh) = (shared.clone(), mesh.clone());
             let (per_core, finished) = (per_core.clone(), finished.clone());
@@ -240,10 +230,7 @@ where
                 if core.is_err() {
                     any_failed.store(true, Ordering::Release);
                 }
-                joined.fetch_add(1, Ordering::AcqRel);
-                while joined.load(Ordering::Acquire) < shard_count {
-                    glommio::timer::sleep(Duration::from_millis(1)).await;
-                }
+                arrive_and_wait(&joined, shard_count).await;
                 let output = match core {
                     Ok(_) if any_failed.load(Ordering::Acquire) => Err(ServerError::PeerFailed),
                     // Every shard recovered: only now are the layout and the schema
@@ -258,17 +245,46 @@ where
                     },
                     Err(error) => Err(error),
                 };
-                finished.fetch_add(1, Ordering::AcqRel);
-                while finished.load(Ordering::Acquire) < shard_count {
-                    glommio::timer::sleep(Duration::from_millis(1)).await;
-                }
+                arrive_and_wait(&finished, shard_count).await;
                 output
             }
         })
         .map_err(|error| ServerError::Executors(error.to_string()))?;
+    gather_outputs(handles.join_all(), shard_count)
+}
+
+/// The executors of the shards, one per place in `placement`.
+fn executor_pool(placement: PoolPlacement, idle_poll: Duration) -> LocalExecutorPoolBuilder {
+    LocalExecutorPoolBuilder::new(placement)
+        // A core that sleeps is woken by the kernel when work arrives: tens of microseconds
+        // on a VM, paid by the request that woke it (on several shards once more by a hop to
+        // a sleeping peer). So after each burst of work it polls for `idle_poll` first. The
+        // vendored glommio yields the CPU on each empty round of that spin (patch 6 in
+        // `vendor/glommio/TARN-PATCHES.md`), so a client on the same core is not starved.
+        .spin_before_park(idle_poll)
+        // glommio names each executor's thread, and the helper thread it starts for blocking
+        // calls, `tarn-N` (N its own count from 1); once a shard knows its id, its executor's
+        // thread is renamed `shard-ID`, the id its log lines carry.
+        .name("tarn")
+}
+
+/// Counts this core in at `arrived` and waits until every one of the `shard_count` cores
+/// has: a barrier across executors that share no runtime.
+async fn arrive_and_wait(arrived: &AtomicUsize, shard_count: usize) {
+    arrived.fetch_add(1, Ordering::AcqRel);
+    while arrived.load(Ordering::Acquire) < shard_count {
+        glommio::timer::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Every core's output, or the error that explains a failed start.
+fn gather_outputs<T, E: std::fmt::Display>(
+    results: Vec<Result<Result<T, ServerError>, E>>,
+    shard_count: usize,
+) -> Result<Vec<T>, ServerError> {
     let mut outputs = Vec::with_capacity(shard_count);
     let mut first_error = None;
-    for result in handles.join_all() {
+    for result in results {
         match result {
             Ok(Ok(output)) => outputs.push(output),
             // The failing core's own error says what went wrong; report that one.

@@ -453,16 +453,7 @@ async fn run_flusher<S: Sink>(shared: Rc<WriterShared>, mut sink: S, config: Wri
         let result = write_flush(&mut sink, &config, &mut file, start_file, lsn_first, bytes).await;
         let failure = match result {
             Ok(written) => {
-                let mut state = shared.state.borrow_mut();
-                assert_eq!(state.generation_durable + 1, generation);
-                state.generation_durable = generation;
-                state.lsn_durable_last = lsn_last;
-                shared.lsn_durable_last.set(lsn_last);
-                state.stats.flushes += 1;
-                state.stats.bytes_written += written.bytes;
-                state.stats.syncs += u64::from(written.synced);
-                state.stats.files_started += u64::from(written.started_file);
-                state.wake_waiters();
+                record_durable(&shared, generation, lsn_last, &written);
                 continue;
             }
             Err(failure) => failure,
@@ -474,27 +465,7 @@ async fn run_flusher<S: Sink>(shared: Rc<WriterShared>, mut sink: S, config: Wri
         let discarded = discard_failed_flush(&mut sink, &mut file).await;
         let poisoned = !failure.recoverable() || discarded.is_err();
         let cause = failure.describe(&discarded);
-        let lsn_durable_last = {
-            let mut state = shared.state.borrow_mut();
-            let rows_refused = state.lsn_next - 1 - state.lsn_durable_last;
-            if state.failure_log.should_log() {
-                let suppressed = state.failure_log.take_suppressed();
-                tracing::error!(
-                    shard = config.shard_id,
-                    lsn_first,
-                    rows_refused,
-                    earlier_failures_not_logged = suppressed,
-                    stopped = poisoned,
-                    "WAL write failed: {cause}; {}",
-                    if poisoned {
-                        "the writer refuses all writes until restart"
-                    } else {
-                        "those writes are rolled back; writes resume when there is room"
-                    }
-                );
-            }
-            state.refuse_unflushed(cause, poisoned)
-        };
+        let lsn_durable_last = refuse_after_failure(&shared, &config, lsn_first, cause, poisoned);
         // Undone before any refused writer is answered (their commits wake below).
         if let Some(hook) = shared.on_rollback.borrow_mut().as_mut() {
             hook(lsn_durable_last);
@@ -514,6 +485,50 @@ async fn run_flusher<S: Sink>(shared: Rc<WriterShared>, mut sink: S, config: Wri
     }
     state.flusher_done = true;
     state.wake_waiters();
+}
+
+/// A flush of `generation` is durable up to `lsn_last`: its commits may return.
+fn record_durable(shared: &WriterShared, generation: u64, lsn_last: u64, written: &Written) {
+    let mut state = shared.state.borrow_mut();
+    assert_eq!(state.generation_durable + 1, generation);
+    state.generation_durable = generation;
+    state.lsn_durable_last = lsn_last;
+    shared.lsn_durable_last.set(lsn_last);
+    state.stats.flushes += 1;
+    state.stats.bytes_written += written.bytes;
+    state.stats.syncs += u64::from(written.synced);
+    state.stats.files_started += u64::from(written.started_file);
+    state.wake_waiters();
+}
+
+/// Logs a failed flush (at most once a second) and refuses every row not durable; returns
+/// the last durable LSN, which the rollback hook undoes back to.
+fn refuse_after_failure(
+    shared: &WriterShared,
+    config: &WriterConfig,
+    lsn_first: u64,
+    cause: String,
+    poisoned: bool,
+) -> u64 {
+    let mut state = shared.state.borrow_mut();
+    let rows_refused = state.lsn_next - 1 - state.lsn_durable_last;
+    if state.failure_log.should_log() {
+        let suppressed = state.failure_log.take_suppressed();
+        tracing::error!(
+            shard = config.shard_id,
+            lsn_first,
+            rows_refused,
+            earlier_failures_not_logged = suppressed,
+            stopped = poisoned,
+            "WAL write failed: {cause}; {}",
+            if poisoned {
+                "the writer refuses all writes until restart"
+            } else {
+                "those writes are rolled back; writes resume when there is room"
+            }
+        );
+    }
+    state.refuse_unflushed(cause, poisoned)
 }
 
 /// Cuts a failed flush's bytes off the file (what `file` counts is what earlier flushes

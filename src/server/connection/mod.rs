@@ -27,7 +27,7 @@ use crate::protocol::reply;
 use crate::protocol::ProtocolError;
 use crate::server::os;
 use crate::server::schema::SCHEMA_VERSION;
-use crate::server::session::Session;
+use crate::server::session::{Deferred, Session};
 use futures_lite::{AsyncRead, AsyncWriteExt};
 use glommio::net::TcpStream;
 
@@ -123,91 +123,67 @@ impl Connection {
                     return Ok(());
                 }
             }
-            let Connection {
-                session,
-                lent,
-                filled,
-                ..
-            } = &mut *self;
-            let buffers = &mut lent.as_mut().expect("a read fills lent buffers").buffers;
-            let Buffers {
-                read: read_buf,
-                out,
-                packets,
-            } = buffers;
-            let (consumed, after_packets) =
-                find_packets(read_buf, *filled, max_packet_bytes, packets);
-            let mut next = 0;
-            while next < packets.len() {
-                // Submits packets from `next` on without an await, until one must wait (a
-                // deferred request) or the replies are due to be written. The run (a few KiB
-                // of fetch-ahead state) lives only here, never across an await: so it is
-                // not part of the connection's future, which every idle connection keeps.
-                let stopped_at = {
-                    let rest = &packets[next..];
-                    // Each packet's lookup is fetched a few packets before it runs, so the
-                    // cache misses of a pipelined run overlap (see `LookupPipeline`).
-                    let mut run = session.start_run();
-                    let mut stopped_at = None;
-                    for (at, range) in rest.iter().enumerate() {
-                        session.prefetch_before(&mut run, at, |ahead| {
-                            rest.get(ahead).map(|range| &read_buf[range.clone()])
-                        });
-                        let packet = &read_buf[range.clone()];
-                        let deferred = session.submit_in(&mut run, at, packet, out);
-                        if deferred.is_some() || out.len() >= WRITE_FLUSH_BYTES {
-                            stopped_at = Some((next + at, deferred));
-                            break;
-                        }
-                    }
-                    stopped_at
-                };
-                let Some((at, deferred)) = stopped_at else {
-                    break;
-                };
-                if let Some(deferred) = deferred {
-                    let packet = &read_buf[packets[at].clone()];
-                    session.run_deferred(packet, deferred, out).await;
-                }
-                if out.len() >= WRITE_FLUSH_BYTES {
-                    session.finish(out).await;
-                    stream.write_all(out).await?;
-                    out.clear();
-                }
-                next = at + 1;
+            if !self.serve_arrived(stream, max_packet_bytes).await? {
+                return Ok(());
             }
-            session.finish(out).await;
-            let packet_end = match after_packets {
-                AfterPackets::NeedMoreBytes { packet_end } => packet_end,
-                AfterPackets::TooLarge { packet_bytes } => {
-                    tracing::warn!(
-                        packet_len = packet_bytes,
-                        max_packet_bytes,
-                        "packet over max_packet_size; closing connection"
-                    );
-                    stream.write_all(out).await?;
-                    out.clear();
-                    self.close_after_delivery(stream, Some(ERROR_LINGER)).await;
-                    return Ok(());
-                }
-                AfterPackets::BadFrame(error) => {
-                    reply::encode_protocol_error(out, 0, SCHEMA_VERSION, &error);
-                    stream.write_all(out).await?;
-                    out.clear();
-                    tracing::info!(%error, "bad frame; closing connection");
-                    self.close_after_delivery(stream, Some(ERROR_LINGER)).await;
-                    return Ok(());
-                }
-            };
-            if !out.is_empty() {
+        }
+    }
+
+    /// Serves every complete packet in the read buffer, writes their replies and keeps the
+    /// bytes of a partial packet at the start of the buffer. False when the framing was bad
+    /// and the connection closed.
+    #[inline]
+    async fn serve_arrived(
+        &mut self,
+        stream: &mut TcpStream,
+        max_packet_bytes: usize,
+    ) -> std::io::Result<bool> {
+        let Connection {
+            session,
+            lent,
+            filled,
+            ..
+        } = &mut *self;
+        let buffers = &mut lent.as_mut().expect("a read fills lent buffers").buffers;
+        let Buffers {
+            read: read_buf,
+            out,
+            packets,
+        } = buffers;
+        let (consumed, after_packets) = find_packets(read_buf, *filled, max_packet_bytes, packets);
+        serve_packets(session, read_buf, packets, out, stream).await?;
+        session.finish(out).await;
+        let packet_end = match after_packets {
+            AfterPackets::NeedMoreBytes { packet_end } => packet_end,
+            AfterPackets::TooLarge { packet_bytes } => {
+                tracing::warn!(
+                    packet_len = packet_bytes,
+                    max_packet_bytes,
+                    "packet over max_packet_size; closing connection"
+                );
                 stream.write_all(out).await?;
                 out.clear();
+                self.close_after_delivery(stream, Some(ERROR_LINGER)).await;
+                return Ok(false);
             }
-            read_buf.copy_within(consumed..*filled, 0);
-            *filled -= consumed;
-            resize_read_buffer(read_buf, *filled, packet_end.map(|end| end - consumed));
-            self.recount();
+            AfterPackets::BadFrame(error) => {
+                reply::encode_protocol_error(out, 0, SCHEMA_VERSION, &error);
+                stream.write_all(out).await?;
+                out.clear();
+                tracing::info!(%error, "bad frame; closing connection");
+                self.close_after_delivery(stream, Some(ERROR_LINGER)).await;
+                return Ok(false);
+            }
+        };
+        if !out.is_empty() {
+            stream.write_all(out).await?;
+            out.clear();
         }
+        read_buf.copy_within(consumed..*filled, 0);
+        *filled -= consumed;
+        resize_read_buffer(read_buf, *filled, packet_end.map(|end| end - consumed));
+        self.recount();
+        Ok(true)
     }
 
     /// Waits for bytes from the client without holding buffers: the lent set goes back to
@@ -312,6 +288,64 @@ fn resize_read_buffer(read_buf: &mut Vec<u8>, filled: usize, packet_end: Option<
         chunk[..filled].copy_from_slice(&read_buf[..filled]);
         *read_buf = chunk;
     }
+}
+
+/// Submits the packets in order and writes replies once they pass [`WRITE_FLUSH_BYTES`]; a
+/// deferred request is run (awaited) where it stands, the packets after it submitted after.
+#[inline]
+async fn serve_packets(
+    session: &mut Session,
+    read_buf: &[u8],
+    packets: &[Range<usize>],
+    out: &mut Vec<u8>,
+    stream: &mut TcpStream,
+) -> std::io::Result<()> {
+    let mut next = 0;
+    while next < packets.len() {
+        let Some((at, deferred)) = submit_until_stop(session, read_buf, packets, next, out) else {
+            break;
+        };
+        if let Some(deferred) = deferred {
+            let packet = &read_buf[packets[at].clone()];
+            session.run_deferred(packet, deferred, out).await;
+        }
+        if out.len() >= WRITE_FLUSH_BYTES {
+            session.finish(out).await;
+            stream.write_all(out).await?;
+            out.clear();
+        }
+        next = at + 1;
+    }
+    Ok(())
+}
+
+/// Submits packets from `next` on without an await, until one must wait (a deferred
+/// request, returned with its index) or the replies are due to be written. The run (a few
+/// KiB of fetch-ahead state) lives only here, never across an await: so it is not part of
+/// the connection's future, which every idle connection keeps.
+#[inline]
+fn submit_until_stop<'p>(
+    session: &mut Session,
+    read_buf: &'p [u8],
+    packets: &[Range<usize>],
+    next: usize,
+    out: &mut Vec<u8>,
+) -> Option<(usize, Option<Deferred<'p>>)> {
+    let rest = &packets[next..];
+    // Each packet's lookup is fetched a few packets before it runs, so the cache misses of
+    // a pipelined run overlap (see `LookupPipeline`).
+    let mut run = session.start_run();
+    for (at, range) in rest.iter().enumerate() {
+        session.prefetch_before(&mut run, at, |ahead| {
+            rest.get(ahead).map(|range| &read_buf[range.clone()])
+        });
+        let packet = &read_buf[range.clone()];
+        let deferred = session.submit_in(&mut run, at, packet, out);
+        if deferred.is_some() || out.len() >= WRITE_FLUSH_BYTES {
+            return Some((next + at, deferred));
+        }
+    }
+    None
 }
 
 /// What follows the complete packets at the start of the read buffer.
