@@ -11,6 +11,7 @@ use crate::msgpack::{write_array_len, write_str, write_uint};
 use crate::protocol::codes::{body_key, error_key, header_key, request_type, MP_ERROR_EXT_TYPE};
 use crate::protocol::error::ProtocolError;
 use crate::protocol::error_code::ErrorCode;
+use crate::protocol::header::decode_header;
 
 /// Where a packet's size prefix sits in the buffer; hand it back to [`finish_packet`].
 #[derive(Debug)]
@@ -36,17 +37,42 @@ pub fn begin_packet(out: &mut Vec<u8>) -> PacketMark {
 
 /// Patches the size prefix with the length of everything written since [`begin_packet`].
 ///
-/// # Panics
-/// If the packet exceeds 4 GiB: the server must bound replies long before that.
+/// A packet the u32 length field cannot hold (a scan or fan-out over 4 GiB, which a client
+/// can ask for) is replaced by an error reply with the same sync and schema version: the
+/// client gets ER_MEMORY_ISSUE and the connection's framing stays intact.
 #[inline]
-#[allow(
-    clippy::expect_used,
-    reason = "issue 20: documented panic; a fan-out reply over 4 GiB is to become an error reply"
-)]
-pub fn finish_packet(out: &mut [u8], mark: PacketMark) {
+pub fn finish_packet(out: &mut Vec<u8>, mark: PacketMark) {
     let packet_len = out.len() - mark.prefix_at - 5;
-    let packet_len = u32::try_from(packet_len).expect("reply packet larger than 4 GiB");
-    out[mark.prefix_at + 1..mark.prefix_at + 5].copy_from_slice(&packet_len.to_be_bytes());
+    match u32::try_from(packet_len) {
+        Ok(length_field) => {
+            out[mark.prefix_at + 1..mark.prefix_at + 5].copy_from_slice(&length_field.to_be_bytes())
+        }
+        Err(_) => replace_with_too_large_error(out, mark.prefix_at, packet_len),
+    }
+}
+
+/// What [`finish_packet`] answers instead of the packet at `prefix_at`, `packet_len` bytes that no IPROTO
+/// length field can describe. The packet's own header says whose reply it was.
+#[cold]
+#[inline(never)]
+pub(super) fn replace_with_too_large_error(out: &mut Vec<u8>, prefix_at: usize, packet_len: usize) {
+    let (sync, schema_version) = match decode_header(&out[prefix_at + 5..]) {
+        Ok((header, _)) => (header.sync, header.schema_version),
+        Err(error) => (error.sync, 0),
+    };
+    out.truncate(prefix_at);
+    let message = format!(
+        "Failed to allocate {packet_len} bytes in the reply buffer for one reply packet \
+         (IPROTO's length field holds at most {} bytes): ask for fewer rows, with a limit",
+        u32::MAX
+    );
+    encode_error(
+        out,
+        sync,
+        schema_version,
+        ErrorCode::ER_MEMORY_ISSUE,
+        &message,
+    );
 }
 
 /// Reserves a 5-byte `0xdd` array header whose count is patched by [`finish_array`].
@@ -214,7 +240,7 @@ impl DataReply {
         self.count
     }
 
-    pub fn finish(self, out: &mut [u8]) {
+    pub fn finish(self, out: &mut Vec<u8>) {
         finish_array(out, self.array, self.count);
         finish_packet(out, self.packet);
     }

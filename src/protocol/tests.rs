@@ -163,6 +163,35 @@ fn error_reply_carries_message_and_stack() {
 }
 
 #[test]
+fn a_reply_no_length_field_can_hold_becomes_an_error_reply_in_its_place() {
+    // A whole reply before it stays as it was; the oversized one (its length is passed in:
+    // a real one would take 4 GiB of memory) turns into ER_MEMORY_ISSUE for its own sync.
+    let mut out = Vec::new();
+    encode_ok(&mut out, 1, 4);
+    let before = out.clone();
+    let mut data = DataReply::begin(&mut out, 9, 4);
+    data.push_raw(&mut out, &hex("91 01"));
+    assert_eq!(data.count(), 1);
+    replace_with_too_large_error(&mut out, before.len(), 5_000_000_000);
+
+    assert_eq!(&out[..before.len()], &before[..]);
+    let rest = &out[before.len()..];
+    assert_eq!(&rest[5..14], &hex("83 00 cd 80 02 01 09 05 04")[..]);
+    let (packet, consumed) = split_server_frame(rest).unwrap().unwrap();
+    assert_eq!(consumed, rest.len());
+    let reply = decode_reply(packet).unwrap();
+    assert_eq!(reply.error_code(), Some(ErrorCode::ER_MEMORY_ISSUE));
+    assert_eq!(
+        reply.error_message(),
+        Some(
+            "Failed to allocate 5000000000 bytes in the reply buffer for one reply packet \
+             (IPROTO's length field holds at most 4294967295 bytes): ask for fewer rows, with a \
+             limit"
+        )
+    );
+}
+
+#[test]
 fn error_stack_with_fields_and_causes() {
     let fields = hex("81 ab 6f 62 6a 65 63 74 5f 74 79 70 65 a5 73 70 61 63 65");
     let top = ErrorEntry {
