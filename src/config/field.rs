@@ -49,7 +49,7 @@ pub(crate) fn parse_field_type(name: &str, key_path: &str) -> Result<FieldType, 
     })
 }
 
-/// One field of a space format. Its field number is its position in [`super::Space::format`]
+/// One field of a space format. Its field number is its position in [`super::SpaceConfig::format`]
 /// (0-based).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FieldConfig {

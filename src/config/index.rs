@@ -31,7 +31,7 @@ impl IndexType {
 /// A string collation of an index part. Tarantool's `none` (plain byte order) is written as the
 /// absence of a collation, `Option::None`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Collation {
+pub enum CollationConfig {
     /// Byte order; Tarantool id 3.
     Binary,
     /// Unicode order (ICU tertiary strength); Tarantool id 1.
@@ -40,22 +40,22 @@ pub enum Collation {
     UnicodeCi,
 }
 
-impl Collation {
+impl CollationConfig {
     /// The Tarantool name.
     pub fn name(self) -> &'static str {
         match self {
-            Collation::Binary => "binary",
-            Collation::Unicode => "unicode",
-            Collation::UnicodeCi => "unicode_ci",
+            CollationConfig::Binary => "binary",
+            CollationConfig::Unicode => "unicode",
+            CollationConfig::UnicodeCi => "unicode_ci",
         }
     }
 
     /// The id Tarantool shows in `_index` part definitions.
     pub fn tarantool_id(self) -> u32 {
         match self {
-            Collation::Unicode => 1,
-            Collation::UnicodeCi => 2,
-            Collation::Binary => 3,
+            CollationConfig::Unicode => 1,
+            CollationConfig::UnicodeCi => 2,
+            CollationConfig::Binary => 3,
         }
     }
 }
@@ -70,10 +70,10 @@ pub struct IndexPartConfig {
     /// Whether nil is accepted (it sorts first). Always equal to the field's `is_nullable`.
     pub is_nullable: bool,
     /// `None` means plain byte order (Tarantool's `none`).
-    pub collation: Option<Collation>,
+    pub collation: Option<CollationConfig>,
 }
 
-/// One index, resolved. Its index id is its position in [`super::Space::indexes`]; id 0 is
+/// One index, resolved. Its index id is its position in [`super::SpaceConfig::indexes`]; id 0 is
 /// the primary index.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexConfig {
@@ -248,12 +248,12 @@ fn parse_collation(
     name: Option<&str>,
     field_type: FieldType,
     part_path: &str,
-) -> Result<Option<Collation>, ConfigError> {
+) -> Result<Option<CollationConfig>, ConfigError> {
     let collation = match name {
         None | Some("none") => return Ok(None),
-        Some("binary") => Collation::Binary,
-        Some("unicode") => Collation::Unicode,
-        Some("unicode_ci") => Collation::UnicodeCi,
+        Some("binary") => CollationConfig::Binary,
+        Some("unicode") => CollationConfig::Unicode,
+        Some("unicode_ci") => CollationConfig::UnicodeCi,
         Some(other) => {
             return Err(ConfigError::invalid(
                 part_path,

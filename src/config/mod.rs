@@ -43,10 +43,10 @@ pub use cli::CliArgs;
 pub use durability::{Durability, WalMode};
 pub use error::ConfigError;
 pub use field::{FieldConfig, FieldType};
-pub use index::{Collation, IndexConfig, IndexPartConfig, IndexType};
+pub use index::{CollationConfig, IndexConfig, IndexPartConfig, IndexType};
 pub use settings::LogLevel;
 pub use size::{parse_size_bytes, SizeError};
-pub use space::{Placement, Space};
+pub use space::{Placement, SpaceConfig};
 
 use file::RawConfig;
 
@@ -106,7 +106,7 @@ pub struct Config {
     pub durability: Durability,
     pub access: AccessConfig,
     /// In file order; ids and names are unique.
-    pub spaces: Vec<Space>,
+    pub spaces: Vec<SpaceConfig>,
 }
 
 impl Config {
@@ -118,7 +118,7 @@ impl Config {
     }
 
     /// The space with this name, if any.
-    pub fn space(&self, name: &str) -> Option<&Space> {
+    pub fn space(&self, name: &str) -> Option<&SpaceConfig> {
         self.spaces.iter().find(|space| space.name == name)
     }
 }

@@ -28,7 +28,7 @@ pub enum Placement {
 
 /// One space, resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Space {
+pub struct SpaceConfig {
     pub id: u32,
     pub name: String,
     pub placement: Placement,
@@ -38,7 +38,7 @@ pub struct Space {
     pub indexes: Vec<IndexConfig>,
 }
 
-impl Space {
+impl SpaceConfig {
     /// The 0-based number of the field called `name`, if the format has one.
     pub fn field_number(&self, name: &str) -> Option<u32> {
         self.format
@@ -54,8 +54,8 @@ impl Space {
 }
 
 /// Resolves every space and checks ids and names across spaces.
-pub(crate) fn resolve_spaces(raw_spaces: &[RawSpace]) -> Result<Vec<Space>, ConfigError> {
-    let mut spaces: Vec<Space> = Vec::with_capacity(raw_spaces.len());
+pub(crate) fn resolve_spaces(raw_spaces: &[RawSpace]) -> Result<Vec<SpaceConfig>, ConfigError> {
+    let mut spaces: Vec<SpaceConfig> = Vec::with_capacity(raw_spaces.len());
     for (position, raw) in raw_spaces.iter().enumerate() {
         let path = format!("space[{position}] {:?}", raw.name);
         let space = resolve_space(raw, &path)?;
@@ -76,7 +76,7 @@ pub(crate) fn resolve_spaces(raw_spaces: &[RawSpace]) -> Result<Vec<Space>, Conf
     Ok(spaces)
 }
 
-fn resolve_space(raw: &RawSpace, path: &str) -> Result<Space, ConfigError> {
+fn resolve_space(raw: &RawSpace, path: &str) -> Result<SpaceConfig, ConfigError> {
     check_space_name(&raw.name, path)?;
     let id = check_space_id(raw.id, path)?;
     let placement = parse_placement(&raw.shard, path)?;
@@ -117,7 +117,7 @@ fn resolve_space(raw: &RawSpace, path: &str) -> Result<Space, ConfigError> {
         }
         indexes.push(index);
     }
-    Ok(Space {
+    Ok(SpaceConfig {
         id,
         name: raw.name.clone(),
         placement,

@@ -68,7 +68,7 @@ fn shipped_file_resolves_to_exact_values() {
         unique: true,
         parts: vec![tree_part(0, FieldType::Unsigned)],
     };
-    let kv = Space {
+    let kv = SpaceConfig {
         id: 512,
         name: "kv".to_owned(),
         placement: Placement::All,
@@ -83,7 +83,7 @@ fn shipped_file_resolves_to_exact_values() {
         ],
         indexes: vec![primary_on_id.clone()],
     };
-    let customers = Space {
+    let customers = SpaceConfig {
         id: 513,
         name: "customers".to_owned(),
         placement: Placement::All,
@@ -215,7 +215,7 @@ fn rich_space_resolves_parts_users_and_sizes() {
             field_number: 1,
             field_type: FieldType::String,
             is_nullable: false,
-            collation: Some(Collation::UnicodeCi),
+            collation: Some(CollationConfig::UnicodeCi),
         }]
     );
     assert_eq!(

@@ -89,16 +89,16 @@ fn field_type(ty: config::FieldType) -> FieldType {
     FieldType::from_name(ty.name()).unwrap_or(FieldType::Any)
 }
 
-fn collation(collation: Option<config::Collation>) -> Collation {
+fn collation(collation: Option<config::CollationConfig>) -> Collation {
     match collation {
         None => Collation::None,
-        Some(config::Collation::Binary) => Collation::Binary,
-        Some(config::Collation::Unicode) => Collation::Unicode,
-        Some(config::Collation::UnicodeCi) => Collation::UnicodeCi,
+        Some(config::CollationConfig::Binary) => Collation::Binary,
+        Some(config::CollationConfig::Unicode) => Collation::Unicode,
+        Some(config::CollationConfig::UnicodeCi) => Collation::UnicodeCi,
     }
 }
 
-pub fn space_def(space: &config::Space) -> SpaceDef {
+pub fn space_def(space: &config::SpaceConfig) -> SpaceDef {
     SpaceDef {
         id: space.id,
         name: space.name.as_str().into(),
