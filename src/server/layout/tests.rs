@@ -1,6 +1,11 @@
+use super::directory::staging_dir;
+use super::record::{decode_record, encode_record};
 use super::*;
 use crate::msgpack::{write_array_len, write_str, write_uint};
 use crate::placement::shard_of_key;
+use crate::server::schema;
+use crate::storage::key::SearchKeyBuf;
+use crate::wal::{RecoveryConfig, SnapshotMeta};
 use std::collections::BTreeSet;
 
 const KV: u32 = 512;
