@@ -151,7 +151,8 @@ fn measure_crud(name: &str, shard: &mut Shard, packets: Vec<Vec<u8>>) {
             let tarn::protocol::request::Request::Call(call) = request else {
                 panic!("a CALL")
             };
-            on_shard::execute_on_shard(
+            // No WAL here: nothing to wait for.
+            let _executed = on_shard::execute_on_shard(
                 shard,
                 &config,
                 header.sync,
@@ -178,7 +179,7 @@ fn measure_proto(name: &str, shard: &mut Shard, packets: Vec<Vec<u8>>) {
             out.clear();
             // Skip the 5-byte size prefix the client encoders write.
             let (header, request) = decode_packet(&packet[5..]).expect("decodes");
-            shard.execute(header.sync, 1, &request, &mut out);
+            let _executed = shard.execute(header.sync, 1, &request, None, &mut out);
             black_box(&out);
         },
     );
@@ -459,7 +460,7 @@ fn main() {
             let mut rest = &packets[..];
             while let Ok(Some((packet, used))) = tarn::protocol::frame::split_frame(rest) {
                 let (header, request) = decode_packet(packet).expect("decodes");
-                shard.execute(header.sync, 1, &request, &mut out);
+                let _executed = shard.execute(header.sync, 1, &request, None, &mut out);
                 rest = &rest[used..];
             }
             black_box(&out);

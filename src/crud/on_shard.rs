@@ -1,7 +1,8 @@
 //! Step 2 on a real shard: a planned call's work run on the [`Shard`] that holds the data,
 //! with every change logged to that shard's WAL through `Shard::log` — the same rows an
-//! IPROTO request making the change logs. The caller takes `shard.take_commit()` and awaits
-//! it before the answer leaves, as for any write.
+//! IPROTO request making the change logs. What ran returns the commit of its last row
+//! ([`Logged`], or `Shard`'s `Executed` once the reply is written), which the caller awaits
+//! before the answer leaves, as for any write.
 //!
 //! Also the whole call on one shard ([`execute_on_shard`]): what a one-shard server runs,
 //! what the owner of a forwarded point op runs, and what the benchmark times.
@@ -19,9 +20,26 @@ use super::{
 };
 use crate::protocol::ErrorCode;
 use crate::shard::errors::log_refused_message;
-use crate::shard::Shard;
+use crate::shard::{Executed, Shard};
 use crate::storage::{Change, Engine, IteratorType, StorageError, Tuple};
-use crate::wal::WalError;
+use crate::wal::{Commit, WalError};
+
+/// What shard-side work produced, and the WAL commit of its last row (which covers every
+/// row before it): the answer may leave only once that commit is durable.
+#[must_use = "a write's answer must wait for its commit"]
+pub struct Logged<T> {
+    pub value: T,
+    pub commit: Option<Commit>,
+}
+
+impl<T> Logged<T> {
+    fn unlogged(value: T) -> Logged<T> {
+        Logged {
+            value,
+            commit: None,
+        }
+    }
+}
 
 /// What one shard contributes to a fanned-out call (select, min/max, count, len, truncate).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,17 +74,20 @@ pub fn wal_refused_elsewhere() -> CrudReply {
 pub fn run_point(
     shard: &mut Shard,
     plan: &PointPlan<'_>,
-) -> Result<Result<Option<Tuple>, StorageError>, WalError> {
+) -> Result<Logged<Result<Option<Tuple>, StorageError>>, WalError> {
     let applied = match shard
         .engine
         .space_mut(plan.space_id)
         .and_then(|space| write::apply_point(space, &plan.op))
     {
         Ok(applied) => applied,
-        Err(error) => return Ok(Err(error)),
+        Err(error) => return Ok(Logged::unlogged(Err(error))),
     };
-    shard.log(plan.space_id, applied.change)?;
-    Ok(Ok(applied.row))
+    let commit = shard.log(plan.space_id, applied.change)?;
+    Ok(Logged {
+        value: Ok(applied.row),
+        commit,
+    })
 }
 
 /// A `*_many` call's ops for this shard, in order (`write::apply_batch`), each change
@@ -77,7 +98,7 @@ pub fn run_ops(
     ops: &[PointOp<'_>],
     stop_on_error: bool,
     rollback_on_error: bool,
-) -> Result<Vec<BatchItem>, WalError> {
+) -> Result<Logged<Vec<BatchItem>>, WalError> {
     let mut changes = Vec::new();
     let items = write::apply_batch_logged(
         &mut shard.engine,
@@ -87,17 +108,20 @@ pub fn run_ops(
         rollback_on_error,
         &mut changes,
     );
-    shard.log_all(space_id, changes)?;
-    Ok(items)
+    let commit = shard.log_all(space_id, changes)?;
+    Ok(Logged {
+        value: items,
+        commit,
+    })
 }
 
 /// This shard's part of a fanned-out call: select, min/max, count, len or truncate.
-pub fn run_part(shard: &mut Shard, plan: &Plan) -> Result<Part, WalError> {
+pub fn run_part(shard: &mut Shard, plan: &Plan) -> Result<Logged<Part>, WalError> {
     let rows = |found: Result<ShardRows, StorageError>| match found {
         Ok(rows) => Part::Rows(rows),
         Err(error) => Part::Failed(error.to_string()),
     };
-    Ok(match plan {
+    let part = match plan {
         Plan::Select(planned) => rows(select::scan_shard(&shard.engine, &planned.plan)),
         Plan::Border { plan, .. } => rows(select::scan_shard(&shard.engine, plan)),
         Plan::Count(plan) => match select::count_shard(&shard.engine, plan) {
@@ -111,22 +135,25 @@ pub fn run_part(shard: &mut Shard, plan: &Plan) -> Result<Part, WalError> {
                 .map_or(0, |space| space.len() as u64),
         ),
         Plan::Truncate { space_id } => {
-            truncate_logged(shard, *space_id)?;
-            Part::Done
+            return Ok(Logged {
+                value: Part::Done,
+                commit: truncate_logged(shard, *space_id)?,
+            });
         }
         Plan::Reply(_) | Plan::Point(_) | Plan::Many(_) => {
             debug_assert!(false, "not a fanned-out plan: {plan:?}");
             Part::Done
         }
-    })
+    };
+    Ok(Logged::unlogged(part))
 }
 
 /// Empties a space. The WAL has no truncate row, so every tuple is logged as deleted (one
 /// row each; the rows share one WAL write); recovery then replays the same emptying. If the
 /// log refuses them, the tuples are put back.
-fn truncate_logged(shard: &mut Shard, space_id: u32) -> Result<(), WalError> {
+fn truncate_logged(shard: &mut Shard, space_id: u32) -> Result<Option<Commit>, WalError> {
     let Ok(space) = shard.engine.space_mut(space_id) else {
-        return Ok(());
+        return Ok(None);
     };
     let deleted: Vec<Tuple> = match shard.wal.is_some() {
         true => match space.select(0, IteratorType::All as u32, &[0x90]) {
@@ -193,17 +220,20 @@ pub fn finish_parts(
 }
 
 /// Runs a planned call wholly on this shard (every part of it is here) and returns its
-/// answer; changes are logged, their commit left in `shard.take_commit()`.
-pub fn run_planned(shard: &mut Shard, config: &CrudConfig, plan: &Plan) -> CrudReply {
-    let values = match plan {
-        Plan::Reply(values) => values.clone(),
+/// answer, with the commit of the changes it logged.
+pub fn run_planned(shard: &mut Shard, config: &CrudConfig, plan: &Plan) -> Logged<CrudReply> {
+    let ran = match plan {
+        Plan::Reply(values) => Logged::unlogged(values.clone()),
         Plan::Point(point) => match run_point(shard, point) {
-            Ok(outcome) => {
+            Ok(logged) => {
                 let space = shard.engine.space(point.space_id).expect("planned");
-                finish_point(config, space, point, outcome)
+                Logged {
+                    value: finish_point(config, space, point, logged.value),
+                    commit: logged.commit,
+                }
             }
             Err(error) => {
-                return wal_refused(&error);
+                return Logged::unlogged(wal_refused(&error));
             }
         },
         Plan::Many(many) => {
@@ -215,23 +245,32 @@ pub fn run_planned(shard: &mut Shard, config: &CrudConfig, plan: &Plan) -> CrudR
                 many.rollback_on_error,
             );
             match ran {
-                Ok(items) => {
+                Ok(logged) => {
                     let space = shard.engine.space(many.space_id).expect("planned");
-                    finish_many(space, config, many, &items)
+                    Logged {
+                        value: finish_many(space, config, many, &logged.value),
+                        commit: logged.commit,
+                    }
                 }
                 Err(error) => {
-                    return wal_refused(&error);
+                    return Logged::unlogged(wal_refused(&error));
                 }
             }
         }
         _ => match run_part(shard, plan) {
-            Ok(part) => finish_parts(&shard.engine, config, plan, vec![part]),
+            Ok(logged) => Logged {
+                value: finish_parts(&shard.engine, config, plan, vec![logged.value]),
+                commit: logged.commit,
+            },
             Err(error) => {
-                return wal_refused(&error);
+                return Logged::unlogged(wal_refused(&error));
             }
         },
     };
-    CrudReply::Values(values)
+    Logged {
+        value: CrudReply::Values(ran.value),
+        commit: ran.commit,
+    }
 }
 
 /// [`run_planned`], appending the IPROTO reply packet to `out`; a point op's values are
@@ -243,12 +282,13 @@ pub fn run_planned_into(
     sync: u64,
     schema_version: u64,
     out: &mut Vec<u8>,
-) {
+) -> Executed {
     let Plan::Point(point) = plan else {
         let reply = run_planned(shard, config, plan);
-        return encode_reply(out, sync, schema_version, &reply);
+        encode_reply(out, sync, schema_version, &reply.value);
+        return Executed::waiting_for(reply.commit);
     };
-    run_point_into(shard, config, point, sync, schema_version, out);
+    run_point_into(shard, config, point, sync, schema_version, out)
 }
 
 /// [`run_planned_into`] of a point op.
@@ -259,19 +299,21 @@ fn run_point_into(
     sync: u64,
     schema_version: u64,
     out: &mut Vec<u8>,
-) {
-    if write_into(shard, config, point, sync, schema_version, out) {
-        return;
+) -> Executed {
+    if let Some(written) = write_into(shard, config, point, sync, schema_version, out) {
+        return written;
     }
     match run_point(shard, point) {
-        Ok(outcome) => {
+        Ok(logged) => {
             let space = shard.engine.space(point.space_id).expect("planned");
             encode_values_reply(out, sync, schema_version, |out| {
-                write_point_values(out, config, space, point, outcome)
+                write_point_values(out, config, space, point, logged.value)
             });
+            Executed::waiting_for(logged.commit)
         }
         Err(error) => {
             encode_reply(out, sync, schema_version, &wal_refused(&error));
+            Executed::default()
         }
     }
 }
@@ -279,7 +321,7 @@ fn run_point_into(
 /// [`run_planned_into`] of an insert or a replace, the most common writes: the reply is
 /// written from the space the write borrowed and the outcome never travels through
 /// [`run_point`]'s nested results. The same bytes as the general path; a refused WAL row
-/// takes back the success reply written ahead of it. `false` (nothing done) for other ops
+/// takes back the success reply written ahead of it. `None` (nothing done) for other ops
 /// and when the space is missing: the general path answers those.
 fn write_into(
     shard: &mut Shard,
@@ -288,13 +330,11 @@ fn write_into(
     sync: u64,
     schema_version: u64,
     out: &mut Vec<u8>,
-) -> bool {
+) -> Option<Executed> {
     let Ok(space) = shard.engine.space_mut(point.space_id) else {
-        return false;
+        return None;
     };
-    let Some(stored) = point.op.store_into(space) else {
-        return false;
-    };
+    let stored = point.op.store_into(space)?;
     let start = out.len();
     let space = &*space;
     let outcome = stored.as_ref().map(|change| change.new.as_ref());
@@ -308,17 +348,21 @@ fn write_into(
         }
         _ => write_point_values(out, config, space, point, outcome),
     });
-    if let Ok(change) = stored {
-        if let Err(error) = shard.log(point.space_id, change) {
+    let Ok(change) = stored else {
+        return Some(Executed::default());
+    };
+    match shard.log(point.space_id, change) {
+        Ok(commit) => Some(Executed::waiting_for(commit)),
+        Err(error) => {
             out.truncate(start);
             encode_reply(out, sync, schema_version, &wal_refused(&error));
+            Some(Executed::default())
         }
     }
-    true
 }
 
 /// A whole crud CALL on this one shard: plan, run, finish, and the IPROTO reply appended to
-/// `out`. The caller awaits `shard.take_commit()` before sending it.
+/// `out`; returns the commit the reply waits for.
 pub fn execute_on_shard(
     shard: &mut Shard,
     config: &CrudConfig,
@@ -327,13 +371,14 @@ pub fn execute_on_shard(
     function_name: &str,
     args: &[u8],
     out: &mut Vec<u8>,
-) {
+) -> Executed {
     // `plan`, with the common point calls run straight from their one-pass plan: no
     // `Plan` is built around them, moved or dropped.
     let func = match func_or_raised(function_name) {
         Ok(func) => func,
         Err(raised) => {
-            return encode_reply(out, sync, schema_version, &CrudReply::Raised(raised));
+            encode_reply(out, sync, schema_version, &CrudReply::Raised(raised));
+            return Executed::default();
         }
     };
     // Borrowed where it was returned: a point plan is large, and moving it costs stores.
@@ -343,6 +388,9 @@ pub fn execute_on_shard(
     }
     match plan_func(&shard.engine, config, func, args) {
         Ok(plan) => run_planned_into(shard, config, &plan, sync, schema_version, out),
-        Err(raised) => encode_reply(out, sync, schema_version, &CrudReply::Raised(raised)),
+        Err(raised) => {
+            encode_reply(out, sync, schema_version, &CrudReply::Raised(raised));
+            Executed::default()
+        }
     }
 }

@@ -1450,7 +1450,7 @@ fn crud_changes_are_logged_and_recover_exactly() {
             let mut shard = Shard::new(0, engine, wal);
             let mut out = Vec::new();
             for (function, args) in calls {
-                on_shard::execute_on_shard(
+                let executed = on_shard::execute_on_shard(
                     &mut shard,
                     &config(),
                     1,
@@ -1459,7 +1459,7 @@ fn crud_changes_are_logged_and_recover_exactly() {
                     &json(args),
                     &mut out,
                 );
-                if let Some(commit) = shard.take_commit() {
+                if let Some(commit) = executed.commit {
                     commit.await.expect("durable");
                 }
             }

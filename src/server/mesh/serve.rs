@@ -8,16 +8,16 @@
 
 use crate::crud;
 use crate::protocol::decode_packet;
-use crate::protocol::request::Request;
+use crate::protocol::request::{Call, Request};
 use crate::server::decoded::{Decoded, DecodedAhead};
 use crate::server::mesh::batch::{self, Kind};
 use crate::server::mesh::core::{Core, Envelope};
+use crate::server::mesh::crud_payloads;
 use crate::server::moved_key;
 use crate::server::schema::SCHEMA_VERSION;
 use crate::shard::errors::encode_log_refused;
-use crate::shard::prefetch::{Ahead, LookupPipeline};
-use crate::shard::Shard;
-use crate::shard::{Awaiting, MovedKey};
+use crate::shard::prefetch::{Ahead, LookupPipeline, PointTarget};
+use crate::shard::{Executed, MovedKey, Shard};
 use std::rc::Rc;
 
 impl Core {
@@ -50,22 +50,21 @@ impl Core {
                         target.map_or(Ahead::Other, Ahead::Lookup)
                     }
                 });
-                shard.set_fetched(lookup);
                 let mark = batch::begin_reply(&mut replies, entry.ticket);
                 let decoded = decoded_ahead.take(at);
-                if let Some(sync) = self.serve_entry(&mut shard, &entry, decoded, &mut replies) {
-                    match shard.take_awaiting() {
-                        Awaiting::Nothing => {}
-                        Awaiting::Commit(commit) => unacknowledged.push(Unacknowledged {
+                let served = self.serve_entry(&mut shard, &entry, decoded, lookup, &mut replies);
+                if let Some((sync, executed)) = served {
+                    if let Some(commit) = executed.commit {
+                        unacknowledged.push(Unacknowledged {
                             ticket: entry.ticket,
                             kind: entry.kind,
                             sync,
                             commit,
-                        }),
-                        Awaiting::MovedKey(moved) => {
-                            if let Some(owner) = moved_key::owner_to_ask(self, &shard, &moved) {
-                                key_checks.push((entry.ticket, owner, moved));
-                            }
+                        });
+                    }
+                    if let Some(moved) = executed.moved_key {
+                        if let Some(owner) = moved_key::owner_to_ask(self, &shard, &moved) {
+                            key_checks.push((entry.ticket, owner, moved));
                         }
                     }
                 }
@@ -101,28 +100,18 @@ impl Core {
     }
 
     /// Runs one request entry on this core's shard and appends its reply bytes; returns the
-    /// sync its commit (if it wrote) answers for. `decoded` is its packet, if decoded already.
+    /// sync its reply answers for and what the reply waits on. `decoded` is its packet, if
+    /// decoded already; `fetched`, its lookup walked ahead.
     fn serve_entry<'p>(
         &self,
         shard: &mut Shard,
         entry: &batch::RequestEntry<'p>,
         decoded: Option<Decoded<'p>>,
+        fetched: Option<PointTarget>,
         replies: &mut Vec<u8>,
-    ) -> Option<u64> {
+    ) -> Option<(u64, Executed)> {
         if entry.kind == Kind::CrudOps {
-            let ops = crate::server::mesh::crud_payloads::decode_ops(entry.packet);
-            let items = crud::on_shard::run_ops(
-                shard,
-                ops.space_id,
-                &ops.ops,
-                ops.stop_on_error,
-                ops.rollback_on_error,
-            );
-            if let Err(error) = &items {
-                tracing::error!(shard = shard.id, %error, "WAL write refused; the crud call fails");
-            }
-            crate::server::mesh::crud_payloads::encode_items(replies, items.as_deref().ok());
-            return Some(0);
+            return Some((0, serve_crud_ops(shard, entry.packet, replies)));
         }
         let decoded = decoded.unwrap_or_else(|| match entry.kind {
             Kind::CrudCall => crud::fast_call::decode_packet(entry.packet),
@@ -134,13 +123,14 @@ impl Core {
         // back right after narrower stores wrote them (a store-forwarding stall, most of
         // this function's time on cross-core gets).
         let (header, request) = decoded.as_ref().ok()?;
-        match (entry.kind, request) {
+        let executed = match (entry.kind, request) {
             (Kind::Execute, request) => {
-                shard.execute(header.sync, SCHEMA_VERSION, request, replies);
+                shard.execute(header.sync, SCHEMA_VERSION, request, fetched, replies)
             }
             (Kind::Scan, Request::Select(select)) => {
                 // The accepting core checked the same scan, so it cannot fail here.
                 let _ = shard.scan(select, entry.limit as usize, replies);
+                Executed::default()
             }
             (Kind::CrudCall, Request::Call(call)) => crud::on_shard::execute_on_shard(
                 shard,
@@ -151,25 +141,43 @@ impl Core {
                 call.args,
                 replies,
             ),
-            (Kind::CrudPart, Request::Call(call)) => {
-                // The accepting core planned the same call, so it plans here too.
-                let part =
-                    match crud::plan(&shard.engine, &self.crud, call.function_name, call.args) {
-                        Ok(plan) => crud::on_shard::run_part(shard, &plan),
-                        Err(_) => Ok(crate::crud::on_shard::Part::Done),
-                    };
-                if let Err(error) = &part {
-                    tracing::error!(shard = shard.id, %error, "WAL write refused; the crud call fails");
-                }
-                crate::server::mesh::crud_payloads::encode_part(replies, part.as_ref().ok());
+            (Kind::CrudPart, Request::Call(call)) => self.serve_crud_part(shard, call, replies),
+            _ => {
+                debug_assert!(
+                    false,
+                    "request kind {:?} does not fit its packet",
+                    entry.kind
+                );
+                Executed::default()
             }
-            _ => debug_assert!(
-                false,
-                "request kind {:?} does not fit its packet",
-                entry.kind
-            ),
-        }
-        Some(header.sync)
+        };
+        Some((header.sync, executed))
+    }
+
+    /// This core's part of a fanned-out crud call, answered with its `crud_payloads` part.
+    fn serve_crud_part(
+        &self,
+        shard: &mut Shard,
+        call: &Call<'_>,
+        replies: &mut Vec<u8>,
+    ) -> Executed {
+        // The accepting core planned the same call, so it plans here too.
+        let part = match crud::plan(&shard.engine, &self.crud, call.function_name, call.args) {
+            Ok(plan) => crud::on_shard::run_part(shard, &plan),
+            Err(_) => Ok(crud::on_shard::Logged {
+                value: crud::on_shard::Part::Done,
+                commit: None,
+            }),
+        };
+        let (part, commit) = match part {
+            Ok(logged) => (Some(logged.value), logged.commit),
+            Err(error) => {
+                tracing::error!(shard = shard.id, %error, "WAL write refused; the crud call fails");
+                (None, None)
+            }
+        };
+        crud_payloads::encode_part(replies, part.as_ref());
+        Executed::waiting_for(commit)
     }
 
     /// A copy of a reply batch where the replies of `failed` writes (by ticket) say that the
@@ -191,7 +199,7 @@ impl Core {
                 .find(|(replaced_ticket, _)| *replaced_ticket == ticket);
             match (failure, replacement) {
                 (Some((_, Kind::CrudOps | Kind::CrudPart, _, _)), _) => {
-                    rebuilt.push(crate::server::mesh::crud_payloads::WAL_REFUSED)
+                    rebuilt.push(crud_payloads::WAL_REFUSED)
                 }
                 (Some((_, _, sync, error)), _) => {
                     encode_log_refused(&mut rebuilt, *sync, SCHEMA_VERSION, error)
@@ -226,3 +234,25 @@ struct Unacknowledged {
 
 /// A forwarded write the log refused: its ticket, kind and sync, and why.
 type FailedWrite = (u32, Kind, u64, crate::wal::WalError);
+
+/// This core's share of a `*_many` crud call (its `crud_payloads` ops), answered with the
+/// ops' outcomes.
+fn serve_crud_ops(shard: &mut Shard, packet: &[u8], replies: &mut Vec<u8>) -> Executed {
+    let ops = crud_payloads::decode_ops(packet);
+    let items = crud::on_shard::run_ops(
+        shard,
+        ops.space_id,
+        &ops.ops,
+        ops.stop_on_error,
+        ops.rollback_on_error,
+    );
+    let (items, commit) = match items {
+        Ok(logged) => (Some(logged.value), logged.commit),
+        Err(error) => {
+            tracing::error!(shard = shard.id, %error, "WAL write refused; the crud call fails");
+            (None, None)
+        }
+    };
+    crud_payloads::encode_items(replies, items.as_deref());
+    Executed::waiting_for(commit)
+}

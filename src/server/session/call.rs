@@ -122,19 +122,15 @@ impl Session {
     /// local IPROTO write.
     pub(super) fn crud_here(&mut self, plan: &Plan, sync: u64, out: &mut Vec<u8>) {
         let start = out.len();
-        let commit = {
-            let mut shard = self.core.shard.borrow_mut();
-            on_shard::run_planned_into(
-                &mut shard,
-                &self.core.crud,
-                plan,
-                sync,
-                SCHEMA_VERSION,
-                out,
-            );
-            shard.take_commit()
-        };
-        if let Some(commit) = commit {
+        let executed = on_shard::run_planned_into(
+            &mut self.core.shard.borrow_mut(),
+            &self.core.crud,
+            plan,
+            sync,
+            SCHEMA_VERSION,
+            out,
+        );
+        if let Some(commit) = executed.commit {
             self.unacknowledged.push(Unacknowledged {
                 commit,
                 start,

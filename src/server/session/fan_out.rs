@@ -64,7 +64,10 @@ impl Session {
                 many.stop_on_error,
                 many.rollback_on_error,
             );
-            (local, shard.take_commit())
+            match local {
+                Ok(logged) => (Ok(logged.value), logged.commit),
+                Err(error) => (Err(error), None),
+            }
         };
         let mut refusal = Refusal::default();
         match local {
@@ -116,8 +119,10 @@ impl Session {
         }
         let (local, commit) = {
             let mut shard = self.core.shard.borrow_mut();
-            let local = on_shard::run_part(&mut shard, plan);
-            (local, shard.take_commit())
+            match on_shard::run_part(&mut shard, plan) {
+                Ok(logged) => (Ok(logged.value), logged.commit),
+                Err(error) => (Err(error), None),
+            }
         };
         self.inbox.wait().await;
         let mut parts = Vec::with_capacity(self.core.shard_count);
