@@ -16,10 +16,9 @@ use super::write::{self, BatchItem, PointOp};
 use super::{
     encode_reply, encode_values_reply, fast_plan, finish_border, finish_count, finish_len,
     finish_many, finish_point, finish_select, finish_truncate, func_or_raised, plan_func,
-    write_point_values, CrudConfig, CrudReply, Func, Plan, PointPlan, Raised,
+    write_point_values, CrudConfig, CrudReply, Func, Plan, PointPlan,
 };
-use crate::protocol::ErrorCode;
-use crate::shard::errors::log_refused_message;
+use crate::shard::errors::encode_log_refused;
 use crate::shard::{Executed, Shard};
 use crate::storage::{Change, Engine, IteratorType, StorageError, Tuple};
 use crate::wal::{Commit, WalError};
@@ -49,22 +48,6 @@ pub enum Part {
     Done,
     /// A box error, as text.
     Failed(String),
-}
-
-/// The answer to a call whose WAL rows could not be written: never an acknowledgement.
-pub fn wal_refused(error: &WalError) -> CrudReply {
-    CrudReply::Raised(Raised {
-        code: ErrorCode::ER_WAL_IO,
-        message: log_refused_message(error).into_owned(),
-    })
-}
-
-/// [`wal_refused`] for rows another shard's WAL refused: its reason is in that shard's log.
-pub fn wal_refused_elsewhere() -> CrudReply {
-    wal_refused(&WalError::WriteFailed {
-        lsn_durable_last: 0,
-        cause: String::new(),
-    })
 }
 
 /// A point op on its owner shard, through `write::apply_point`: the op's outcome (a box
@@ -220,22 +203,22 @@ pub fn finish_parts(
 }
 
 /// Runs a planned call wholly on this shard (every part of it is here) and returns its
-/// answer, with the commit of the changes it logged.
-pub fn run_planned(shard: &mut Shard, config: &CrudConfig, plan: &Plan) -> Logged<CrudReply> {
-    let ran = match plan {
+/// values, with the commit of the changes it logged; or the log's refusal of them.
+pub fn run_planned(
+    shard: &mut Shard,
+    config: &CrudConfig,
+    plan: &Plan,
+) -> Result<Logged<Vec<u8>>, WalError> {
+    Ok(match plan {
         Plan::Reply(values) => Logged::unlogged(values.clone()),
-        Plan::Point(point) => match run_point(shard, point) {
-            Ok(logged) => {
-                let space = shard.engine.space(point.space_id).expect("planned");
-                Logged {
-                    value: finish_point(config, space, point, logged.value),
-                    commit: logged.commit,
-                }
+        Plan::Point(point) => {
+            let logged = run_point(shard, point)?;
+            let space = shard.engine.space(point.space_id).expect("planned");
+            Logged {
+                value: finish_point(config, space, point, logged.value),
+                commit: logged.commit,
             }
-            Err(error) => {
-                return Logged::unlogged(wal_refused(&error));
-            }
-        },
+        }
         Plan::Many(many) => {
             let ran = run_ops(
                 shard,
@@ -243,34 +226,21 @@ pub fn run_planned(shard: &mut Shard, config: &CrudConfig, plan: &Plan) -> Logge
                 &many.ops,
                 many.stop_on_error,
                 many.rollback_on_error,
-            );
-            match ran {
-                Ok(logged) => {
-                    let space = shard.engine.space(many.space_id).expect("planned");
-                    Logged {
-                        value: finish_many(space, config, many, &logged.value),
-                        commit: logged.commit,
-                    }
-                }
-                Err(error) => {
-                    return Logged::unlogged(wal_refused(&error));
-                }
+            )?;
+            let space = shard.engine.space(many.space_id).expect("planned");
+            Logged {
+                value: finish_many(space, config, many, &ran.value),
+                commit: ran.commit,
             }
         }
-        _ => match run_part(shard, plan) {
-            Ok(logged) => Logged {
+        _ => {
+            let logged = run_part(shard, plan)?;
+            Logged {
                 value: finish_parts(&shard.engine, config, plan, vec![logged.value]),
                 commit: logged.commit,
-            },
-            Err(error) => {
-                return Logged::unlogged(wal_refused(&error));
             }
-        },
-    };
-    Logged {
-        value: CrudReply::Values(ran.value),
-        commit: ran.commit,
-    }
+        }
+    })
 }
 
 /// [`run_planned`], appending the IPROTO reply packet to `out`; a point op's values are
@@ -284,9 +254,16 @@ pub fn run_planned_into(
     out: &mut Vec<u8>,
 ) -> Executed {
     let Plan::Point(point) = plan else {
-        let reply = run_planned(shard, config, plan);
-        encode_reply(out, sync, schema_version, &reply.value);
-        return Executed::waiting_for(reply.commit);
+        return match run_planned(shard, config, plan) {
+            Ok(logged) => {
+                encode_reply(out, sync, schema_version, &CrudReply::Values(logged.value));
+                Executed::waiting_for(logged.commit)
+            }
+            Err(error) => {
+                encode_log_refused(out, sync, schema_version, Some(&error));
+                Executed::default()
+            }
+        };
     };
     run_point_into(shard, config, point, sync, schema_version, out)
 }
@@ -312,7 +289,7 @@ fn run_point_into(
             Executed::waiting_for(logged.commit)
         }
         Err(error) => {
-            encode_reply(out, sync, schema_version, &wal_refused(&error));
+            encode_log_refused(out, sync, schema_version, Some(&error));
             Executed::default()
         }
     }
@@ -355,7 +332,7 @@ fn write_into(
         Ok(commit) => Some(Executed::waiting_for(commit)),
         Err(error) => {
             out.truncate(start);
-            encode_reply(out, sync, schema_version, &wal_refused(&error));
+            encode_log_refused(out, sync, schema_version, Some(&error));
             Some(Executed::default())
         }
     }

@@ -279,7 +279,7 @@ impl Shard {
             Ok(commit) => Executed::waiting_for(commit),
             Err(error) => {
                 out.truncate(start);
-                errors::encode_log_refused(out, sync, schema_version, &error);
+                errors::encode_log_refused(out, sync, schema_version, Some(&error));
                 Executed::default()
             }
         }

@@ -202,7 +202,7 @@ impl Core {
                     rebuilt.push(crud_payloads::WAL_REFUSED)
                 }
                 (Some((_, _, sync, error)), _) => {
-                    encode_log_refused(&mut rebuilt, *sync, SCHEMA_VERSION, error)
+                    encode_log_refused(&mut rebuilt, *sync, SCHEMA_VERSION, Some(error))
                 }
                 (None, Some((_, reply))) => rebuilt.extend_from_slice(reply),
                 (None, None) => rebuilt.extend_from_slice(bytes),

@@ -10,6 +10,7 @@ use crate::protocol::request::Select;
 use crate::server::mesh::batch::Kind;
 use crate::server::mesh::crud_payloads as wire;
 use crate::server::schema::SCHEMA_VERSION;
+use crate::shard::errors::encode_log_refused;
 use crate::storage::IteratorType;
 
 impl Session {
@@ -89,15 +90,15 @@ impl Session {
                 refusal.here(error);
             }
         }
-        let reply = match refusal.reply() {
-            Some(refused) => refused,
-            None => {
-                let shard = self.core.shard.borrow();
-                let space = shard.engine.space(many.space_id).expect("planned");
-                CrudReply::Values(crud::finish_many(space, &self.core.crud, many, &items))
-            }
+        if let Some(reason) = refusal.refused() {
+            return encode_log_refused(out, sync, SCHEMA_VERSION, reason);
+        }
+        let values = {
+            let shard = self.core.shard.borrow();
+            let space = shard.engine.space(many.space_id).expect("planned");
+            crud::finish_many(space, &self.core.crud, many, &items)
         };
-        crud::encode_reply(out, sync, SCHEMA_VERSION, &reply);
+        crud::encode_reply(out, sync, SCHEMA_VERSION, &CrudReply::Values(values));
     }
 
     /// A crud call on every core (select, count, min/max, len, truncate): each runs its part
@@ -143,19 +144,14 @@ impl Session {
                 refusal.here(error);
             }
         }
-        let reply = match refusal.reply() {
-            Some(refused) => refused,
-            None => {
-                let shard = self.core.shard.borrow();
-                CrudReply::Values(on_shard::finish_parts(
-                    &shard.engine,
-                    &self.core.crud,
-                    plan,
-                    parts,
-                ))
-            }
+        if let Some(reason) = refusal.refused() {
+            return encode_log_refused(out, sync, SCHEMA_VERSION, reason);
+        }
+        let values = {
+            let shard = self.core.shard.borrow();
+            on_shard::finish_parts(&shard.engine, &self.core.crud, plan, parts)
         };
-        crud::encode_reply(out, sync, SCHEMA_VERSION, &reply);
+        crud::encode_reply(out, sync, SCHEMA_VERSION, &CrudReply::Values(values));
     }
 
     /// Runs the scan on every core (each returns at most offset + limit entries in index
@@ -302,12 +298,9 @@ impl Refusal {
         self.refused = true;
     }
 
-    /// The call's answer if a part was refused: never an acknowledgement.
-    fn reply(&self) -> Option<CrudReply> {
-        match (&self.here, self.refused) {
-            (Some(error), _) => Some(on_shard::wal_refused(error)),
-            (None, true) => Some(on_shard::wal_refused_elsewhere()),
-            (None, false) => None,
-        }
+    /// Whether a part was refused, and then why if this core knows (see
+    /// `encode_log_refused`): such a call is never acknowledged.
+    fn refused(&self) -> Option<Option<&crate::wal::WalError>> {
+        self.refused.then_some(self.here.as_ref())
     }
 }
