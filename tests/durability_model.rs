@@ -24,7 +24,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use tarn::config::{Config, SHIPPED_CONFIG_TOML};
-use tarn::crud::on_shard::execute_on_shard;
+use tarn::crud::plan_and_run;
 use tarn::crud::CrudConfig;
 use tarn::msgpack::{write_array_len, write_map_len, write_str, write_uint};
 use tarn::protocol::client::decode_reply;
@@ -344,7 +344,8 @@ fn run_op(shard: &mut Shard, crud: &CrudConfig, sync: u64, op: &Op, out: &mut Ve
         }),
         crud_op => {
             let (function_name, args) = crud_args(crud_op);
-            return execute_on_shard(shard, crud, sync, SCHEMA_VERSION, function_name, &args, out);
+            let ran = plan_and_run(shard, crud, sync, SCHEMA_VERSION, function_name, &args, out);
+            return Executed::waiting_for(ran.commit);
         }
     };
     shard.execute(sync, SCHEMA_VERSION, &request, None, out)

@@ -126,15 +126,15 @@ pub fn finish_reply(batch: &mut [u8], mark: ReplyMark) {
 }
 
 /// The `(ticket, reply bytes)` entries of a reply batch.
-pub fn replies(batch: &[u8]) -> Replies<'_> {
-    Replies { rest: batch }
+pub fn replies(batch: &[u8]) -> ReplyEntries<'_> {
+    ReplyEntries { rest: batch }
 }
 
-pub struct Replies<'a> {
+pub struct ReplyEntries<'a> {
     rest: &'a [u8],
 }
 
-impl<'a> Iterator for Replies<'a> {
+impl<'a> Iterator for ReplyEntries<'a> {
     type Item = (u32, &'a [u8]);
 
     fn next(&mut self) -> Option<(u32, &'a [u8])> {

@@ -18,8 +18,8 @@
 //!
 //! All integers little-endian.
 
-use crate::crud::on_shard::Part;
 use crate::crud::write::{BatchItem, OpBytes, PointOp};
+use crate::crud::{Part, ShardOps};
 use crate::storage::key::KeyBuf;
 
 /// The status byte of an answer whose WAL rows could not be written.
@@ -27,15 +27,6 @@ pub const WAL_REFUSED: u8 = 0xff;
 
 const STOP_ON_ERROR: u8 = 1;
 const ROLLBACK_ON_ERROR: u8 = 2;
-
-/// A batch of ops for one shard, decoded; the ops borrow their bytes from the message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ops<'a> {
-    pub space_id: u32,
-    pub stop_on_error: bool,
-    pub rollback_on_error: bool,
-    pub ops: Vec<PointOp<'a>>,
-}
 
 fn put_u32(out: &mut Vec<u8>, value: usize) {
     let value = u32::try_from(value).expect("bounded by max_packet_size");
@@ -114,7 +105,8 @@ pub fn encode_ops<'o, 'b: 'o>(
     }
 }
 
-pub fn decode_ops(bytes: &[u8]) -> Ops<'_> {
+/// A batch of ops for one shard, decoded; the ops borrow their bytes from the message.
+pub fn decode_ops(bytes: &[u8]) -> ShardOps<'_> {
     let mut reader = Reader { rest: bytes };
     let space_id = reader.u32() as u32;
     let flags = reader.u8();
@@ -141,7 +133,7 @@ pub fn decode_ops(bytes: &[u8]) -> Ops<'_> {
         });
     }
     reader.end();
-    Ops {
+    ShardOps {
         space_id,
         stop_on_error: flags & STOP_ON_ERROR != 0,
         rollback_on_error: flags & ROLLBACK_ON_ERROR != 0,
@@ -279,7 +271,7 @@ mod tests {
         encode_ops(&mut bytes, 512, true, false, ops.iter());
         assert_eq!(
             decode_ops(&bytes),
-            Ops {
+            ShardOps {
                 space_id: 512,
                 stop_on_error: true,
                 rollback_on_error: false,

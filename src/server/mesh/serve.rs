@@ -6,7 +6,7 @@
 //! What it must not know: how batches are queued and flushed, or the channel ends (that is
 //! [`super::core`]); the byte layouts (that is [`super::batch`] and [`super::crud_payloads`]).
 
-use crate::crud;
+use crate::crud::{self, Answer, CrudConfig, Work};
 use crate::protocol::decode_packet;
 use crate::protocol::request::{Call, Request};
 use crate::server::decoded::{Decoded, DecodedAhead};
@@ -55,7 +55,7 @@ impl Core {
                 let served = self.serve_entry(&mut shard, &entry, decoded, lookup, &mut replies);
                 if let Some((sync, executed)) = served {
                     if let Some(commit) = executed.commit {
-                        unacknowledged.push(Unacknowledged {
+                        unacknowledged.push(ForwardedWrite {
                             ticket: entry.ticket,
                             kind: entry.kind,
                             sync,
@@ -111,7 +111,7 @@ impl Core {
         replies: &mut Vec<u8>,
     ) -> Option<(u64, Executed)> {
         if entry.kind == Kind::CrudOps {
-            return Some((0, serve_crud_ops(shard, entry.packet, replies)));
+            return Some((0, serve_crud_ops(shard, &self.crud, entry.packet, replies)));
         }
         let decoded = decoded.unwrap_or_else(|| match entry.kind {
             Kind::CrudCall => crud::fast_call::decode_packet(entry.packet),
@@ -132,15 +132,18 @@ impl Core {
                 let _ = shard.scan(select, entry.limit as usize, replies);
                 Executed::default()
             }
-            (Kind::CrudCall, Request::Call(call)) => crud::on_shard::execute_on_shard(
-                shard,
-                &self.crud,
-                header.sync,
-                SCHEMA_VERSION,
-                call.function_name,
-                call.args,
-                replies,
-            ),
+            (Kind::CrudCall, Request::Call(call)) => {
+                let ran = crud::plan_and_run(
+                    shard,
+                    &self.crud,
+                    header.sync,
+                    SCHEMA_VERSION,
+                    call.function_name,
+                    call.args,
+                    replies,
+                );
+                Executed::waiting_for(ran.commit)
+            }
             (Kind::CrudPart, Request::Call(call)) => self.serve_crud_part(shard, call, replies),
             _ => {
                 debug_assert!(
@@ -162,22 +165,20 @@ impl Core {
         replies: &mut Vec<u8>,
     ) -> Executed {
         // The accepting core planned the same call, so it plans here too.
-        let part = match crud::plan(&shard.engine, &self.crud, call.function_name, call.args) {
-            Ok(plan) => crud::on_shard::run_part(shard, &plan),
-            Err(_) => Ok(crud::on_shard::Logged {
-                value: crud::on_shard::Part::Done,
+        let ran = match crud::plan(&shard.engine, &self.crud, call.function_name, call.args) {
+            Ok(plan) => crud::run(shard, &self.crud, Work::Part(&plan)),
+            Err(_) => crud::Ran {
+                answer: Answer::Part(crud::Part::Done),
                 commit: None,
+            },
+        };
+        match &ran.answer {
+            Answer::Part(part) => crud_payloads::encode_part(replies, Some(part)),
+            answer => refused(shard, answer, |refused| {
+                crud_payloads::encode_part(replies, refused)
             }),
-        };
-        let (part, commit) = match part {
-            Ok(logged) => (Some(logged.value), logged.commit),
-            Err(error) => {
-                tracing::error!(shard = shard.id, %error, "WAL write refused; the crud call fails");
-                (None, None)
-            }
-        };
-        crud_payloads::encode_part(replies, part.as_ref());
-        Executed::waiting_for(commit)
+        }
+        Executed::waiting_for(ran.commit)
     }
 
     /// A copy of a reply batch where the replies of `failed` writes (by ticket) say that the
@@ -225,7 +226,7 @@ impl Core {
 }
 
 /// A forwarded write whose reply waits for its WAL commit.
-struct Unacknowledged {
+struct ForwardedWrite {
     ticket: u32,
     kind: Kind,
     sync: u64,
@@ -237,22 +238,31 @@ type FailedWrite = (u32, Kind, u64, crate::wal::WalError);
 
 /// This core's share of a `*_many` crud call (its `crud_payloads` ops), answered with the
 /// ops' outcomes.
-fn serve_crud_ops(shard: &mut Shard, packet: &[u8], replies: &mut Vec<u8>) -> Executed {
+fn serve_crud_ops(
+    shard: &mut Shard,
+    config: &CrudConfig,
+    packet: &[u8],
+    replies: &mut Vec<u8>,
+) -> Executed {
     let ops = crud_payloads::decode_ops(packet);
-    let items = crud::on_shard::run_ops(
-        shard,
-        ops.space_id,
-        &ops.ops,
-        ops.stop_on_error,
-        ops.rollback_on_error,
-    );
-    let (items, commit) = match items {
-        Ok(logged) => (Some(logged.value), logged.commit),
-        Err(error) => {
+    let ran = crud::run(shard, config, Work::Ops(&ops));
+    match &ran.answer {
+        Answer::Items(items) => crud_payloads::encode_items(replies, Some(items)),
+        answer => refused(shard, answer, |refused| {
+            crud_payloads::encode_items(replies, refused)
+        }),
+    }
+    Executed::waiting_for(ran.commit)
+}
+
+/// Answers a crud share that did not run with the payload's refusal (`encode(None)`),
+/// logging why when the WAL refused it.
+fn refused<T: ?Sized>(shard: &Shard, answer: &Answer, encode: impl FnOnce(Option<&T>)) {
+    match answer {
+        Answer::Refused(error) => {
             tracing::error!(shard = shard.id, %error, "WAL write refused; the crud call fails");
-            (None, None)
         }
-    };
-    crud_payloads::encode_items(replies, items.as_deref());
-    Executed::waiting_for(commit)
+        other => debug_assert!(false, "a crud share answered {other:?}"),
+    }
+    encode(None);
 }

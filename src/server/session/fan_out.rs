@@ -2,7 +2,7 @@
 //! their answers into one reply.
 
 use super::Session;
-use crate::crud::{self, on_shard, CrudReply, Plan};
+use crate::crud::{self, CrudReply, Plan};
 use crate::msgpack;
 use crate::placement::Destination;
 use crate::protocol::reply::DataReply;
@@ -54,25 +54,22 @@ impl Session {
         let mut items = vec![crud::write::BatchItem::NotPerformed; many.ops.len()];
         let (local, commit) = {
             let mut shard = self.core.shard.borrow_mut();
-            let ops: Vec<_> = positions[me]
-                .iter()
-                .map(|&at| many.ops[at].clone())
-                .collect();
-            let local = on_shard::run_ops(
-                &mut shard,
-                many.space_id,
-                &ops,
-                many.stop_on_error,
-                many.rollback_on_error,
-            );
-            match local {
-                Ok(logged) => (Ok(logged.value), logged.commit),
-                Err(error) => (Err(error), None),
-            }
+            let ops = crud::ShardOps {
+                space_id: many.space_id,
+                stop_on_error: many.stop_on_error,
+                rollback_on_error: many.rollback_on_error,
+                ops: positions[me]
+                    .iter()
+                    .map(|&at| many.ops[at].clone())
+                    .collect(),
+            };
+            let ran = crud::run(&mut shard, &self.core.crud, crud::Work::Ops(&ops));
+            (share_answer(ran.answer), ran.commit)
         };
         let mut refusal = Refusal::default();
         match local {
-            Ok(local) => put_back(&mut items, &positions[me], local),
+            Ok(Share::Items(local)) => put_back(&mut items, &positions[me], local),
+            Ok(_) => debug_assert!(false, "ops answered with a part"),
             Err(error) => refusal.here(error),
         }
         if !slots.is_empty() {
@@ -120,16 +117,15 @@ impl Session {
         }
         let (local, commit) = {
             let mut shard = self.core.shard.borrow_mut();
-            match on_shard::run_part(&mut shard, plan) {
-                Ok(logged) => (Ok(logged.value), logged.commit),
-                Err(error) => (Err(error), None),
-            }
+            let ran = crud::run(&mut shard, &self.core.crud, crud::Work::Part(plan));
+            (share_answer(ran.answer), ran.commit)
         };
         self.inbox.wait().await;
         let mut parts = Vec::with_capacity(self.core.shard_count);
         let mut refusal = Refusal::default();
         match local {
-            Ok(part) => parts.push(part),
+            Ok(Share::Part(part)) => parts.push(part),
+            Ok(_) => debug_assert!(false, "a part answered with items"),
             Err(error) => refusal.here(error),
         }
         for slot in 0..(self.core.shard_count - 1) as u32 {
@@ -149,7 +145,7 @@ impl Session {
         }
         let values = {
             let shard = self.core.shard.borrow();
-            on_shard::finish_parts(&shard.engine, &self.core.crud, plan, parts)
+            crud::finish_parts(&shard.engine, &self.core.crud, plan, parts)
         };
         crud::encode_reply(out, sync, SCHEMA_VERSION, &CrudReply::Values(values));
     }
@@ -277,6 +273,22 @@ impl<'a> Iterator for ScanEntries<'a> {
         let tuple = msgpack::take_value(&mut cursor).ok()?;
         self.rest = cursor;
         Some((key, tuple))
+    }
+}
+
+/// What this core's share of a crud call spread over cores answered.
+enum Share {
+    Items(Vec<crud::write::BatchItem>),
+    Part(crud::Part),
+}
+
+/// A share's [`crud::Answer`]: its items or part, or the log's refusal.
+fn share_answer(answer: crud::Answer) -> Result<Share, crate::wal::WalError> {
+    match answer {
+        crud::Answer::Items(items) => Ok(Share::Items(items)),
+        crud::Answer::Part(part) => Ok(Share::Part(part)),
+        crud::Answer::Refused(error) => Err(error),
+        crud::Answer::Replied => unreachable!("a share is not a whole call"),
     }
 }
 
