@@ -2,7 +2,8 @@
 //! for one shard and their outcomes, and one shard's part of a fanned-out call. (A point op
 //! travels as its CALL packet instead: the owner plans it again and answers with the whole
 //! IPROTO reply.) Pure functions over byte buffers; both ends are the same build, so a
-//! malformed buffer is a bug and asserts.
+//! malformed buffer is a bug and asserts. The contract is docs/format.md, "Messages between
+//! cores", beside the batches ([`super::batch`]) these payloads ride in.
 //!
 //! ```text
 //! ops:     [space_id u32][flags u8: 1 stop_on_error, 2 rollback_on_error][count u32]
