@@ -1,7 +1,7 @@
 //! The per-operation table: each operation as `raw` (the storage API directly), `proto`
 //! (an encoded IPROTO packet through decode, execute and reply encoding, the path a
 //! request takes inside a shard) and, for the crud ops, `crud_<op>` (an IPROTO CALL of
-//! `crud.<op>` through the server's decode (`crud::fast_call::decode_packet`) and `crud::on_shard::execute_on_shard`: plan, apply, logging
+//! `crud.<op>` through the server's decode (`crud::fast_call::decode_packet`) and `crud::plan_and_run`: plan, apply, logging
 //! hook, `{metadata, rows}` reply — the shape of the `proto` rows, which is what a
 //! one-shard server and the owner of a forwarded crud point op run), so the cost the
 //! protocol layer and the crud layer add is visible. No WAL in any row (`wal_mode = none`).
@@ -21,7 +21,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::hint::black_box;
 use tarn::config::Config;
-use tarn::crud::{fast_call, on_shard, CrudConfig};
+use tarn::crud::{self, fast_call, CrudConfig};
 use tarn::msgpack::{write_array_len, write_str, write_uint};
 use tarn::protocol::client;
 use tarn::protocol::decode_packet;
@@ -151,7 +151,8 @@ fn measure_crud(name: &str, shard: &mut Shard, packets: Vec<Vec<u8>>) {
             let tarn::protocol::request::Request::Call(call) = request else {
                 panic!("a CALL")
             };
-            on_shard::execute_on_shard(
+            // No WAL here: nothing to wait for.
+            let _ran = crud::plan_and_run(
                 shard,
                 &config,
                 header.sync,
@@ -178,7 +179,7 @@ fn measure_proto(name: &str, shard: &mut Shard, packets: Vec<Vec<u8>>) {
             out.clear();
             // Skip the 5-byte size prefix the client encoders write.
             let (header, request) = decode_packet(&packet[5..]).expect("decodes");
-            shard.execute(header.sync, 1, &request, &mut out);
+            let _executed = shard.execute(header.sync, 1, &request, None, &mut out);
             black_box(&out);
         },
     );
@@ -459,7 +460,7 @@ fn main() {
             let mut rest = &packets[..];
             while let Ok(Some((packet, used))) = tarn::protocol::frame::split_frame(rest) {
                 let (header, request) = decode_packet(packet).expect("decodes");
-                shard.execute(header.sync, 1, &request, &mut out);
+                let _executed = shard.execute(header.sync, 1, &request, None, &mut out);
                 rest = &rest[used..];
             }
             black_box(&out);

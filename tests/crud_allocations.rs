@@ -2,8 +2,8 @@
 //! a counting global allocator (a slot per test: the tests of this file run in parallel).
 //!
 //! * `crud.get` allocates nothing beyond the reply, which goes into a buffer the caller
-//!   owns and reuses: found or not, key scalar or array, through `execute_on_shard` (a
-//!   one-shard server, the owner of a forwarded call) or `plan` + `run_planned_into` (the
+//!   owns and reuses: found or not, key scalar or array, through `plan_and_run` (a
+//!   one-shard server, the owner of a forwarded call) or `plan` + `run` (the
 //!   accepting core running it locally).
 //! * `crud.delete` allocates nothing either; `crud.update` only the new tuple, as an IPROTO
 //!   UPDATE does; `crud.replace` the stored tuple alone, whether or not the caller sent
@@ -13,7 +13,7 @@
 
 use tarn::config::{Config, SHIPPED_CONFIG_TOML};
 use tarn::counting_allocator::{allocations, register_counter, CountingAllocator};
-use tarn::crud::{self, on_shard, CrudConfig};
+use tarn::crud::{self, CrudConfig};
 use tarn::msgpack::{write_array_len, write_str, write_uint};
 use tarn::protocol::client;
 use tarn::protocol::request::Request;
@@ -91,9 +91,9 @@ fn array_key(id: u64) -> Vec<u8> {
 /// How the call reaches the shard.
 #[derive(Clone, Copy, Debug)]
 enum Path {
-    /// `on_shard::execute_on_shard`: plans and runs in one go.
+    /// `crud::plan_and_run`: plans and runs in one go.
     ExecuteOnShard,
-    /// `crud::plan`, then `on_shard::run_planned_into`: the accepting core's local run.
+    /// `crud::plan`, then `crud::run`: the accepting core's local run.
     PlanThenRun,
 }
 
@@ -103,8 +103,9 @@ fn run(shard: &mut Shard, config: &CrudConfig, path: Path, packet: &[u8], out: &
     let Request::Call(call) = request else {
         panic!("not a CALL")
     };
-    match path {
-        Path::ExecuteOnShard => on_shard::execute_on_shard(
+    // No WAL here: nothing to wait for.
+    let _ran = match path {
+        Path::ExecuteOnShard => crud::plan_and_run(
             shard,
             config,
             header.sync,
@@ -116,9 +117,15 @@ fn run(shard: &mut Shard, config: &CrudConfig, path: Path, packet: &[u8], out: &
         Path::PlanThenRun => {
             let plan =
                 crud::plan(&shard.engine, config, call.function_name, call.args).expect("a plan");
-            on_shard::run_planned_into(shard, config, &plan, header.sync, 1, out);
+            let work = crud::Work::Call {
+                plan: &plan,
+                sync: header.sync,
+                schema_version: 1,
+                out,
+            };
+            crud::run(shard, config, work)
         }
-    }
+    };
 }
 
 /// Allocations per call, over `packets` run twice: the first round warms up what is

@@ -3,10 +3,79 @@
 //! in Tarantool's text form of msgpack (`storage::text`).
 
 use super::*;
+use crate::protocol::ErrorCode;
 use crate::storage::text::msgpack_to_text;
+use crate::storage::Engine;
 use crate::storage::{
     FieldDef, FieldType, IndexDef, IndexKind, KeyDef, KeyPart, SpaceDef, SpaceFormat,
 };
+
+/// Runs a whole crud call on one engine: plan, run, finish. The single-shard case of the
+/// three steps, and what the unit tests drive.
+fn execute_on_engine(
+    engine: &mut Engine,
+    config: &CrudConfig,
+    function_name: &str,
+    args: &[u8],
+) -> CrudReply {
+    let plan = match plan(engine, config, function_name, args) {
+        Ok(plan) => plan,
+        Err(raised) => return CrudReply::Raised(raised),
+    };
+    CrudReply::Values(run_on_engine(engine, config, plan))
+}
+
+fn run_on_engine(engine: &mut Engine, config: &CrudConfig, plan: Plan<'_>) -> Vec<u8> {
+    match plan {
+        Plan::Reply(values) => values,
+        Plan::Point(point) => {
+            let outcome = engine
+                .space_mut(point.space_id)
+                .and_then(|space| write::apply(space, &point.op))
+                .map(|applied| applied.row);
+            let space = engine.space(point.space_id).expect("planned on this space");
+            finish_point(config, space, &point, outcome)
+        }
+        Plan::Many(many) => {
+            let items = write::apply_batch(
+                engine,
+                many.space_id,
+                &many.ops,
+                many.stop_on_error,
+                many.rollback_on_error,
+            );
+            let space = engine.space(many.space_id).expect("planned on this space");
+            finish_many(space, config, &many, &items)
+        }
+        Plan::Select(planned) => {
+            let rows = select::scan_shard(engine, &planned.plan);
+            let space = engine
+                .space(planned.plan.space_id)
+                .expect("planned on this space");
+            finish_select(space, &planned, vec![rows])
+        }
+        Plan::Border { plan, columns } => {
+            let rows = select::scan_shard(engine, &plan);
+            let space = engine.space(plan.space_id).expect("planned on this space");
+            let func = if plan.iterator == crate::storage::IteratorType::Le {
+                Func::Max
+            } else {
+                Func::Min
+            };
+            finish_border(space, func, &plan, &columns, vec![rows])
+        }
+        Plan::Count(plan) => finish_count(config, [select::count_shard(engine, &plan)]),
+        Plan::Len { space_id } => {
+            finish_len(engine.space(space_id).map_or(0, |space| space.len() as u64))
+        }
+        Plan::Truncate { space_id } => {
+            if let Ok(space) = engine.space_mut(space_id) {
+                space.truncate();
+            }
+            finish_truncate()
+        }
+    }
+}
 
 /// JSON text to msgpack, for arguments.
 pub(super) fn json(text: &str) -> Vec<u8> {
@@ -1450,16 +1519,9 @@ fn crud_changes_are_logged_and_recover_exactly() {
             let mut shard = Shard::new(0, engine, wal);
             let mut out = Vec::new();
             for (function, args) in calls {
-                on_shard::execute_on_shard(
-                    &mut shard,
-                    &config(),
-                    1,
-                    1,
-                    function,
-                    &json(args),
-                    &mut out,
-                );
-                if let Some(commit) = shard.take_commit() {
+                let ran =
+                    plan_and_run(&mut shard, &config(), 1, 1, function, &json(args), &mut out);
+                if let Some(commit) = ran.commit {
                     commit.await.expect("durable");
                 }
             }

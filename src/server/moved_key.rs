@@ -1,7 +1,7 @@
 //! The second half of an UPDATE that moves a tuple's primary key: Tarantool answers 3
 //! (ER_TUPLE_FOUND, naming the tuple that holds the key) when the new key is taken and 94
 //! when it is free. The shard that ran the update answers 94 unless it holds the new key
-//! itself (see [`Awaiting::MovedKey`]); when the new key belongs to another shard, the core
+//! itself (see `shard::Executed::moved_key`); when the new key belongs to another shard, the core
 //! that sends the reply asks that shard here, and swaps the 94 for a 3 if the key is taken.
 //!
 //! Only the error path of such an update comes here: a lookup on one other core, with the
@@ -108,11 +108,11 @@ fn holder_in_reply(reply: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// Whether `update`, which another core runs, may change its tuple's primary key, so that
-/// the owner of the new key has to be asked ([`Awaiting::MovedKey`]) before the session's
+/// the owner of the new key has to be asked ([`Executed::moved_key`]) before the session's
 /// next request runs. Only spaces placed by primary key move keys between shards; `core`
 /// is the session's (every core holds the same schema).
 ///
-/// [`Awaiting::MovedKey`]: crate::shard::Awaiting::MovedKey
+/// [`Executed::moved_key`]: crate::shard::Executed::moved_key
 pub fn may_move_key(core: &Core, update: &Update<'_>) -> bool {
     if update.index_id != 0
         || core.shared.catalog.placement(update.space_id) != SpacePlacement::ByPrimaryKey

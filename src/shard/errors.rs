@@ -53,20 +53,27 @@ pub fn encode_storage_error(
     );
 }
 
-/// The reply to a write the WAL refused: `ER_WAL_IO`, never an acknowledgement, and the
-/// write itself already undone.
-pub fn encode_log_refused(out: &mut Vec<u8>, sync: u64, schema_version: u64, error: &WalError) {
-    let message = log_refused_message(error);
+/// The reply to a write the WAL refused, the one place it is built (IPROTO writes, crud
+/// calls, forwarded writes, writes spread over shards): `ER_WAL_IO`, never an
+/// acknowledgement, and the write itself already undone. `reason` is the log's error where
+/// this core's log refused; `None` where another shard's did (that shard logs its reason).
+pub fn encode_log_refused(
+    out: &mut Vec<u8>,
+    sync: u64,
+    schema_version: u64,
+    reason: Option<&WalError>,
+) {
+    let message = log_refused_message(reason);
     reply::encode_error(out, sync, schema_version, ErrorCode::ER_WAL_IO, &message);
 }
 
 /// The text of `ER_WAL_IO` for a write the WAL refused. A flush that failed answers
 /// Tarantool's own words; a log that stopped (or was closed) says why, so the client's
 /// error tells the operator what to fix.
-pub fn log_refused_message(error: &WalError) -> std::borrow::Cow<'static, str> {
+fn log_refused_message(reason: Option<&WalError>) -> std::borrow::Cow<'static, str> {
     const FAILED_TO_WRITE: &str = "Failed to write to disk";
-    match error {
-        WalError::WriteFailed { .. } => std::borrow::Cow::Borrowed(FAILED_TO_WRITE),
-        other => std::borrow::Cow::Owned(format!("{FAILED_TO_WRITE}: {other}")),
+    match reason {
+        None | Some(WalError::WriteFailed { .. }) => std::borrow::Cow::Borrowed(FAILED_TO_WRITE),
+        Some(other) => std::borrow::Cow::Owned(format!("{FAILED_TO_WRITE}: {other}")),
     }
 }

@@ -23,17 +23,10 @@ pub struct Shard {
     pub engine: Engine,
     /// The shard's write-ahead log; `None` with `wal_mode = "none"`.
     pub wal: Option<WalWriter>,
-    /// What the caller of the last `execute` must see to before its reply leaves: the WAL
-    /// commit of a write (acknowledged only once its row is written), or another shard's
-    /// word on a primary key (see [`Awaiting`]).
-    awaiting: Awaiting,
     /// The writes whose rows are not yet durable, for the rollback of a refused one.
     undo: UndoLog,
     /// Reused buffer for the primary key a delete row carries.
     key_scratch: Vec<u8>,
-    /// The fetch-ahead lookup of the request about to be executed, if the pipeline walked
-    /// one (see [`Shard::set_fetched`]); `execute` takes it, so it never outlives its request.
-    fetched: Option<PointTarget>,
     /// Scratch for the work of one batch or one merge (for example the streams of a
     /// fanned-out select). Whoever uses it resets it when done; nothing in it outlives a
     /// synchronous stretch of code, so no await ever sees it.
@@ -115,20 +108,31 @@ impl ScanSink for ArenaBytes<'_> {
     }
 }
 
-/// What a reply [`Shard::execute`] wrote waits on before it may leave.
+/// What the reply [`Shard::execute`] wrote waits on before it may leave. `#[must_use]`: the
+/// compiler, not a convention, makes every caller see to the commit before it replies.
 #[must_use = "a write's reply must wait for its commit"]
-pub enum Awaiting {
-    /// Nothing: the reply is final.
-    Nothing,
-    /// A write's WAL commit: the reply leaves once it is durable.
-    Commit(Commit),
+#[derive(Default)]
+pub struct Executed {
+    /// A write's WAL commit: the reply leaves once it is durable (a refusal replaces it
+    /// with [`errors::encode_log_refused`]).
+    pub commit: Option<Commit>,
     /// An UPDATE answered 94 because its new tuple has another primary key, which this
     /// shard does not hold. Tarantool answers 3 when another tuple holds that key; where
     /// the key belongs to another shard, only that shard can tell (the server asks it).
-    MovedKey(MovedKey),
+    pub moved_key: Option<MovedKey>,
 }
 
-/// See [`Awaiting::MovedKey`].
+impl Executed {
+    /// What waits for `commit` only (if any): a write's reply.
+    pub fn waiting_for(commit: Option<Commit>) -> Executed {
+        Executed {
+            commit,
+            moved_key: None,
+        }
+    }
+}
+
+/// See [`Executed::moved_key`].
 #[derive(Debug)]
 pub struct MovedKey {
     pub space_id: u32,
@@ -144,10 +148,8 @@ impl Shard {
             id,
             engine,
             wal,
-            awaiting: Awaiting::Nothing,
             undo: UndoLog::default(),
             key_scratch: Vec::new(),
-            fetched: None,
             arena: ShardArena::default(),
         }
     }
@@ -172,7 +174,7 @@ impl Shard {
     #[inline]
     pub fn prefetch_step(&self, target: &mut PointTarget) {
         // A finished walk keeps its cursor: where it found the key, the request reads the
-        // entry there (`set_fetched`).
+        // entry there (`execute`'s `fetched`).
         let Some(cursor) = target.cursor.as_mut().filter(|cursor| !cursor.is_done()) else {
             return;
         };
@@ -182,46 +184,21 @@ impl Shard {
         }
     }
 
-    /// Hands the next [`Shard::execute`] the fetch-ahead lookup of its request: a point
-    /// select of that key then reads its entry where the walk found it (checked still
-    /// there) instead of searching from the root. Any other request ignores it.
-    #[inline]
-    pub fn set_fetched(&mut self, lookup: Option<PointTarget>) {
-        self.fetched = lookup;
-    }
-
-    /// The commit of the last write, if it must be awaited before replying.
-    pub fn take_commit(&mut self) -> Option<Commit> {
-        match self.take_awaiting() {
-            Awaiting::Commit(commit) => Some(commit),
-            _ => None,
-        }
-    }
-
-    /// What the reply of the last [`Shard::execute`] waits on; the server's request paths
-    /// take it after every `execute`.
-    #[inline]
-    pub fn take_awaiting(&mut self) -> Awaiting {
-        std::mem::replace(&mut self.awaiting, Awaiting::Nothing)
-    }
-
     /// Executes a data request (select or write) on this shard's slice and appends the
-    /// whole reply packet, success or error, to `out`. A write that needs the WAL leaves
-    /// its commit in [`Shard::take_commit`]. Other request types are the server's.
+    /// whole reply packet, success or error, to `out`; returns what that reply waits on.
+    /// `fetched` is the request's fetch-ahead lookup, if the pipeline walked one: a point
+    /// select of that key then reads its entry where the walk found it (checked still
+    /// there) instead of searching from the root; any other request ignores it. Other
+    /// request types are the server's.
     pub fn execute(
         &mut self,
         sync: u64,
         schema_version: u64,
         request: &Request<'_>,
+        fetched: Option<PointTarget>,
         out: &mut Vec<u8>,
-    ) {
+    ) -> Executed {
         let start = out.len();
-        debug_assert!(
-            matches!(self.awaiting, Awaiting::Nothing),
-            "what a reply awaited was not taken"
-        );
-        // Taken whatever the request: a lookup handed over is for this request only.
-        let fetched = self.fetched.take();
         // What each write answers with is the tuple it logs (UPSERT: nothing), so one
         // tuple handle serves both.
         let (space_id, change, answers_with_tuple) = match request {
@@ -230,7 +207,7 @@ impl Shard {
                     out.truncate(start);
                     errors::encode_storage_error(out, sync, schema_version, &error);
                 }
-                return;
+                return Executed::default();
             }
             Request::Insert(insert) => (
                 insert.space_id,
@@ -270,21 +247,25 @@ impl Shard {
             ),
             _ => {
                 debug_assert!(false, "not a data request: {request:?}");
-                return;
+                return Executed::default();
             }
         };
         let change = match change {
             Ok(change) => change,
             Err(error) => {
                 errors::encode_storage_error(out, sync, schema_version, &error);
-                if let StorageError::CantUpdatePrimaryKey { new_tuple, .. } = error {
-                    self.awaiting = Awaiting::MovedKey(MovedKey {
+                let moved_key = match error {
+                    StorageError::CantUpdatePrimaryKey { new_tuple, .. } => Some(MovedKey {
                         space_id,
                         sync,
                         new_tuple,
-                    });
-                }
-                return;
+                    }),
+                    _ => None,
+                };
+                return Executed {
+                    commit: None,
+                    moved_key,
+                };
             }
         };
         // The reply is written ahead of the log, from the change the log then keeps; if the
@@ -294,19 +275,27 @@ impl Shard {
             data.push_raw(out, tuple.data());
         }
         data.finish(out);
-        if let Err(error) = self.log(space_id, change) {
-            out.truncate(start);
-            errors::encode_log_refused(out, sync, schema_version, &error);
+        match self.log(space_id, change) {
+            Ok(commit) => Executed::waiting_for(commit),
+            Err(error) => {
+                out.truncate(start);
+                errors::encode_log_refused(out, sync, schema_version, Some(&error));
+                Executed::default()
+            }
         }
     }
 
-    /// Appends `change` to the WAL (if there is one) and keeps its commit for
-    /// [`Shard::take_commit`], and its undo until the row is durable. Rows are durable in
-    /// LSN order, so after several calls the kept (last) commit covers every row logged
-    /// since the last take. A row the log refuses at once is undone here, before the error
-    /// returns: the caller only answers it. For writers that change the engine themselves
-    /// (crud) and must log exactly what `execute` would.
-    pub fn log(&mut self, space_id: u32, change: Change) -> std::result::Result<(), WalError> {
+    /// Appends `change` to the WAL (if there is one) and returns its commit (`None` without
+    /// a WAL, or when nothing changed), keeping its undo until the row is durable. Rows are
+    /// durable in LSN order, so of several calls the last commit covers every row logged
+    /// before it. A row the log refuses at once is undone here, before the error returns:
+    /// the caller only answers it. For writers that change the engine themselves (crud) and
+    /// must log exactly what `execute` would.
+    pub fn log(
+        &mut self,
+        space_id: u32,
+        change: Change,
+    ) -> std::result::Result<Option<Commit>, WalError> {
         self.append_to_log(space_id, change)
             .map_err(|(error, refused)| {
                 // The latest write (nothing ran since it), so undoing it alone restores the
@@ -316,24 +305,31 @@ impl Shard {
             })
     }
 
-    /// [`Shard::log`] of several changes made one after another, oldest first; if the log
-    /// refuses one, it and every change after it are undone, newest first (the ones before
-    /// it were appended and share the fate of their flush).
+    /// [`Shard::log`] of several changes made one after another, oldest first, returning
+    /// the last commit (which covers them all); if the log refuses one, it and every change
+    /// after it are undone, newest first (the ones before it were appended and share the
+    /// fate of their flush).
     pub fn log_all(
         &mut self,
         space_id: u32,
         changes: impl IntoIterator<Item = Change>,
-    ) -> std::result::Result<(), WalError> {
+    ) -> std::result::Result<Option<Commit>, WalError> {
         let mut changes = changes.into_iter();
+        let mut last = None;
         while let Some(change) = changes.next() {
-            if let Err((error, refused)) = self.append_to_log(space_id, change) {
-                let mut unlogged: Vec<Change> = std::iter::once(refused).chain(changes).collect();
-                unlogged.reverse();
-                self.undo_refused(space_id, unlogged);
-                return Err(error);
+            match self.append_to_log(space_id, change) {
+                Ok(Some(commit)) => last = Some(commit),
+                Ok(None) => {}
+                Err((error, refused)) => {
+                    let mut unlogged: Vec<Change> =
+                        std::iter::once(refused).chain(changes).collect();
+                    unlogged.reverse();
+                    self.undo_refused(space_id, unlogged);
+                    return Err(error);
+                }
             }
         }
-        Ok(())
+        Ok(last)
     }
 
     /// Appends `change`'s row and keeps its undo; on a refusal hands the change back, not
@@ -343,12 +339,12 @@ impl Shard {
         &mut self,
         space_id: u32,
         change: Change,
-    ) -> std::result::Result<(), (WalError, Change)> {
+    ) -> std::result::Result<Option<Commit>, (WalError, Change)> {
         let Some(wal) = &self.wal else {
             if let Some(old) = change.old {
                 self.engine.retire(old);
             }
-            return Ok(());
+            return Ok(None);
         };
         let appended = match (&change.new, &change.old) {
             (Some(new), _) => wal.append(RowKind::Replace, space_id, new.data()),
@@ -359,15 +355,14 @@ impl Shard {
                 }
                 wal.append(RowKind::Delete, space_id, &self.key_scratch)
             }
-            (None, None) => return Ok(()),
+            (None, None) => return Ok(None),
         };
         match appended {
             Ok(commit) => {
                 self.undo
                     .release_durable(wal.lsn_durable_last(), &mut self.engine);
                 self.undo.push(commit.lsn(), space_id, change);
-                self.awaiting = Awaiting::Commit(commit);
-                Ok(())
+                Ok(Some(commit))
             }
             Err(error) => {
                 // The log said why when it stopped (once, not once per write).

@@ -27,7 +27,7 @@ pub struct PointTarget {
     pub key: u64,
     /// `None` before the walk starts, or when there is no path to walk (a hash index, a
     /// space that is gone). Kept once the walk is done: where it found the key, the request
-    /// reads the entry there (`Shard::set_fetched`).
+    /// reads the entry there (`Shard::execute`'s `fetched`).
     pub cursor: Option<LookupCursor>,
 }
 
@@ -364,9 +364,8 @@ mod tests {
         let (mut fetched_out, mut plain_out) = (Vec::new(), Vec::new());
         for (at, op) in ops.iter().enumerate() {
             let lookup = pipeline.before_running(fetched, at, |ahead| target(fetched, ahead));
-            fetched.set_fetched(lookup);
-            fetched.execute(at as u64, 1, &op.request(), &mut fetched_out);
-            plain.execute(at as u64, 1, &op.request(), &mut plain_out);
+            let _executed = fetched.execute(at as u64, 1, &op.request(), lookup, &mut fetched_out);
+            let _executed = plain.execute(at as u64, 1, &op.request(), None, &mut plain_out);
             assert_eq!(fetched_out, plain_out);
             fetched_out.clear();
             plain_out.clear();

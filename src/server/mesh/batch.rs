@@ -1,5 +1,7 @@
 //! The byte layout of the messages between cores: many requests (or many replies) in one
 //! buffer, so that crossing a core costs one channel message per batch, not per request.
+//! The contract is docs/format.md, "Messages between cores", with the crud payloads
+//! ([`super::crud_payloads`]) they carry.
 //!
 //! Request batch, one entry per request, in the order they were queued:
 //!
@@ -8,7 +10,7 @@
 //! ```
 //!
 //! The packet is an IPROTO packet (header+body), except for [`Kind::CrudOps`], whose
-//! "packet" is `crud::wire` ops.
+//! "packet" is a crud ops payload.
 //!
 //! Reply batch, one entry per request of the batch it answers, in the same order:
 //!
@@ -18,7 +20,7 @@
 //!
 //! The reply bytes are a whole IPROTO reply packet for [`Kind::Execute`] and
 //! [`Kind::CrudCall`], the scan entries of `Shard::scan` for [`Kind::Scan`], and the
-//! `crud::wire` encodings for [`Kind::CrudOps`] and [`Kind::CrudPart`]. Pure functions over
+//! crud payloads for [`Kind::CrudOps`] and [`Kind::CrudPart`]. Pure functions over
 //! byte buffers: no executors here.
 
 /// What the owner does with a request entry.
@@ -32,11 +34,11 @@ pub enum Kind {
     /// Run a crud CALL packet (a point op this core owns) here and answer with the IPROTO
     /// reply.
     CrudCall = 2,
-    /// Run the `crud::wire` ops (this core's share of a `*_many` call) and answer with their
+    /// Run the crud ops payload (this core's share of a `*_many` call) and answer with their
     /// outcomes.
     CrudOps = 3,
     /// Run this core's part of a fanned-out crud CALL packet (select, count, min/max, len,
-    /// truncate) and answer with the `crud::wire` part.
+    /// truncate) and answer with the crud part payload.
     CrudPart = 4,
 }
 
@@ -126,15 +128,15 @@ pub fn finish_reply(batch: &mut [u8], mark: ReplyMark) {
 }
 
 /// The `(ticket, reply bytes)` entries of a reply batch.
-pub fn replies(batch: &[u8]) -> Replies<'_> {
-    Replies { rest: batch }
+pub fn replies(batch: &[u8]) -> ReplyEntries<'_> {
+    ReplyEntries { rest: batch }
 }
 
-pub struct Replies<'a> {
+pub struct ReplyEntries<'a> {
     rest: &'a [u8],
 }
 
-impl<'a> Iterator for Replies<'a> {
+impl<'a> Iterator for ReplyEntries<'a> {
     type Item = (u32, &'a [u8]);
 
     fn next(&mut self) -> Option<(u32, &'a [u8])> {

@@ -6,7 +6,7 @@
 //! answers with the encoded reply inside one reply batch, so a hop changes nothing in what
 //! the client sees.
 //! crud calls ride the same batches (`Kind::Crud*`): a point op as its CALL packet, a
-//! `*_many` call's share as `crud::wire` ops, a fanned-out call's part as its CALL packet;
+//! `*_many` call's share as a crud ops payload, a fanned-out call's part as its CALL packet;
 //! their writes are awaited in the WAL like any other before the reply batch leaves.
 //!
 //! Batching, per peer:

@@ -2,7 +2,8 @@
 //! for one shard and their outcomes, and one shard's part of a fanned-out call. (A point op
 //! travels as its CALL packet instead: the owner plans it again and answers with the whole
 //! IPROTO reply.) Pure functions over byte buffers; both ends are the same build, so a
-//! malformed buffer is a bug and asserts.
+//! malformed buffer is a bug and asserts. The contract is docs/format.md, "Messages between
+//! cores", beside the batches ([`super::batch`]) these payloads ride in.
 //!
 //! ```text
 //! ops:     [space_id u32][flags u8: 1 stop_on_error, 2 rollback_on_error][count u32]
@@ -18,8 +19,8 @@
 //!
 //! All integers little-endian.
 
-use crate::crud::on_shard::Part;
 use crate::crud::write::{BatchItem, OpBytes, PointOp};
+use crate::crud::{Part, ShardOps};
 use crate::storage::key::KeyBuf;
 
 /// The status byte of an answer whose WAL rows could not be written.
@@ -27,15 +28,6 @@ pub const WAL_REFUSED: u8 = 0xff;
 
 const STOP_ON_ERROR: u8 = 1;
 const ROLLBACK_ON_ERROR: u8 = 2;
-
-/// A batch of ops for one shard, decoded; the ops borrow their bytes from the message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Ops<'a> {
-    pub space_id: u32,
-    pub stop_on_error: bool,
-    pub rollback_on_error: bool,
-    pub ops: Vec<PointOp<'a>>,
-}
 
 fn put_u32(out: &mut Vec<u8>, value: usize) {
     let value = u32::try_from(value).expect("bounded by max_packet_size");
@@ -114,7 +106,8 @@ pub fn encode_ops<'o, 'b: 'o>(
     }
 }
 
-pub fn decode_ops(bytes: &[u8]) -> Ops<'_> {
+/// A batch of ops for one shard, decoded; the ops borrow their bytes from the message.
+pub fn decode_ops(bytes: &[u8]) -> ShardOps<'_> {
     let mut reader = Reader { rest: bytes };
     let space_id = reader.u32() as u32;
     let flags = reader.u8();
@@ -141,7 +134,7 @@ pub fn decode_ops(bytes: &[u8]) -> Ops<'_> {
         });
     }
     reader.end();
-    Ops {
+    ShardOps {
         space_id,
         stop_on_error: flags & STOP_ON_ERROR != 0,
         rollback_on_error: flags & ROLLBACK_ON_ERROR != 0,
@@ -279,7 +272,7 @@ mod tests {
         encode_ops(&mut bytes, 512, true, false, ops.iter());
         assert_eq!(
             decode_ops(&bytes),
-            Ops {
+            ShardOps {
                 space_id: 512,
                 stop_on_error: true,
                 rollback_on_error: false,

@@ -6,18 +6,18 @@
 //! What it must not know: how batches are queued and flushed, or the channel ends (that is
 //! [`super::core`]); the byte layouts (that is [`super::batch`] and [`super::crud_payloads`]).
 
-use crate::crud;
+use crate::crud::{self, Answer, CrudConfig, Work};
 use crate::protocol::decode_packet;
-use crate::protocol::request::Request;
+use crate::protocol::request::{Call, Request};
 use crate::server::decoded::{Decoded, DecodedAhead};
 use crate::server::mesh::batch::{self, Kind};
 use crate::server::mesh::core::{Core, Envelope};
+use crate::server::mesh::crud_payloads;
 use crate::server::moved_key;
 use crate::server::schema::SCHEMA_VERSION;
 use crate::shard::errors::encode_log_refused;
-use crate::shard::prefetch::{Ahead, LookupPipeline};
-use crate::shard::Shard;
-use crate::shard::{Awaiting, MovedKey};
+use crate::shard::prefetch::{Ahead, LookupPipeline, PointTarget};
+use crate::shard::{Executed, MovedKey, Shard};
 use std::rc::Rc;
 
 impl Core {
@@ -50,22 +50,21 @@ impl Core {
                         target.map_or(Ahead::Other, Ahead::Lookup)
                     }
                 });
-                shard.set_fetched(lookup);
                 let mark = batch::begin_reply(&mut replies, entry.ticket);
                 let decoded = decoded_ahead.take(at);
-                if let Some(sync) = self.serve_entry(&mut shard, &entry, decoded, &mut replies) {
-                    match shard.take_awaiting() {
-                        Awaiting::Nothing => {}
-                        Awaiting::Commit(commit) => unacknowledged.push(Unacknowledged {
+                let served = self.serve_entry(&mut shard, &entry, decoded, lookup, &mut replies);
+                if let Some((sync, executed)) = served {
+                    if let Some(commit) = executed.commit {
+                        unacknowledged.push(ForwardedWrite {
                             ticket: entry.ticket,
                             kind: entry.kind,
                             sync,
                             commit,
-                        }),
-                        Awaiting::MovedKey(moved) => {
-                            if let Some(owner) = moved_key::owner_to_ask(self, &shard, &moved) {
-                                key_checks.push((entry.ticket, owner, moved));
-                            }
+                        });
+                    }
+                    if let Some(moved) = executed.moved_key {
+                        if let Some(owner) = moved_key::owner_to_ask(self, &shard, &moved) {
+                            key_checks.push((entry.ticket, owner, moved));
                         }
                     }
                 }
@@ -101,28 +100,18 @@ impl Core {
     }
 
     /// Runs one request entry on this core's shard and appends its reply bytes; returns the
-    /// sync its commit (if it wrote) answers for. `decoded` is its packet, if decoded already.
+    /// sync its reply answers for and what the reply waits on. `decoded` is its packet, if
+    /// decoded already; `fetched`, its lookup walked ahead.
     fn serve_entry<'p>(
         &self,
         shard: &mut Shard,
         entry: &batch::RequestEntry<'p>,
         decoded: Option<Decoded<'p>>,
+        fetched: Option<PointTarget>,
         replies: &mut Vec<u8>,
-    ) -> Option<u64> {
+    ) -> Option<(u64, Executed)> {
         if entry.kind == Kind::CrudOps {
-            let ops = crate::server::mesh::crud_payloads::decode_ops(entry.packet);
-            let items = crud::on_shard::run_ops(
-                shard,
-                ops.space_id,
-                &ops.ops,
-                ops.stop_on_error,
-                ops.rollback_on_error,
-            );
-            if let Err(error) = &items {
-                tracing::error!(shard = shard.id, %error, "WAL write refused; the crud call fails");
-            }
-            crate::server::mesh::crud_payloads::encode_items(replies, items.as_deref().ok());
-            return Some(0);
+            return Some((0, serve_crud_ops(shard, &self.crud, entry.packet, replies)));
         }
         let decoded = decoded.unwrap_or_else(|| match entry.kind {
             Kind::CrudCall => crud::fast_call::decode_packet(entry.packet),
@@ -134,42 +123,62 @@ impl Core {
         // back right after narrower stores wrote them (a store-forwarding stall, most of
         // this function's time on cross-core gets).
         let (header, request) = decoded.as_ref().ok()?;
-        match (entry.kind, request) {
+        let executed = match (entry.kind, request) {
             (Kind::Execute, request) => {
-                shard.execute(header.sync, SCHEMA_VERSION, request, replies);
+                shard.execute(header.sync, SCHEMA_VERSION, request, fetched, replies)
             }
             (Kind::Scan, Request::Select(select)) => {
                 // The accepting core checked the same scan, so it cannot fail here.
                 let _ = shard.scan(select, entry.limit as usize, replies);
+                Executed::default()
             }
-            (Kind::CrudCall, Request::Call(call)) => crud::on_shard::execute_on_shard(
-                shard,
-                &self.crud,
-                header.sync,
-                SCHEMA_VERSION,
-                call.function_name,
-                call.args,
-                replies,
-            ),
-            (Kind::CrudPart, Request::Call(call)) => {
-                // The accepting core planned the same call, so it plans here too.
-                let part =
-                    match crud::plan(&shard.engine, &self.crud, call.function_name, call.args) {
-                        Ok(plan) => crud::on_shard::run_part(shard, &plan),
-                        Err(_) => Ok(crate::crud::on_shard::Part::Done),
-                    };
-                if let Err(error) = &part {
-                    tracing::error!(shard = shard.id, %error, "WAL write refused; the crud call fails");
-                }
-                crate::server::mesh::crud_payloads::encode_part(replies, part.as_ref().ok());
+            (Kind::CrudCall, Request::Call(call)) => {
+                let ran = crud::plan_and_run(
+                    shard,
+                    &self.crud,
+                    header.sync,
+                    SCHEMA_VERSION,
+                    call.function_name,
+                    call.args,
+                    replies,
+                );
+                Executed::waiting_for(ran.commit)
             }
-            _ => debug_assert!(
-                false,
-                "request kind {:?} does not fit its packet",
-                entry.kind
-            ),
+            (Kind::CrudPart, Request::Call(call)) => self.serve_crud_part(shard, call, replies),
+            _ => {
+                debug_assert!(
+                    false,
+                    "request kind {:?} does not fit its packet",
+                    entry.kind
+                );
+                Executed::default()
+            }
+        };
+        Some((header.sync, executed))
+    }
+
+    /// This core's part of a fanned-out crud call, answered with its `crud_payloads` part.
+    fn serve_crud_part(
+        &self,
+        shard: &mut Shard,
+        call: &Call<'_>,
+        replies: &mut Vec<u8>,
+    ) -> Executed {
+        // The accepting core planned the same call, so it plans here too.
+        let ran = match crud::plan(&shard.engine, &self.crud, call.function_name, call.args) {
+            Ok(plan) => crud::run(shard, &self.crud, Work::Part(&plan)),
+            Err(_) => crud::Ran {
+                answer: Answer::Part(crud::Part::Done),
+                commit: None,
+            },
+        };
+        match &ran.answer {
+            Answer::Part(part) => crud_payloads::encode_part(replies, Some(part)),
+            answer => refused(shard, answer, |refused| {
+                crud_payloads::encode_part(replies, refused)
+            }),
         }
-        Some(header.sync)
+        Executed::waiting_for(ran.commit)
     }
 
     /// A copy of a reply batch where the replies of `failed` writes (by ticket) say that the
@@ -191,10 +200,10 @@ impl Core {
                 .find(|(replaced_ticket, _)| *replaced_ticket == ticket);
             match (failure, replacement) {
                 (Some((_, Kind::CrudOps | Kind::CrudPart, _, _)), _) => {
-                    rebuilt.push(crate::server::mesh::crud_payloads::WAL_REFUSED)
+                    rebuilt.push(crud_payloads::WAL_REFUSED)
                 }
                 (Some((_, _, sync, error)), _) => {
-                    encode_log_refused(&mut rebuilt, *sync, SCHEMA_VERSION, error)
+                    encode_log_refused(&mut rebuilt, *sync, SCHEMA_VERSION, Some(error))
                 }
                 (None, Some((_, reply))) => rebuilt.extend_from_slice(reply),
                 (None, None) => rebuilt.extend_from_slice(bytes),
@@ -217,7 +226,7 @@ impl Core {
 }
 
 /// A forwarded write whose reply waits for its WAL commit.
-struct Unacknowledged {
+struct ForwardedWrite {
     ticket: u32,
     kind: Kind,
     sync: u64,
@@ -226,3 +235,34 @@ struct Unacknowledged {
 
 /// A forwarded write the log refused: its ticket, kind and sync, and why.
 type FailedWrite = (u32, Kind, u64, crate::wal::WalError);
+
+/// This core's share of a `*_many` crud call (its `crud_payloads` ops), answered with the
+/// ops' outcomes.
+fn serve_crud_ops(
+    shard: &mut Shard,
+    config: &CrudConfig,
+    packet: &[u8],
+    replies: &mut Vec<u8>,
+) -> Executed {
+    let ops = crud_payloads::decode_ops(packet);
+    let ran = crud::run(shard, config, Work::Ops(&ops));
+    match &ran.answer {
+        Answer::Items(items) => crud_payloads::encode_items(replies, Some(items)),
+        answer => refused(shard, answer, |refused| {
+            crud_payloads::encode_items(replies, refused)
+        }),
+    }
+    Executed::waiting_for(ran.commit)
+}
+
+/// Answers a crud share that did not run with the payload's refusal (`encode(None)`),
+/// logging why when the WAL refused it.
+fn refused<T: ?Sized>(shard: &Shard, answer: &Answer, encode: impl FnOnce(Option<&T>)) {
+    match answer {
+        Answer::Refused(error) => {
+            tracing::error!(shard = shard.id, %error, "WAL write refused; the crud call fails");
+        }
+        other => debug_assert!(false, "a crud share answered {other:?}"),
+    }
+    encode(None);
+}

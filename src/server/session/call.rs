@@ -3,7 +3,7 @@
 
 use super::admit::access_denied;
 use super::{Pending, Session, Unacknowledged};
-use crate::crud::{self, on_shard, CrudReply, Plan};
+use crate::crud::{self, CrudReply, Plan};
 use crate::msgpack::{write_str, write_uint};
 use crate::placement::{self, Destination};
 use crate::protocol::reply;
@@ -122,19 +122,14 @@ impl Session {
     /// local IPROTO write.
     pub(super) fn crud_here(&mut self, plan: &Plan, sync: u64, out: &mut Vec<u8>) {
         let start = out.len();
-        let commit = {
-            let mut shard = self.core.shard.borrow_mut();
-            on_shard::run_planned_into(
-                &mut shard,
-                &self.core.crud,
-                plan,
-                sync,
-                SCHEMA_VERSION,
-                out,
-            );
-            shard.take_commit()
+        let work = crud::Work::Call {
+            plan,
+            sync,
+            schema_version: SCHEMA_VERSION,
+            out,
         };
-        if let Some(commit) = commit {
+        let ran = crud::run(&mut self.core.shard.borrow_mut(), &self.core.crud, work);
+        if let Some(commit) = ran.commit {
             self.unacknowledged.push(Unacknowledged {
                 commit,
                 start,

@@ -2,7 +2,7 @@
 //! their answers into one reply.
 
 use super::Session;
-use crate::crud::{self, on_shard, CrudReply, Plan};
+use crate::crud::{self, CrudReply, Plan};
 use crate::msgpack;
 use crate::placement::Destination;
 use crate::protocol::reply::DataReply;
@@ -10,6 +10,7 @@ use crate::protocol::request::Select;
 use crate::server::mesh::batch::Kind;
 use crate::server::mesh::crud_payloads as wire;
 use crate::server::schema::SCHEMA_VERSION;
+use crate::shard::errors::encode_log_refused;
 use crate::storage::IteratorType;
 
 impl Session {
@@ -53,22 +54,22 @@ impl Session {
         let mut items = vec![crud::write::BatchItem::NotPerformed; many.ops.len()];
         let (local, commit) = {
             let mut shard = self.core.shard.borrow_mut();
-            let ops: Vec<_> = positions[me]
-                .iter()
-                .map(|&at| many.ops[at].clone())
-                .collect();
-            let local = on_shard::run_ops(
-                &mut shard,
-                many.space_id,
-                &ops,
-                many.stop_on_error,
-                many.rollback_on_error,
-            );
-            (local, shard.take_commit())
+            let ops = crud::ShardOps {
+                space_id: many.space_id,
+                stop_on_error: many.stop_on_error,
+                rollback_on_error: many.rollback_on_error,
+                ops: positions[me]
+                    .iter()
+                    .map(|&at| many.ops[at].clone())
+                    .collect(),
+            };
+            let ran = crud::run(&mut shard, &self.core.crud, crud::Work::Ops(&ops));
+            (share_answer(ran.answer), ran.commit)
         };
         let mut refusal = Refusal::default();
         match local {
-            Ok(local) => put_back(&mut items, &positions[me], local),
+            Ok(Share::Items(local)) => put_back(&mut items, &positions[me], local),
+            Ok(_) => debug_assert!(false, "ops answered with a part"),
             Err(error) => refusal.here(error),
         }
         if !slots.is_empty() {
@@ -86,15 +87,15 @@ impl Session {
                 refusal.here(error);
             }
         }
-        let reply = match refusal.reply() {
-            Some(refused) => refused,
-            None => {
-                let shard = self.core.shard.borrow();
-                let space = shard.engine.space(many.space_id).expect("planned");
-                CrudReply::Values(crud::finish_many(space, &self.core.crud, many, &items))
-            }
+        if let Some(reason) = refusal.refused() {
+            return encode_log_refused(out, sync, SCHEMA_VERSION, reason);
+        }
+        let values = {
+            let shard = self.core.shard.borrow();
+            let space = shard.engine.space(many.space_id).expect("planned");
+            crud::finish_many(space, &self.core.crud, many, &items)
         };
-        crud::encode_reply(out, sync, SCHEMA_VERSION, &reply);
+        crud::encode_reply(out, sync, SCHEMA_VERSION, &CrudReply::Values(values));
     }
 
     /// A crud call on every core (select, count, min/max, len, truncate): each runs its part
@@ -116,14 +117,15 @@ impl Session {
         }
         let (local, commit) = {
             let mut shard = self.core.shard.borrow_mut();
-            let local = on_shard::run_part(&mut shard, plan);
-            (local, shard.take_commit())
+            let ran = crud::run(&mut shard, &self.core.crud, crud::Work::Part(plan));
+            (share_answer(ran.answer), ran.commit)
         };
         self.inbox.wait().await;
         let mut parts = Vec::with_capacity(self.core.shard_count);
         let mut refusal = Refusal::default();
         match local {
-            Ok(part) => parts.push(part),
+            Ok(Share::Part(part)) => parts.push(part),
+            Ok(_) => debug_assert!(false, "a part answered with items"),
             Err(error) => refusal.here(error),
         }
         for slot in 0..(self.core.shard_count - 1) as u32 {
@@ -138,19 +140,14 @@ impl Session {
                 refusal.here(error);
             }
         }
-        let reply = match refusal.reply() {
-            Some(refused) => refused,
-            None => {
-                let shard = self.core.shard.borrow();
-                CrudReply::Values(on_shard::finish_parts(
-                    &shard.engine,
-                    &self.core.crud,
-                    plan,
-                    parts,
-                ))
-            }
+        if let Some(reason) = refusal.refused() {
+            return encode_log_refused(out, sync, SCHEMA_VERSION, reason);
+        }
+        let values = {
+            let shard = self.core.shard.borrow();
+            crud::finish_parts(&shard.engine, &self.core.crud, plan, parts)
         };
-        crud::encode_reply(out, sync, SCHEMA_VERSION, &reply);
+        crud::encode_reply(out, sync, SCHEMA_VERSION, &CrudReply::Values(values));
     }
 
     /// Runs the scan on every core (each returns at most offset + limit entries in index
@@ -279,6 +276,22 @@ impl<'a> Iterator for ScanEntries<'a> {
     }
 }
 
+/// What this core's share of a crud call spread over cores answered.
+enum Share {
+    Items(Vec<crud::write::BatchItem>),
+    Part(crud::Part),
+}
+
+/// A share's [`crud::Answer`]: its items or part, or the log's refusal.
+fn share_answer(answer: crud::Answer) -> Result<Share, crate::wal::WalError> {
+    match answer {
+        crud::Answer::Items(items) => Ok(Share::Items(items)),
+        crud::Answer::Part(part) => Ok(Share::Part(part)),
+        crud::Answer::Refused(error) => Err(error),
+        crud::Answer::Replied => unreachable!("a share is not a whole call"),
+    }
+}
+
 /// Whether the WAL of some shard refused a part of a crud call that spans shards, and why
 /// when it was this core's (another core logs its own reason; its part only says refused).
 #[derive(Default)]
@@ -297,12 +310,9 @@ impl Refusal {
         self.refused = true;
     }
 
-    /// The call's answer if a part was refused: never an acknowledgement.
-    fn reply(&self) -> Option<CrudReply> {
-        match (&self.here, self.refused) {
-            (Some(error), _) => Some(on_shard::wal_refused(error)),
-            (None, true) => Some(on_shard::wal_refused_elsewhere()),
-            (None, false) => None,
-        }
+    /// Whether a part was refused, and then why if this core knows (see
+    /// `encode_log_refused`): such a call is never acknowledged.
+    fn refused(&self) -> Option<Option<&crate::wal::WalError>> {
+        self.refused.then_some(self.here.as_ref())
     }
 }

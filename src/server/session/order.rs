@@ -35,7 +35,8 @@ impl Session {
         // From the back, so earlier places in `out` stay where they are.
         for (start, end, sync, refusal) in failed.into_iter().rev() {
             let mut error = Vec::new();
-            crate::shard::errors::encode_log_refused(&mut error, sync, SCHEMA_VERSION, &refusal);
+            let reason = Some(&refusal);
+            crate::shard::errors::encode_log_refused(&mut error, sync, SCHEMA_VERSION, reason);
             self.replace_reply(out, start, end, error);
         }
     }
