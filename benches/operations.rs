@@ -1,7 +1,7 @@
 //! The per-operation table: each operation as `raw` (the storage API directly), `proto`
 //! (an encoded IPROTO packet through decode, execute and reply encoding, the path a
 //! request takes inside a shard) and, for the crud ops, `crud_<op>` (an IPROTO CALL of
-//! `crud.<op>` through the server's decode (`crud::fast_call::decode_packet`) and `crud::plan_and_run`: plan, apply, logging
+//! `crud.<op>` through the server's decode (`protocol::crud_call::decode_packet`) and `crud::plan_and_run`: plan, apply, logging
 //! hook, `{metadata, rows}` reply — the shape of the `proto` rows, which is what a
 //! one-shard server and the owner of a forwarded crud point op run), so the cost the
 //! protocol layer and the crud layer add is visible. No WAL in any row (`wal_mode = none`).
@@ -21,9 +21,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::hint::black_box;
 use tarn::config::Config;
-use tarn::crud::{self, fast_call, CrudConfig};
+use tarn::crud::{self, CrudConfig};
 use tarn::msgpack::{write_array_len, write_str, write_uint};
 use tarn::protocol::client;
+use tarn::protocol::crud_call as fast_call;
 use tarn::protocol::decode_packet;
 use tarn::protocol::request::{Select, Update, Upsert};
 use tarn::server::schema;

@@ -99,7 +99,8 @@ enum Path {
 
 fn run(shard: &mut Shard, config: &CrudConfig, path: Path, packet: &[u8], out: &mut Vec<u8>) {
     // Decoded as the server decodes it: crud calls in one pass.
-    let (header, request) = crud::fast_call::decode_packet(packet).expect("a CALL packet");
+    let (header, request) =
+        tarn::protocol::crud_call::decode_packet(packet).expect("a CALL packet");
     let Request::Call(call) = request else {
         panic!("not a CALL")
     };

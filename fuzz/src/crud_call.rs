@@ -2,7 +2,7 @@
 //! generated in crud's shapes (space names, tuples, objects, lists of them, update
 //! operations, select conditions, option maps with crud's option names and values of any
 //! type) or raw. Checked:
-//! * the call framed as a CALL packet: the one-pass crud decoder (`fast_call`) gives what
+//! * the call framed as a CALL packet: the one-pass crud decoder (`protocol::crud_call`) gives what
 //!   the general decoder gives, or, where only it accepts, arguments that are torn;
 //! * `crud::plan` (which tries `fast_plan` first) plans exactly as `plan_general`, and a
 //!   call the one-pass planner takes is planned the same by the general one;
@@ -11,8 +11,9 @@
 
 use super::check::check_space;
 use super::gen::{self, Bytes};
-use tarn::crud::{self, fast_call, fast_plan, CrudConfig, Func};
+use tarn::crud::{self, fast_plan, CrudConfig, Func};
 use tarn::msgpack::{write_array_len, write_map_len, write_str, write_uint};
+use tarn::protocol::crud_call as fast_call;
 use tarn::protocol::decode_packet_general;
 use tarn::storage::{
     Engine, FieldDef, FieldType, IndexDef, KeyDef, KeyPart, SpaceDef, SpaceFormat,

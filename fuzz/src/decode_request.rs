@@ -2,7 +2,7 @@
 //! AUTH scramble checks. Any panic is a bug: this layer faces the network. Every packet is
 //! also decoded by the general decoder alone, which must agree with the one-pass fast paths
 //! tried first — `protocol::decode_packet`'s, and the crud CALL decoder the server's
-//! sessions use (`crud::fast_call::decode_packet`): the same request, or the same
+//! sessions use (`protocol::crud_call::decode_packet`): the same request, or the same
 //! error. The crud decoder leaves arguments that end the packet unmeasured, so it may take
 //! a packet the general one refuses: then only a call with torn arguments, which planning
 //! answers with the general decoder's reply, byte for byte.
@@ -10,7 +10,8 @@
 //! The seeds are framed crud CALLs and a SELECT, which random bytes would take long to
 //! find. fuzz/README.md says how to run it.
 
-use tarn::crud::{self, fast_call, CrudConfig, CrudReply};
+use tarn::crud::{self, CrudConfig, CrudReply};
+use tarn::protocol::crud_call as fast_call;
 use tarn::protocol::header::PacketError;
 use tarn::protocol::{decode_packet, decode_packet_general, frame, request::Request};
 use tarn::storage::Engine;

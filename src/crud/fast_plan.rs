@@ -86,7 +86,7 @@ pub fn plan_point<'a>(
         cursor = rest;
     }
     // The arguments end here, or they are torn (the decoder may leave them unmeasured:
-    // `fast_call`), which the general planner reports.
+    // `protocol::crud_call`), which the general planner reports.
     if !cursor.is_empty() {
         return None;
     }

@@ -27,7 +27,7 @@
 //! merge); [`result`] (`{metadata, rows}` and `fields`); [`error`] (crud's error objects).
 //!
 //! Cost sketch: the common point calls (connector-shaped arguments, no options) are
-//! decoded in one pass ([`fast_call`]) and planned in one pass ([`fast_plan`]), each
+//! decoded in one pass (`protocol::crud_call`) and planned in one pass ([`fast_plan`]), each
 //! falling back to the general path on anything else. A point op borrows its arguments
 //! from the CALL packet and writes its reply from the stored tuple, its metadata copied
 //! from a per-space encoding ([`result::MetadataCache`], found by `Space::instance`); beyond
@@ -41,7 +41,6 @@
 pub mod args;
 pub mod bucket;
 pub mod error;
-pub mod fast_call;
 pub mod fast_plan;
 mod finish;
 pub mod flatten;

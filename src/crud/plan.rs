@@ -11,9 +11,10 @@ use super::error::{self, by_func, CrudError};
 use super::finish::{many_errors, returned_error};
 use super::result::{self, Columns};
 use super::write::{OpBytes, PointOp};
-use super::{args, bucket, fast_call, fast_plan, flatten, mp, select, sites};
+use super::{args, bucket, fast_plan, flatten, mp, select, sites};
 use super::{CrudConfig, Func, ManyPlan, Plan, PointPlan, Raised};
 use crate::msgpack::{write_array_len, write_str};
+use crate::protocol::crud_call;
 use crate::protocol::ErrorCode;
 use crate::storage::{Engine, Space};
 
@@ -90,9 +91,9 @@ pub(super) fn plan_func<'a>(
     func: Func,
     args: &'a [u8],
 ) -> Result<Plan<'a>, Raised> {
-    // The decoder may have left them unmeasured (`fast_call`); its error comes first.
-    if fast_call::is_torn(args) {
-        let error = fast_call::torn_args_error();
+    // The decoder may have left them unmeasured (`protocol::crud_call`); its error comes first.
+    if crud_call::is_torn(args) {
+        let error = crud_call::torn_args_error();
         return Err(Raised {
             code: error.code(),
             message: error.to_string(),

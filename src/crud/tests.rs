@@ -3,6 +3,7 @@
 //! in Tarantool's text form of msgpack (`storage::text`).
 
 use super::*;
+use crate::protocol::crud_call as fast_call;
 use crate::protocol::ErrorCode;
 use crate::storage::text::msgpack_to_text;
 use crate::storage::Engine;

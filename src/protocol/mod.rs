@@ -16,6 +16,7 @@
 //! | module | owns |
 //! | --- | --- |
 //! | [`codes`] | request types, header/body keys, feature ids |
+//! | [`crud_call`] | one pass over the CALL packets crud calls arrive as |
 //! | [`error_code`] | Tarantool error codes and type names |
 //! | [`error`] | [`ProtocolError`] with Tarantool's texts |
 //! | [`greeting`] | the 128-byte greeting |
@@ -35,6 +36,7 @@
 pub mod auth;
 pub mod client;
 pub mod codes;
+pub mod crud_call;
 pub mod error;
 pub mod error_code;
 pub mod fast_decode;

@@ -114,7 +114,7 @@ impl Core {
             return Some((0, serve_crud_ops(shard, &self.crud, entry.packet, replies)));
         }
         let decoded = decoded.unwrap_or_else(|| match entry.kind {
-            Kind::CrudCall => crud::fast_call::decode_packet(entry.packet),
+            Kind::CrudCall => crate::protocol::crud_call::decode_packet(entry.packet),
             _ => decode_packet(entry.packet),
         });
         // The accepting core decoded the same bytes before sending them.

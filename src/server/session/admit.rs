@@ -3,7 +3,6 @@
 //! not serve). It says what is left to do with a request; it runs none of them.
 
 use super::Session;
-use crate::crud;
 use crate::msgpack::write_str;
 use crate::protocol::header::Header;
 use crate::protocol::reply::{self, ErrorEntry};
@@ -81,9 +80,9 @@ impl Session {
         let sync = header.sync;
         let wrong_schema = header.schema_version != 0 && header.schema_version != SCHEMA_VERSION;
         let in_stream = header.stream_id != 0 && !matches!(request, Request::Ping);
-        if (wrong_schema || in_stream) && crud::fast_call::has_torn_args(request) {
+        if (wrong_schema || in_stream) && crate::protocol::crud_call::has_torn_args(request) {
             // The general decoder would have refused the packet before either check.
-            let error = crud::fast_call::torn_args_error();
+            let error = crate::protocol::crud_call::torn_args_error();
             reply::encode_protocol_error(out, sync, SCHEMA_VERSION, &error);
             return false;
         }

@@ -24,9 +24,9 @@ impl Session {
         let function_name = call.function_name;
         let grants = &self.core.shared.users.get(self.user_id).grants;
         if !grants.execute {
-            if crud::fast_call::is_torn(call.args) {
+            if crate::protocol::crud_call::is_torn(call.args) {
                 // The general decoder would have refused the packet before this check.
-                let error = crud::fast_call::torn_args_error();
+                let error = crate::protocol::crud_call::torn_args_error();
                 return reply::encode_protocol_error(out, sync, SCHEMA_VERSION, &error);
             }
             return access_denied(

@@ -36,7 +36,6 @@ mod route;
 
 use admit::Admission;
 
-use crate::crud;
 use crate::placement::{self, Destination};
 use crate::protocol::reply;
 use crate::protocol::request::Request;
@@ -106,7 +105,7 @@ enum Wait {
 /// Decodes a packet: crud calls in one pass; every other packet the protocol's way.
 #[inline(always)]
 fn decode(packet: &[u8]) -> Decoded<'_> {
-    crud::fast_call::decode_packet(packet)
+    crate::protocol::crud_call::decode_packet(packet)
 }
 
 /// A reply that another core will send: it goes into `out` at `at`.

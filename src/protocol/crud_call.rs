@@ -1,6 +1,7 @@
 //! A single-pass decoder for the packets crud calls arrive as: a CALL (not CALL_16) whose
 //! header is a fixmap of the keys the server reads and whose body is `{FUNCTION_NAME,
-//! TUPLE}` (either order), the name one of crud's functions.
+//! TUPLE}` (either order), the name one of crud's functions ([`CRUD_FUNCTION_NAMES`]).
+//! Wire knowledge, so it lives in `protocol`: what crud makes of the call is `crud`'s.
 //!
 //! Such a packet costs the general decoder a header decode in [`crate::protocol`]'s fast
 //! path, a second one in its general path, a generic body map walk, the UTF-8 check of
@@ -10,7 +11,7 @@
 //! **The arguments are not measured when they end the packet**, as every connector writes
 //! them (`TUPLE` after `FUNCTION_NAME`): `args` is then the rest of the packet, which may
 //! be torn or carry trailing bytes. Planning walks the arguments whole anyway, so it
-//! checks them there (`plan_point` consumes them exactly or gives up; the general planner
+//! checks them there (`crud`'s `plan_point` consumes them exactly or gives up; the general planner
 //! checks them first), and answers a torn one with the error this decoder would have
 //! ([`torn_args_error`]). Measuring them here too cost a crud insert about 6% of its
 //! time. A caller that answers a call with an error before planning it (a wrong schema
@@ -22,8 +23,6 @@
 //! they carry come from one place. When the general decoder accepts a packet, this one's
 //! result is exactly the same (see the property tests in `crud::tests`).
 
-use super::mp;
-use super::Func;
 use crate::msgpack::leading_uint;
 use crate::protocol::codes::{body_key, header_key, request_type};
 use crate::protocol::error::{invalid_msgpack, ProtocolError};
@@ -106,15 +105,15 @@ fn body(body: &[u8]) -> Option<Call<'_>> {
     }
     Some(Call {
         // The same text as the packet's: the name matched it byte for byte.
-        function_name: func?.name(),
+        function_name: func?,
         args: args?,
         is_call_16: false,
     })
 }
 
-/// A fixstr or str8 naming one of crud's functions.
+/// A fixstr or str8 naming one of crud's functions; the name, as a static string.
 #[inline(always)]
-fn function(buf: &mut &[u8]) -> Option<Func> {
+fn function(buf: &mut &[u8]) -> Option<&'static str> {
     let (&marker, rest) = buf.split_first()?;
     let (len, rest) = match marker {
         0xa0..=0xbf => (usize::from(marker & 0x1f), rest),
@@ -125,9 +124,72 @@ fn function(buf: &mut &[u8]) -> Option<Func> {
         _ => return None,
     };
     let name = rest.get(..len)?;
-    let func = Func::from_name_bytes(name)?;
+    let func = crud_function_name(name)?;
     *buf = &rest[len..];
     Some(func)
+}
+
+/// The names of the crud functions a CALL may name (tarantool/crud's API).
+pub const CRUD_FUNCTION_NAMES: [&str; 24] = [
+    "crud.insert",
+    "crud.insert_object",
+    "crud.insert_many",
+    "crud.insert_object_many",
+    "crud.replace",
+    "crud.replace_object",
+    "crud.replace_many",
+    "crud.replace_object_many",
+    "crud.upsert",
+    "crud.upsert_object",
+    "crud.upsert_many",
+    "crud.upsert_object_many",
+    "crud.update",
+    "crud.delete",
+    "crud.get",
+    "crud.select",
+    "crud.pairs",
+    "crud.count",
+    "crud.len",
+    "crud.min",
+    "crud.max",
+    "crud.truncate",
+    "crud.storage_info",
+    "crud.stats",
+];
+
+/// The one of [`CRUD_FUNCTION_NAMES`] that `name` spells, byte for byte; needs no UTF-8
+/// check first (every name that matches is ASCII).
+#[inline(always)]
+pub fn crud_function_name(name: &[u8]) -> Option<&'static str> {
+    // A match on the bytes compiles to a switch on the length, then compares.
+    let at = match name.strip_prefix(b"crud.")? {
+        b"insert" => 0,
+        b"insert_object" => 1,
+        b"insert_many" => 2,
+        b"insert_object_many" => 3,
+        b"replace" => 4,
+        b"replace_object" => 5,
+        b"replace_many" => 6,
+        b"replace_object_many" => 7,
+        b"upsert" => 8,
+        b"upsert_object" => 9,
+        b"upsert_many" => 10,
+        b"upsert_object_many" => 11,
+        b"update" => 12,
+        b"delete" => 13,
+        b"get" => 14,
+        b"select" => 15,
+        b"pairs" => 16,
+        b"count" => 17,
+        b"len" => 18,
+        b"min" => 19,
+        b"max" => 20,
+        b"truncate" => 21,
+        b"storage_info" => 22,
+        b"stats" => 23,
+        _ => return None,
+    };
+    Some(CRUD_FUNCTION_NAMES[at])
 }
 
 /// A whole array value, header included.
@@ -136,7 +198,7 @@ fn array<'a>(buf: &mut &'a [u8]) -> Option<&'a [u8]> {
     if !starts_with_array(buf) {
         return None;
     }
-    mp::take(buf)
+    crate::msgpack::take_value(buf).ok()
 }
 
 #[inline(always)]
@@ -155,7 +217,7 @@ pub fn torn_args_error() -> ProtocolError {
 /// arguments the general decoder decoded.
 pub fn is_torn(args: &[u8]) -> bool {
     let mut rest = args;
-    mp::take(&mut rest).is_none() || !rest.is_empty()
+    crate::msgpack::take_value(&mut rest).is_err() || !rest.is_empty()
 }
 
 /// [`is_torn`] of a request's arguments, if it is a call: for a caller about to answer a
