@@ -154,13 +154,6 @@ impl Shard {
         }
     }
 
-    /// [`PointTarget::of`] the request's target, for the batch loop in `server::mesh`
-    /// until it computes the target itself.
-    #[inline]
-    pub fn point_target(&self, request: &Request<'_>) -> Option<PointTarget> {
-        PointTarget::of(&request.target(), &self.engine)
-    }
-
     /// Starts fetching `target`'s lookup ahead; no effect on any result.
     #[inline]
     pub fn prefetch_start(&self, target: &mut PointTarget) {

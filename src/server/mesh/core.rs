@@ -58,7 +58,12 @@ const SPARE_BUFFER_BYTES_MAX: usize = 1024 * 1024;
 /// What crosses between cores: a batch of requests, the batch of their replies, or a client
 /// connection handed over to be served there.
 pub enum Envelope {
-    Requests(Vec<u8>),
+    /// Requests routed to `owner` (by `placement::route` on the sending core), which asserts
+    /// on arrival that it is that core.
+    Requests {
+        owner: usize,
+        batch: Vec<u8>,
+    },
     Replies(Vec<u8>),
     Connection(OwnedFd),
 }
@@ -240,7 +245,10 @@ impl Core {
             glommio::spawn_local(async move {
                 while let Ok(Some(envelope)) = receivers.recv_from(peer).await {
                     match envelope {
-                        Envelope::Requests(batch) => core.serve_batch(peer, batch),
+                        Envelope::Requests { owner, batch } => {
+                            assert_eq!(owner, core.id, "a batch for core {owner} arrived here");
+                            core.serve_batch(peer, batch)
+                        }
                         Envelope::Replies(batch) => core.deliver_replies(batch),
                         Envelope::Connection(socket) => core.receive_connection(socket),
                     }
@@ -342,7 +350,13 @@ impl Core {
             return;
         }
         self.count(|stats| stats.request_batches_sent += 1);
-        self.send(peer, Envelope::Requests(open));
+        self.send(
+            peer,
+            Envelope::Requests {
+                owner: peer,
+                batch: open,
+            },
+        );
     }
 
     /// Sends without waiting: a full channel puts the message on the peer's backlog, which

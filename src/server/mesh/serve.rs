@@ -7,6 +7,7 @@
 //! [`super::core`]); the byte layouts (that is [`super::batch`] and [`super::crud_payloads`]).
 
 use crate::crud::{self, Answer, CrudConfig, Work};
+use crate::placement::{self, Destination};
 use crate::protocol::decode_packet;
 use crate::protocol::request::{Call, Request};
 use crate::server::decoded::{Decoded, DecodedAhead};
@@ -45,7 +46,7 @@ impl Core {
                         let target = decoded
                             .as_ref()
                             .ok()
-                            .and_then(|(_, r)| shard.point_target(r));
+                            .and_then(|(_, r)| PointTarget::of(&r.target(), &shard.engine));
                         decoded_ahead.keep(at, entry_at, decoded);
                         target.map_or(Ahead::Other, Ahead::Lookup)
                     }
@@ -125,6 +126,7 @@ impl Core {
         let (header, request) = decoded.as_ref().ok()?;
         let executed = match (entry.kind, request) {
             (Kind::Execute, request) => {
+                self.debug_assert_owned(request);
                 shard.execute(header.sync, SCHEMA_VERSION, request, fetched, replies)
             }
             (Kind::Scan, Request::Select(select)) => {
@@ -179,6 +181,16 @@ impl Core {
             }),
         }
         Executed::waiting_for(ran.commit)
+    }
+
+    /// The sending core routed `request` here: this core owns its data. Checked in debug
+    /// builds only: a release build routes each request once, where it was decoded.
+    fn debug_assert_owned(&self, request: &Request<'_>) {
+        debug_assert_eq!(
+            placement::route_request(request, &self.shared.catalog, self.id()),
+            Destination::Here,
+            "a request another core owns was sent here"
+        );
     }
 
     /// A copy of a reply batch where the replies of `failed` writes (by ticket) say that the
