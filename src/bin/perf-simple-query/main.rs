@@ -221,3 +221,17 @@ fn print_counter_notes(progress: &LoadProgress, scope: Scope) {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tarn::counting_allocator::allocations;
+
+    /// The `allocs/op` column counts through the allocator installed above.
+    #[test]
+    fn counts_a_box() {
+        let before = allocations();
+        let boxed = std::hint::black_box(Box::new([7u8; 100]));
+        assert!(allocations() > before);
+        drop(boxed);
+    }
+}
