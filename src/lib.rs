@@ -69,9 +69,6 @@ pub mod config;
 pub mod counting_allocator;
 pub mod crud;
 pub mod msgpack;
-// issue 20: lints applied after the rewrite lands (checksum.rs's unsafe fn wants a
-// `# Safety` doc, and the allow belongs on `mod checksum`)
-#[allow(unsafe_code, clippy::unwrap_used)]
 pub mod placement;
 pub mod protocol;
 pub mod server;

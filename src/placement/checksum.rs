@@ -31,6 +31,11 @@ pub fn crc32c(bytes: &[u8]) -> u32 {
     crc32c_append(0, bytes)
 }
 
+/// The same checksum as [`append_by_table`], by the SSE4.2 `crc32` instruction.
+///
+/// # Safety
+/// The CPU must have SSE4.2 (`is_x86_feature_detected!("sse4.2")`): the function is
+/// compiled for it, and running it elsewhere is undefined behaviour.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "sse4.2")]
 unsafe fn append_by_instruction(crc: u32, bytes: &[u8]) -> u32 {

@@ -59,8 +59,6 @@ pub mod connection;
 pub mod data_dir;
 pub mod decoded;
 pub mod durability;
-// issue 20: lints applied after the rewrite lands
-#[allow(unsafe_code, clippy::unwrap_used)]
 pub mod layout;
 mod limits;
 pub mod listen;

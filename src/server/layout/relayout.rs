@@ -45,11 +45,7 @@ pub(super) fn crash_here_if_asked(step: Step) {
         step = step.name(),
         "{TEST_CRASH_AT_ENV}: killing the process (test hook)"
     );
-    // SAFETY: kill(2) on our own pid; SIGKILL cannot be caught, so nothing runs after it.
-    unsafe {
-        libc::kill(libc::getpid(), libc::SIGKILL);
-    }
-    std::process::abort();
+    crate::server::os::process::kill_self();
 }
 
 /// What the rows of one new shard are, gathered from every old shard.
