@@ -22,6 +22,15 @@
 //! [`Kind::CrudCall`], the scan entries of `Shard::scan` for [`Kind::Scan`], and the
 //! crud payloads for [`Kind::CrudOps`] and [`Kind::CrudPart`]. Pure functions over
 //! byte buffers: no executors here.
+//!
+//! A reply the u32 length cannot hold (a scan or crud part over 4 GiB, which a client can
+//! ask for) is not sent: [`finish_reply`] turns its entry into the *too long* marker, the
+//! reserved length [`TOO_LONG`] followed by the size it had, and [`replies`] yields it as
+//! [`EntryTooLong`], so the accepting core can answer the client with an error instead:
+//!
+//! ```text
+//! [ticket u32 LE][u32::MAX][reply's size u64 LE]
+//! ```
 
 /// What the owner does with a request entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +54,34 @@ pub enum Kind {
 const REQUEST_HEADER_BYTES: usize = 1 + 4 + 4 + 4;
 const REPLY_HEADER_BYTES: usize = 4 + 4;
 
+/// The reply length that marks a too-long entry; no reply is this long.
+pub const TOO_LONG: u32 = u32::MAX;
+
+/// A reply entry's bytes that its u32 length cannot hold: it travels as the too-long marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "Failed to allocate {bytes} bytes in a reply batch between cores for one reply \
+     (its length field holds at most {max} bytes): ask for fewer rows, with a limit",
+    max = TOO_LONG - 1
+)]
+pub struct EntryTooLong {
+    pub bytes: u64,
+}
+
+impl EntryTooLong {
+    /// The ER_MEMORY_ISSUE reply the client gets instead of the reply that did not fit.
+    #[cold]
+    pub fn encode_reply(&self, out: &mut Vec<u8>, sync: u64, schema_version: u64) {
+        crate::protocol::reply::encode_error(
+            out,
+            sync,
+            schema_version,
+            crate::protocol::error_code::ErrorCode::ER_MEMORY_ISSUE,
+            &self.to_string(),
+        );
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RequestEntry<'a> {
     pub kind: Kind,
@@ -54,7 +91,10 @@ pub struct RequestEntry<'a> {
 }
 
 pub fn push_request(batch: &mut Vec<u8>, kind: Kind, ticket: u32, limit: u32, packet: &[u8]) {
-    let packet_len = u32::try_from(packet.len()).expect("packets are bounded by max_packet_size");
+    let packet_len = u32::try_from(packet.len()).expect(
+        "packets are bounded by max_packet_size, which server::limits asserts at compile \
+         time fits u32 (MAX_PACKET_SIZE_BYTES_MAX <= u32::MAX)",
+    );
     batch.push(kind as u8);
     batch.extend_from_slice(&ticket.to_le_bytes());
     batch.extend_from_slice(&limit.to_le_bytes());
@@ -120,14 +160,64 @@ pub fn begin_reply(batch: &mut Vec<u8>, ticket: u32) -> ReplyMark {
     ReplyMark { at }
 }
 
-pub fn finish_reply(batch: &mut [u8], mark: ReplyMark) {
+/// Writes the length of the reply entry at `mark`. A reply its length cannot hold is
+/// dropped and the entry becomes the too-long marker: the batch stays well-formed, and the
+/// caller may answer with an error instead ([`reopen_too_long`]).
+pub fn finish_reply(batch: &mut Vec<u8>, mark: ReplyMark) -> Result<(), EntryTooLong> {
     let start = mark.at + REPLY_HEADER_BYTES;
     assert!(batch.len() >= start, "reply mark past the batch end");
-    let len = u32::try_from(batch.len() - start).expect("a reply fits in u32 bytes");
-    batch[mark.at + 4..start].copy_from_slice(&len.to_le_bytes());
+    match reply_length(batch.len() - start) {
+        Ok(len) => {
+            batch[mark.at + 4..start].copy_from_slice(&len.to_le_bytes());
+            Ok(())
+        }
+        Err(too_long) => {
+            finish_too_long(batch, mark, too_long);
+            Err(too_long)
+        }
+    }
 }
 
-/// The `(ticket, reply bytes)` entries of a reply batch.
+/// The length field for a reply of `bytes`; apart from [`finish_reply`] so that a test can
+/// ask about a length it cannot allocate.
+fn reply_length(bytes: usize) -> Result<u32, EntryTooLong> {
+    match u32::try_from(bytes) {
+        Ok(len) if len != TOO_LONG => Ok(len),
+        _ => Err(EntryTooLong {
+            bytes: bytes as u64,
+        }),
+    }
+}
+
+/// Makes the entry at `mark` the too-long marker, as [`finish_reply`] does for a reply that
+/// does not fit (a rebuilt batch copies one this way), dropping whatever was written.
+#[cold]
+pub fn finish_too_long(batch: &mut Vec<u8>, mark: ReplyMark, too_long: EntryTooLong) {
+    batch.truncate(mark.at + 4);
+    batch.extend_from_slice(&TOO_LONG.to_le_bytes());
+    batch.extend_from_slice(&too_long.bytes.to_le_bytes());
+}
+
+/// Opens again the too-long entry that [`finish_reply`] just left at the end of `batch`, for
+/// a reply that says so instead (an error reply packet).
+pub fn reopen_too_long(batch: &mut Vec<u8>) -> ReplyMark {
+    let too_long_entry_bytes = REPLY_HEADER_BYTES + 8;
+    assert!(
+        batch.len() >= too_long_entry_bytes,
+        "no too-long entry to reopen"
+    );
+    let at = batch.len() - too_long_entry_bytes;
+    assert_eq!(
+        read_u32(&batch[at + 4..]),
+        TOO_LONG,
+        "no too-long entry to reopen"
+    );
+    batch.truncate(at + REPLY_HEADER_BYTES);
+    ReplyMark { at }
+}
+
+/// The `(ticket, reply bytes)` entries of a reply batch; a too-long entry's are its
+/// [`EntryTooLong`].
 pub fn replies(batch: &[u8]) -> ReplyEntries<'_> {
     ReplyEntries { rest: batch }
 }
@@ -137,20 +227,30 @@ pub struct ReplyEntries<'a> {
 }
 
 impl<'a> Iterator for ReplyEntries<'a> {
-    type Item = (u32, &'a [u8]);
+    type Item = (u32, Result<&'a [u8], EntryTooLong>);
 
-    fn next(&mut self) -> Option<(u32, &'a [u8])> {
+    fn next(&mut self) -> Option<Self::Item> {
         if self.rest.is_empty() {
             return None;
         }
         assert!(self.rest.len() >= REPLY_HEADER_BYTES, "torn reply batch");
         let ticket = read_u32(self.rest);
-        let len = read_u32(&self.rest[4..]) as usize;
+        let len = read_u32(&self.rest[4..]);
+        if len == TOO_LONG {
+            let end = REPLY_HEADER_BYTES + 8;
+            assert!(self.rest.len() >= end, "torn reply batch");
+            let mut size = [0; 8];
+            size.copy_from_slice(&self.rest[REPLY_HEADER_BYTES..end]);
+            self.rest = &self.rest[end..];
+            let bytes = u64::from_le_bytes(size);
+            return Some((ticket, Err(EntryTooLong { bytes })));
+        }
+        let len = len as usize;
         let end = REPLY_HEADER_BYTES + len;
         assert!(self.rest.len() >= end, "torn reply batch");
         let bytes = &self.rest[REPLY_HEADER_BYTES..end];
         self.rest = &self.rest[end..];
-        Some((ticket, bytes))
+        Some((ticket, Ok(bytes)))
     }
 }
 
@@ -190,11 +290,71 @@ mod tests {
         let mut batch = Vec::new();
         let mark = begin_reply(&mut batch, 3);
         batch.extend_from_slice(b"hello");
-        finish_reply(&mut batch, mark);
+        assert_eq!(finish_reply(&mut batch, mark), Ok(()));
         let mark = begin_reply(&mut batch, 1);
-        finish_reply(&mut batch, mark);
+        assert_eq!(finish_reply(&mut batch, mark), Ok(()));
         let entries: Vec<_> = replies(&batch).collect();
-        assert_eq!(entries, vec![(3, &b"hello"[..]), (1, &b""[..])]);
+        assert_eq!(entries, vec![(3, Ok(&b"hello"[..])), (1, Ok(&b""[..]))]);
+    }
+
+    #[test]
+    fn a_reply_length_holds_up_to_one_less_than_the_marker() {
+        assert_eq!(reply_length(0), Ok(0));
+        assert_eq!(reply_length(TOO_LONG as usize - 1), Ok(TOO_LONG - 1));
+        assert_eq!(
+            reply_length(TOO_LONG as usize),
+            Err(EntryTooLong {
+                bytes: u64::from(TOO_LONG)
+            })
+        );
+        assert_eq!(
+            reply_length(5_000_000_000),
+            Err(EntryTooLong {
+                bytes: 5_000_000_000
+            })
+        );
+    }
+
+    #[test]
+    fn a_too_long_entry_is_read_back_between_others() {
+        let too_long = EntryTooLong {
+            bytes: 5_000_000_000,
+        };
+        let mut batch = Vec::new();
+        let mark = begin_reply(&mut batch, 1);
+        batch.extend_from_slice(b"a");
+        assert_eq!(finish_reply(&mut batch, mark), Ok(()));
+        let mark = begin_reply(&mut batch, 2);
+        batch.extend_from_slice(b"dropped");
+        finish_too_long(&mut batch, mark, too_long);
+        let mark = begin_reply(&mut batch, 3);
+        batch.extend_from_slice(b"c");
+        assert_eq!(finish_reply(&mut batch, mark), Ok(()));
+        let entries: Vec<_> = replies(&batch).collect();
+        assert_eq!(
+            entries,
+            vec![(1, Ok(&b"a"[..])), (2, Err(too_long)), (3, Ok(&b"c"[..]))]
+        );
+    }
+
+    #[test]
+    fn a_reopened_too_long_entry_takes_another_reply() {
+        let mut batch = Vec::new();
+        let mark = begin_reply(&mut batch, 9);
+        finish_too_long(&mut batch, mark, EntryTooLong { bytes: 1 << 33 });
+        let mark = reopen_too_long(&mut batch);
+        EntryTooLong { bytes: 1 << 33 }.encode_reply(&mut batch, 5, 1);
+        assert_eq!(finish_reply(&mut batch, mark), Ok(()));
+        let entries: Vec<_> = replies(&batch).collect();
+        assert_eq!(entries.len(), 1);
+        let (ticket, reply) = entries[0];
+        let reply = reply.expect("an error reply fits");
+        assert_eq!(ticket, 9);
+        let message = String::from_utf8_lossy(reply);
+        assert!(
+            message.contains("Failed to allocate 8589934592 bytes in a reply batch"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! Single-threaded (both sides live on one core): `RefCell`, no atomics. Nothing here
 //! allocates once the buffers have grown to the session's usual pipeline depth.
 
+use crate::server::mesh::batch::EntryTooLong;
 use std::cell::{Ref, RefCell};
 use std::future::Future;
 use std::task::{Poll, Waker};
@@ -22,6 +23,8 @@ struct Span {
 struct State {
     bytes: Vec<u8>,
     spans: Vec<Span>,
+    /// The slots answered with a too-long marker (their spans are empty); rare, so a list.
+    too_long: Vec<(u32, EntryTooLong)>,
     outstanding: usize,
     waker: Option<Waker>,
 }
@@ -54,12 +57,19 @@ impl Inbox {
         assert_eq!(span.len, NOT_ARRIVED, "slot {slot} answered twice");
         *span = Span { start, len };
         state.bytes.extend_from_slice(reply);
-        state.outstanding -= 1;
-        if state.outstanding == 0 {
-            if let Some(waker) = state.waker.take() {
-                waker.wake();
-            }
-        }
+        arrived(&mut state);
+    }
+
+    /// Stores for `slot` that its reply was too long to send ([`Replies::part`] says so).
+    #[cold]
+    pub fn deliver_too_long(&self, slot: u32, too_long: EntryTooLong) {
+        let mut state = self.state.borrow_mut();
+        let start = u32::try_from(state.bytes.len()).expect("inbox under 4 GiB");
+        let span = &mut state.spans[slot as usize];
+        assert_eq!(span.len, NOT_ARRIVED, "slot {slot} answered twice");
+        *span = Span { start, len: 0 };
+        state.too_long.push((slot, too_long));
+        arrived(&mut state);
     }
 
     pub fn outstanding(&self) -> usize {
@@ -94,6 +104,7 @@ impl Inbox {
         assert_eq!(state.outstanding, 0, "inbox cleared with replies in flight");
         state.bytes.clear();
         state.spans.clear();
+        state.too_long.clear();
     }
 
     /// Bytes the buffers hold (their capacity).
@@ -116,6 +127,17 @@ impl Inbox {
     }
 }
 
+/// One more slot answered: wakes the waiter when it was the last one missing.
+#[inline]
+fn arrived(state: &mut State) {
+    state.outstanding -= 1;
+    if state.outstanding == 0 {
+        if let Some(waker) = state.waker.take() {
+            waker.wake();
+        }
+    }
+}
+
 pub struct Replies<'a> {
     state: Ref<'a, State>,
 }
@@ -124,6 +146,15 @@ impl Replies<'_> {
     pub fn get(&self, slot: u32) -> &[u8] {
         let span = self.state.spans[slot as usize];
         &self.state.bytes[span.start as usize..(span.start + span.len) as usize]
+    }
+
+    /// The reply for `slot` of a part a core sent (a scan's or a crud call's), which may have
+    /// been too long to send.
+    pub fn part(&self, slot: u32) -> Result<&[u8], EntryTooLong> {
+        match self.state.too_long.iter().find(|(at, _)| *at == slot) {
+            Some((_, too_long)) => Err(*too_long),
+            None => Ok(self.get(slot)),
+        }
     }
 }
 
@@ -148,6 +179,24 @@ mod tests {
         drop(replies);
         inbox.clear();
         assert_eq!(inbox.reserve(), 0);
+    }
+
+    #[test]
+    fn a_too_long_part_is_told_apart_until_cleared() {
+        let inbox = Inbox::default();
+        let a = inbox.reserve();
+        let b = inbox.reserve();
+        let too_long = EntryTooLong { bytes: 1 << 32 };
+        inbox.deliver_too_long(a, too_long);
+        inbox.deliver(b, b"fits");
+        let replies = inbox.replies();
+        assert_eq!(replies.part(a), Err(too_long));
+        assert_eq!(replies.part(b), Ok(&b"fits"[..]));
+        drop(replies);
+        inbox.clear();
+        let c = inbox.reserve();
+        inbox.deliver(c, b"");
+        assert_eq!(inbox.replies().part(c), Ok(&b""[..]));
     }
 
     #[test]

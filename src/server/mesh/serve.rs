@@ -9,9 +9,10 @@
 use crate::crud::{self, Answer, CrudConfig, Work};
 use crate::placement::{self, Destination};
 use crate::protocol::decode_packet;
+use crate::protocol::header::decode_header;
 use crate::protocol::request::{Call, Request};
 use crate::server::decoded::{Decoded, DecodedAhead};
-use crate::server::mesh::batch::{self, Kind};
+use crate::server::mesh::batch::{self, EntryTooLong, Kind};
 use crate::server::mesh::core::{Core, Envelope};
 use crate::server::mesh::crud_payloads;
 use crate::server::moved_key;
@@ -69,7 +70,9 @@ impl Core {
                         }
                     }
                 }
-                batch::finish_reply(&mut replies, mark);
+                if let Err(too_long) = batch::finish_reply(&mut replies, mark) {
+                    answer_too_long(&entry, too_long, &mut replies);
+                }
             }
         }
         self.recycle(requests);
@@ -218,9 +221,19 @@ impl Core {
                     encode_log_refused(&mut rebuilt, *sync, SCHEMA_VERSION, Some(error))
                 }
                 (None, Some((_, reply))) => rebuilt.extend_from_slice(reply),
-                (None, None) => rebuilt.extend_from_slice(bytes),
+                (None, None) => match bytes {
+                    Ok(bytes) => rebuilt.extend_from_slice(bytes),
+                    // Kept as the marker: the accepting core answers it with an error.
+                    Err(too_long) => {
+                        batch::finish_too_long(&mut rebuilt, mark, too_long);
+                        continue;
+                    }
+                },
             }
-            batch::finish_reply(&mut rebuilt, mark);
+            if let Err(too_long) = batch::finish_reply(&mut rebuilt, mark) {
+                // Only a copy of an entry that fitted, or a short error reply, is here.
+                debug_assert!(false, "a rebuilt reply grew too long: {too_long}");
+            }
         }
         rebuilt
     }
@@ -228,12 +241,39 @@ impl Core {
     pub(super) fn deliver_replies(&self, replies: Vec<u8>) {
         {
             let mut waiters = self.waiters.borrow_mut();
-            for (ticket, bytes) in batch::replies(&replies) {
+            for (ticket, reply) in batch::replies(&replies) {
                 let (inbox, slot) = waiters.remove(ticket);
-                inbox.deliver(slot, bytes);
+                match reply {
+                    Ok(bytes) => inbox.deliver(slot, bytes),
+                    Err(too_long) => inbox.deliver_too_long(slot, too_long),
+                }
             }
         }
         self.recycle(replies);
+    }
+}
+
+/// After `entry`'s reply came out too long for its batch entry: a whole IPROTO reply
+/// (`Execute`, `CrudCall`) becomes the ER_MEMORY_ISSUE error reply for the request's sync;
+/// a part (`Scan`, `CrudOps`, `CrudPart`) stays the too-long marker, which the accepting
+/// core answers the client for.
+#[cold]
+#[inline(never)]
+fn answer_too_long(entry: &batch::RequestEntry<'_>, too_long: EntryTooLong, replies: &mut Vec<u8>) {
+    tracing::warn!(kind = ?entry.kind, %too_long, "a reply between cores is too long");
+    if !matches!(entry.kind, Kind::Execute | Kind::CrudCall) {
+        return;
+    }
+    // The request's header says whose reply it is; the schema version is this server's, as
+    // in every other reply.
+    let sync = match decode_header(entry.packet) {
+        Ok((header, _)) => header.sync,
+        Err(error) => error.sync,
+    };
+    let mark = batch::reopen_too_long(replies);
+    too_long.encode_reply(replies, sync, SCHEMA_VERSION);
+    if let Err(error) = batch::finish_reply(replies, mark) {
+        debug_assert!(false, "an error reply is short: {error}");
     }
 }
 

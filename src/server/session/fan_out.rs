@@ -52,21 +52,9 @@ impl Session {
             slots.push((peer, slot));
         }
         let mut items = vec![crud::write::BatchItem::NotPerformed; many.ops.len()];
-        let (local, commit) = {
-            let mut shard = self.core.shard.borrow_mut();
-            let ops = crud::ShardOps {
-                space_id: many.space_id,
-                stop_on_error: many.stop_on_error,
-                rollback_on_error: many.rollback_on_error,
-                ops: positions[me]
-                    .iter()
-                    .map(|&at| many.ops[at].clone())
-                    .collect(),
-            };
-            let ran = crud::run(&mut shard, &self.core.crud, crud::Work::Ops(&ops));
-            (share_answer(ran.answer), ran.commit)
-        };
+        let (local, commit) = self.run_own_ops(many, &positions[me]);
         let mut refusal = Refusal::default();
+        let mut too_long = None;
         match local {
             Ok(Share::Items(local)) => put_back(&mut items, &positions[me], local),
             Ok(_) => debug_assert!(false, "ops answered with a part"),
@@ -75,9 +63,10 @@ impl Session {
         if !slots.is_empty() {
             self.inbox.wait().await;
             for &(peer, slot) in &slots {
-                match wire::decode_items(self.inbox.replies().get(slot)) {
-                    Some(remote) => put_back(&mut items, &positions[peer], remote),
-                    None => refusal.elsewhere(),
+                match self.inbox.replies().part(slot).map(wire::decode_items) {
+                    Ok(Some(remote)) => put_back(&mut items, &positions[peer], remote),
+                    Ok(None) => refusal.elsewhere(),
+                    Err(error) => too_long = Some(error),
                 }
             }
             self.inbox.clear();
@@ -90,12 +79,35 @@ impl Session {
         if let Some(reason) = refusal.refused() {
             return encode_log_refused(out, sync, SCHEMA_VERSION, reason);
         }
+        if let Some(too_long) = too_long {
+            return too_long.encode_reply(out, sync, SCHEMA_VERSION);
+        }
         let values = {
             let shard = self.core.shard.borrow();
             let space = shard.engine.space(many.space_id).expect("planned");
             crud::finish_many(space, &self.core.crud, many, &items)
         };
         crud::encode_reply(out, sync, SCHEMA_VERSION, &CrudReply::Values(values));
+    }
+
+    /// Runs this core's own ops of a `*_many` call (at `positions`, in order) here.
+    fn run_own_ops(
+        &self,
+        many: &crud::ManyPlan<'_>,
+        positions: &[usize],
+    ) -> (
+        Result<Share, crate::wal::WalError>,
+        Option<crate::wal::Commit>,
+    ) {
+        let mut shard = self.core.shard.borrow_mut();
+        let ops = crud::ShardOps {
+            space_id: many.space_id,
+            stop_on_error: many.stop_on_error,
+            rollback_on_error: many.rollback_on_error,
+            ops: positions.iter().map(|&at| many.ops[at].clone()).collect(),
+        };
+        let ran = crud::run(&mut shard, &self.core.crud, crud::Work::Ops(&ops));
+        (share_answer(ran.answer), ran.commit)
     }
 
     /// A crud call on every core (select, count, min/max, len, truncate): each runs its part
@@ -123,15 +135,17 @@ impl Session {
         self.inbox.wait().await;
         let mut parts = Vec::with_capacity(self.core.shard_count);
         let mut refusal = Refusal::default();
+        let mut too_long = None;
         match local {
             Ok(Share::Part(part)) => parts.push(part),
             Ok(_) => debug_assert!(false, "a part answered with items"),
             Err(error) => refusal.here(error),
         }
         for slot in 0..(self.core.shard_count - 1) as u32 {
-            match wire::decode_part(self.inbox.replies().get(slot)) {
-                Some(part) => parts.push(part),
-                None => refusal.elsewhere(),
+            match self.inbox.replies().part(slot).map(wire::decode_part) {
+                Ok(Some(part)) => parts.push(part),
+                Ok(None) => refusal.elsewhere(),
+                Err(error) => too_long = Some(error),
             }
         }
         self.inbox.clear();
@@ -142,6 +156,9 @@ impl Session {
         }
         if let Some(reason) = refusal.refused() {
             return encode_log_refused(out, sync, SCHEMA_VERSION, reason);
+        }
+        if let Some(too_long) = too_long {
+            return too_long.encode_reply(out, sync, SCHEMA_VERSION);
         }
         let values = {
             let shard = self.core.shard.borrow();
@@ -172,6 +189,14 @@ impl Session {
                 .queue(peer, Kind::Scan, wanted, packet, &self.inbox);
         }
         self.inbox.wait().await;
+        let too_long = {
+            let replies = self.inbox.replies();
+            (0..(self.core.shard_count - 1) as u32).find_map(|slot| replies.part(slot).err())
+        };
+        if let Some(too_long) = too_long {
+            self.inbox.clear();
+            return too_long.encode_reply(out, sync, SCHEMA_VERSION);
+        }
         {
             let shard = self.core.shard.borrow();
             let replies = self.inbox.replies();
