@@ -124,6 +124,7 @@ pub struct Executed {
 
 impl Executed {
     /// What waits for `commit` only (if any): a write's reply.
+    #[inline]
     pub fn waiting_for(commit: Option<Commit>) -> Executed {
         Executed {
             commit,
@@ -284,6 +285,7 @@ impl Shard {
     /// before it. A row the log refuses at once is undone here, before the error returns:
     /// the caller only answers it. For writers that change the engine themselves (crud) and
     /// must log exactly what `execute` would.
+    #[inline]
     pub fn log(
         &mut self,
         space_id: u32,
