@@ -1,7 +1,13 @@
 //! A global allocator that counts heap allocations, shared by the tests that pin how many a
 //! request costs (`tests/request_path_allocations.rs`, `tests/crud_allocations.rs`), the
 //! benchmarks (`benches/common`) and `perf-simple-query` (its `allocs/op` column). A binary
-//! installs it with `#[global_allocator] static GLOBAL: CountingAllocator = CountingAllocator;`.
+//! installs it with `#[global_allocator] static GLOBAL: CountingAllocator =
+//! CountingAllocator::CALLS;` (or [`CountingAllocator::CALLS_AND_BYTES`] where it reads the
+//! byte totals too).
+//!
+//! Counting bytes costs two more atomic adds per allocation and one per free: on
+//! perf-simple-query's replace loop (one allocation and one free per request) that was 6-11%
+//! of its throughput, so what only the benchmarks read is counted only where they ask.
 //!
 //! Owns: the counters and the forwarding to `System`. Must not know: anything of tarn; no
 //! other module uses it at run time.
@@ -21,7 +27,34 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering:
 /// How many slots there are (slot 0 included).
 pub const SLOT_COUNT: usize = 64;
 
-pub struct CountingAllocator;
+pub struct CountingAllocator {
+    /// Whether [`allocated_bytes_total`] and [`live_bytes_total`] are kept (else they stay 0).
+    count_bytes: bool,
+}
+
+impl CountingAllocator {
+    /// Counts allocation calls only.
+    pub const CALLS: CountingAllocator = CountingAllocator { count_bytes: false };
+    /// Counts allocation calls, bytes allocated and bytes live.
+    pub const CALLS_AND_BYTES: CountingAllocator = CountingAllocator { count_bytes: true };
+
+    #[inline]
+    fn count_allocation(&self, size_bytes: usize) {
+        let slot = my_slot();
+        slot.calls.fetch_add(1, Relaxed);
+        if self.count_bytes {
+            slot.bytes.fetch_add(size_bytes as u64, Relaxed);
+            slot.live_bytes.fetch_add(size_bytes as i64, Relaxed);
+        }
+    }
+
+    #[inline]
+    fn count_free(&self, size_bytes: usize) {
+        if self.count_bytes {
+            my_slot().live_bytes.fetch_sub(size_bytes as i64, Relaxed);
+        }
+    }
+}
 
 #[repr(align(128))]
 struct CounterSlot {
@@ -55,13 +88,6 @@ fn my_slot() -> &'static CounterSlot {
         })
         .unwrap_or(0);
     &SLOTS[slot]
-}
-
-fn count_allocation(size_bytes: usize) {
-    let slot = my_slot();
-    slot.calls.fetch_add(1, Relaxed);
-    slot.bytes.fetch_add(size_bytes as u64, Relaxed);
-    slot.live_bytes.fetch_add(size_bytes as i64, Relaxed);
 }
 
 /// Counts this thread's allocations in its own `slot` (1..[`SLOT_COUNT`]) from now on.
@@ -105,30 +131,26 @@ pub fn live_bytes_total() -> i64 {
 // under the caller's guarantees; the counters only observe sizes and touch no allocation.
 unsafe impl GlobalAlloc for CountingAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count_allocation(layout.size());
+        self.count_allocation(layout.size());
         // SAFETY: forwarded; the caller upholds `GlobalAlloc::alloc`'s contract.
         unsafe { System.alloc(layout) }
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        count_allocation(layout.size());
+        self.count_allocation(layout.size());
         // SAFETY: forwarded; the caller upholds `GlobalAlloc::alloc_zeroed`'s contract.
         unsafe { System.alloc_zeroed(layout) }
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count_allocation(new_size);
-        my_slot()
-            .live_bytes
-            .fetch_sub(layout.size() as i64, Relaxed);
+        self.count_allocation(new_size);
+        self.count_free(layout.size());
         // SAFETY: forwarded; the caller upholds `GlobalAlloc::realloc`'s contract.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        my_slot()
-            .live_bytes
-            .fetch_sub(layout.size() as i64, Relaxed);
+        self.count_free(layout.size());
         // SAFETY: forwarded; the caller upholds `GlobalAlloc::dealloc`'s contract.
         unsafe { System.dealloc(ptr, layout) }
     }

@@ -21,7 +21,7 @@ use tarn::server::schema;
 use tarn::shard::Shard;
 
 #[global_allocator]
-static GLOBAL: CountingAllocator = CountingAllocator;
+static GLOBAL: CountingAllocator = CountingAllocator::CALLS;
 
 /// Counter slots: the tests of this file run in parallel threads of one process.
 const GET_SLOT: usize = 1;

@@ -25,7 +25,7 @@ use tarn::server::start_cores;
 use tarn::storage::key::SearchKeyBuf;
 
 #[global_allocator]
-static GLOBAL: CountingAllocator = CountingAllocator;
+static GLOBAL: CountingAllocator = CountingAllocator::CALLS;
 
 /// Counter slots: the tests of this file run in parallel threads of one process.
 const LOCAL_SLOT: usize = 3;

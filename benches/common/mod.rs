@@ -13,7 +13,7 @@ use tarn::counting_allocator::{
 };
 
 #[global_allocator]
-static ALLOCATOR: CountingAllocator = CountingAllocator;
+static ALLOCATOR: CountingAllocator = CountingAllocator::CALLS_AND_BYTES;
 
 #[derive(Clone, Copy)]
 pub struct Counters {

@@ -39,7 +39,7 @@ use crate::report::{latency_line, mesh_line, result_json, summary_table, RunFact
 /// the load generator's own.
 #[global_allocator]
 static ALLOCATOR: tarn::counting_allocator::CountingAllocator =
-    tarn::counting_allocator::CountingAllocator;
+    tarn::counting_allocator::CountingAllocator::CALLS;
 
 fn main() -> ExitCode {
     // Executors on different cores count on different cache lines.
