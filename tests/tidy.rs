@@ -50,7 +50,6 @@ const LONG_FUNCTIONS: &[&str] = &[
     "src/server/layout/relayout.rs::read_old_shards",
     "src/server/listen.rs::serve_clients",
     "src/server/mesh/serve.rs::serve_batch",
-    "src/server/session/fan_out.rs::crud_many",
     "src/shard/mod.rs::execute",
     "src/storage/space.rs::put",
     "src/storage/space_tests.rs::tree_iterators_match_tarantools_table",

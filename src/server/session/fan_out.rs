@@ -7,11 +7,12 @@ use crate::msgpack;
 use crate::placement::Destination;
 use crate::protocol::reply::DataReply;
 use crate::protocol::request::Select;
-use crate::server::mesh::batch::Kind;
+use crate::server::mesh::batch::{EntryTooLong, Kind};
 use crate::server::mesh::crud_payloads as wire;
 use crate::server::schema::SCHEMA_VERSION;
 use crate::shard::errors::encode_log_refused;
 use crate::storage::IteratorType;
+use crate::wal::{Commit, WalError};
 
 impl Session {
     /// A `*_many` call on several cores: each owner gets its ops, in order, in one message
@@ -53,34 +54,25 @@ impl Session {
         }
         let mut items = vec![crud::write::BatchItem::NotPerformed; many.ops.len()];
         let (local, commit) = self.run_own_ops(many, &positions[me]);
-        let mut refusal = Refusal::default();
-        let mut too_long = None;
+        let mut failures = PartFailures::default();
         match local {
             Ok(Share::Items(local)) => put_back(&mut items, &positions[me], local),
             Ok(_) => debug_assert!(false, "ops answered with a part"),
-            Err(error) => refusal.here(error),
+            Err(error) => failures.refused_here(error),
         }
         if !slots.is_empty() {
             self.inbox.wait().await;
             for &(peer, slot) in &slots {
                 match self.inbox.replies().part(slot).map(wire::decode_items) {
                     Ok(Some(remote)) => put_back(&mut items, &positions[peer], remote),
-                    Ok(None) => refusal.elsewhere(),
-                    Err(error) => too_long = Some(error),
+                    Ok(None) => failures.refused_elsewhere(),
+                    Err(error) => failures.too_long = Some(error),
                 }
             }
             self.inbox.clear();
         }
-        if let Some(commit) = commit {
-            if let Err(error) = commit.await {
-                refusal.here(error);
-            }
-        }
-        if let Some(reason) = refusal.refused() {
-            return encode_log_refused(out, sync, SCHEMA_VERSION, reason);
-        }
-        if let Some(too_long) = too_long {
-            return too_long.encode_reply(out, sync, SCHEMA_VERSION);
+        if failures.answered(commit, sync, out).await {
+            return;
         }
         let values = {
             let shard = self.core.shard.borrow();
@@ -95,10 +87,7 @@ impl Session {
         &self,
         many: &crud::ManyPlan<'_>,
         positions: &[usize],
-    ) -> (
-        Result<Share, crate::wal::WalError>,
-        Option<crate::wal::Commit>,
-    ) {
+    ) -> (Result<Share, WalError>, Option<Commit>) {
         let mut shard = self.core.shard.borrow_mut();
         let ops = crud::ShardOps {
             space_id: many.space_id,
@@ -134,31 +123,22 @@ impl Session {
         };
         self.inbox.wait().await;
         let mut parts = Vec::with_capacity(self.core.shard_count);
-        let mut refusal = Refusal::default();
-        let mut too_long = None;
+        let mut failures = PartFailures::default();
         match local {
             Ok(Share::Part(part)) => parts.push(part),
             Ok(_) => debug_assert!(false, "a part answered with items"),
-            Err(error) => refusal.here(error),
+            Err(error) => failures.refused_here(error),
         }
         for slot in 0..(self.core.shard_count - 1) as u32 {
             match self.inbox.replies().part(slot).map(wire::decode_part) {
                 Ok(Some(part)) => parts.push(part),
-                Ok(None) => refusal.elsewhere(),
-                Err(error) => too_long = Some(error),
+                Ok(None) => failures.refused_elsewhere(),
+                Err(error) => failures.too_long = Some(error),
             }
         }
         self.inbox.clear();
-        if let Some(commit) = commit {
-            if let Err(error) = commit.await {
-                refusal.here(error);
-            }
-        }
-        if let Some(reason) = refusal.refused() {
-            return encode_log_refused(out, sync, SCHEMA_VERSION, reason);
-        }
-        if let Some(too_long) = too_long {
-            return too_long.encode_reply(out, sync, SCHEMA_VERSION);
+        if failures.answered(commit, sync, out).await {
+            return;
         }
         let values = {
             let shard = self.core.shard.borrow();
@@ -319,25 +299,42 @@ fn share_answer(answer: crud::Answer) -> Result<Share, crate::wal::WalError> {
 
 /// Whether the WAL of some shard refused a part of a crud call that spans shards, and why
 /// when it was this core's (another core logs its own reason; its part only says refused).
+/// What stops a fan-out's merge: a write the log refused (here, or on a peer, which then
+/// answered no part), or a part too long to cross cores. Such a call is never acknowledged.
 #[derive(Default)]
-pub(super) struct Refusal {
+pub(super) struct PartFailures {
     refused: bool,
-    here: Option<crate::wal::WalError>,
+    /// Why this core's log refused, when it did (a peer's reason is in its own log).
+    refused_here: Option<WalError>,
+    too_long: Option<EntryTooLong>,
 }
 
-impl Refusal {
-    fn here(&mut self, error: crate::wal::WalError) {
+impl PartFailures {
+    fn refused_here(&mut self, error: WalError) {
         self.refused = true;
-        self.here.get_or_insert(error);
+        self.refused_here.get_or_insert(error);
     }
 
-    fn elsewhere(&mut self) {
+    fn refused_elsewhere(&mut self) {
         self.refused = true;
     }
 
-    /// Whether a part was refused, and then why if this core knows (see
-    /// `encode_log_refused`): such a call is never acknowledged.
-    fn refused(&self) -> Option<Option<&crate::wal::WalError>> {
-        self.refused.then_some(self.here.as_ref())
+    /// Waits for this core's own `commit`, then writes the call's error reply if a part
+    /// failed: a log refusal first (see `encode_log_refused`), then a part too long. `true`
+    /// when it did, and the merge must not run.
+    async fn answered(mut self, commit: Option<Commit>, sync: u64, out: &mut Vec<u8>) -> bool {
+        if let Some(commit) = commit {
+            if let Err(error) = commit.await {
+                self.refused_here(error);
+            }
+        }
+        if self.refused {
+            encode_log_refused(out, sync, SCHEMA_VERSION, self.refused_here.as_ref());
+        } else if let Some(too_long) = &self.too_long {
+            too_long.encode_reply(out, sync, SCHEMA_VERSION);
+        } else {
+            return false;
+        }
+        true
     }
 }
