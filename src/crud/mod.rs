@@ -2,9 +2,10 @@
 //! `crud.select`, the `*_many` family; spec §18, issue 6): an application layer on top of
 //! `shard`, below `server`.
 //!
-//! Transport- and routing-independent: everything here works on shards, storage types and
-//! msgpack bytes; nothing knows connections, cores or messages (the router is the server's
-//! `session`, the bytes that cross cores are `server::mesh`'s).
+//! Transport-independent: everything here works on shards, storage types and msgpack
+//! bytes; nothing knows connections or messages (the router is the server's `session`, the
+//! bytes that cross cores are `server::mesh`'s). Which core owns a point op's key is
+//! placement's answer ([`write::PointOp::route`]).
 //!
 //! A call runs in three steps:
 //!

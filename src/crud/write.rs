@@ -12,6 +12,7 @@
 
 use super::mp;
 use crate::msgpack::write_array_len;
+use crate::placement::{self, Catalog, Destination};
 use crate::storage::key::SearchKeyBuf;
 use crate::storage::{Change, Engine, Space, StorageError, Tuple};
 use smallvec::SmallVec;
@@ -241,6 +242,24 @@ impl PointOp<'_> {
             PointOp::Replace { tuple } => Some(tuple.replace_into(space)),
             _ => None,
         }
+    }
+
+    /// Where this op on `space_id` runs, seen from core `me`: the owner of its key
+    /// (placement's answer), or here when the key does not parse (the local shard then
+    /// reports the error). The accepting core routes with it, and the owner asserts with it
+    /// that the op it was sent is its own.
+    pub fn route(
+        &self,
+        catalog: &Catalog,
+        engine: &Engine,
+        space_id: u32,
+        me: usize,
+    ) -> Destination {
+        placement::route_by_primary_key(catalog, space_id, me, |key| {
+            engine
+                .find_space(space_id)
+                .is_some_and(|space| self.placement_key(space, key).is_ok())
+        })
     }
 
     /// The encoded primary key that places this op on a shard (`shard_of_key`); an error

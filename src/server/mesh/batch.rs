@@ -9,8 +9,8 @@
 //! [kind u8][ticket u32 LE][limit u32 LE][packet length u32 LE][packet]
 //! ```
 //!
-//! The packet is an IPROTO packet (header+body), except for [`Kind::CrudOps`], whose
-//! "packet" is a crud ops payload.
+//! The packet is an IPROTO packet (header+body), except for [`Kind::CrudPoint`] and
+//! [`Kind::CrudOps`], whose "packet" is a crud point or ops payload.
 //!
 //! Reply batch, one entry per request of the batch it answers, in the same order:
 //!
@@ -19,7 +19,7 @@
 //! ```
 //!
 //! The reply bytes are a whole IPROTO reply packet for [`Kind::Execute`] and
-//! [`Kind::CrudCall`], the scan entries of `Shard::scan` for [`Kind::Scan`], and the
+//! [`Kind::CrudPoint`], the scan entries of `Shard::scan` for [`Kind::Scan`], and the
 //! crud payloads for [`Kind::CrudOps`] and [`Kind::CrudPart`]. Pure functions over
 //! byte buffers: no executors here.
 //!
@@ -40,9 +40,9 @@ pub enum Kind {
     Execute = 0,
     /// Scan the SELECT packet's range, at most `limit` entries, and answer with the entries.
     Scan = 1,
-    /// Run a crud CALL packet (a point op this core owns) here and answer with the IPROTO
-    /// reply.
-    CrudCall = 2,
+    /// Run the crud point payload (a point op this core owns, as the accepting core planned
+    /// it) and answer with the IPROTO reply.
+    CrudPoint = 2,
     /// Run the crud ops payload (this core's share of a `*_many` call) and answer with their
     /// outcomes.
     CrudOps = 3,
@@ -102,6 +102,29 @@ pub fn push_request(batch: &mut Vec<u8>, kind: Kind, ticket: u32, limit: u32, pa
     batch.extend_from_slice(packet);
 }
 
+/// [`push_request`] of the packet that `write_packet` appends to the batch: a payload is
+/// encoded straight into the batch, with no buffer of its own.
+pub fn push_request_with(
+    batch: &mut Vec<u8>,
+    kind: Kind,
+    ticket: u32,
+    limit: u32,
+    write_packet: impl FnOnce(&mut Vec<u8>),
+) {
+    batch.push(kind as u8);
+    batch.extend_from_slice(&ticket.to_le_bytes());
+    batch.extend_from_slice(&limit.to_le_bytes());
+    let length_at = batch.len();
+    batch.extend_from_slice(&[0; 4]);
+    write_packet(batch);
+    let packet_len = u32::try_from(batch.len() - length_at - 4).expect(
+        "packets are bounded by max_packet_size, which server::limits asserts at compile \
+         time fits u32 (MAX_PACKET_SIZE_BYTES_MAX <= u32::MAX); a payload is no longer \
+         than the packet it was planned from",
+    );
+    batch[length_at..length_at + 4].copy_from_slice(&packet_len.to_le_bytes());
+}
+
 /// The entries of a request batch. A malformed batch is a bug of this module: it asserts.
 pub fn requests(batch: &[u8]) -> Requests<'_> {
     Requests { rest: batch }
@@ -125,7 +148,7 @@ impl<'a> Iterator for Requests<'a> {
         let kind = match self.rest[0] {
             0 => Kind::Execute,
             1 => Kind::Scan,
-            2 => Kind::CrudCall,
+            2 => Kind::CrudPoint,
             3 => Kind::CrudOps,
             4 => Kind::CrudPart,
             other => panic!("request batch: unknown kind {other}"),

@@ -302,6 +302,33 @@ impl Core {
         packet: &[u8],
         inbox: &Rc<Inbox>,
     ) -> u32 {
+        self.queue_entry(peer, inbox, |batch, ticket| {
+            batch::push_request(batch, kind, ticket, limit, packet)
+        })
+    }
+
+    /// [`Core::queue`] of the packet `write_packet` appends, encoded straight into the
+    /// batch (a crud payload).
+    pub fn queue_with(
+        self: &Rc<Core>,
+        peer: usize,
+        kind: Kind,
+        inbox: &Rc<Inbox>,
+        write_packet: impl FnOnce(&mut Vec<u8>),
+    ) -> u32 {
+        self.queue_entry(peer, inbox, |batch, ticket| {
+            batch::push_request_with(batch, kind, ticket, 0, write_packet)
+        })
+    }
+
+    /// Reserves the reply's slot and ticket, and has `push` append the entry for that ticket.
+    #[inline(always)]
+    fn queue_entry(
+        self: &Rc<Core>,
+        peer: usize,
+        inbox: &Rc<Inbox>,
+        push: impl FnOnce(&mut Vec<u8>, u32),
+    ) -> u32 {
         assert!(peer != self.id && peer < self.shard_count, "peer {peer}");
         let slot = inbox.reserve();
         let ticket = self.waiters.borrow_mut().insert(inbox.clone(), slot);
@@ -311,7 +338,7 @@ impl Core {
             if open.capacity() == 0 {
                 *open = self.take_buffer();
             }
-            batch::push_request(open, kind, ticket, limit, packet);
+            push(open, ticket);
             open.len() >= BATCH_FLUSH_BYTES
         };
         self.count(|stats| stats.requests_sent += 1);

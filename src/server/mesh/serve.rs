@@ -114,13 +114,14 @@ impl Core {
         fetched: Option<PointTarget>,
         replies: &mut Vec<u8>,
     ) -> Option<(u64, Executed)> {
-        if entry.kind == Kind::CrudOps {
-            return Some((0, serve_crud_ops(shard, &self.crud, entry.packet, replies)));
+        match entry.kind {
+            Kind::CrudOps => {
+                return Some((0, serve_crud_ops(shard, &self.crud, entry.packet, replies)))
+            }
+            Kind::CrudPoint => return Some(self.serve_crud_point(shard, entry.packet, replies)),
+            _ => {}
         }
-        let decoded = decoded.unwrap_or_else(|| match entry.kind {
-            Kind::CrudCall => crate::protocol::crud_call::decode_packet(entry.packet),
-            _ => decode_packet(entry.packet),
-        });
+        let decoded = decoded.unwrap_or_else(|| decode_packet(entry.packet));
         // The accepting core decoded the same bytes before sending them.
         debug_assert!(decoded.is_ok(), "a forwarded packet does not decode");
         // By reference: moving the request out of the decoding just made read its bytes
@@ -137,18 +138,6 @@ impl Core {
                 let _ = shard.scan(select, entry.limit as usize, replies);
                 Executed::default()
             }
-            (Kind::CrudCall, Request::Call(call)) => {
-                let ran = crud::plan_and_run(
-                    shard,
-                    &self.crud,
-                    header.sync,
-                    SCHEMA_VERSION,
-                    call.function_name,
-                    call.args,
-                    replies,
-                );
-                Executed::waiting_for(ran.commit)
-            }
             (Kind::CrudPart, Request::Call(call)) => self.serve_crud_part(shard, call, replies),
             _ => {
                 debug_assert!(
@@ -160,6 +149,36 @@ impl Core {
             }
         };
         Some((header.sync, executed))
+    }
+
+    /// A crud point op the accepting core planned and routed here, run as planned; answered
+    /// with its whole IPROTO reply, for the sync returned.
+    fn serve_crud_point(
+        &self,
+        shard: &mut Shard,
+        payload: &[u8],
+        replies: &mut Vec<u8>,
+    ) -> (u64, Executed) {
+        let (sync, point) = crud_payloads::decode_point(payload);
+        debug_assert_eq!(
+            point.op.route(
+                &self.shared.catalog,
+                &shard.engine,
+                point.space_id,
+                self.id()
+            ),
+            Destination::Here,
+            "a crud point op another core owns was sent here"
+        );
+        let plan = crud::Plan::Point(point);
+        let work = Work::Call {
+            plan: &plan,
+            sync,
+            schema_version: SCHEMA_VERSION,
+            out: replies,
+        };
+        let ran = crud::run(shard, &self.crud, work);
+        (sync, Executed::waiting_for(ran.commit))
     }
 
     /// This core's part of a fanned-out crud call, answered with its `crud_payloads` part.
@@ -254,21 +273,22 @@ impl Core {
 }
 
 /// After `entry`'s reply came out too long for its batch entry: a whole IPROTO reply
-/// (`Execute`, `CrudCall`) becomes the ER_MEMORY_ISSUE error reply for the request's sync;
+/// (`Execute`, `CrudPoint`) becomes the ER_MEMORY_ISSUE error reply for the request's sync;
 /// a part (`Scan`, `CrudOps`, `CrudPart`) stays the too-long marker, which the accepting
 /// core answers the client for.
 #[cold]
 #[inline(never)]
 fn answer_too_long(entry: &batch::RequestEntry<'_>, too_long: EntryTooLong, replies: &mut Vec<u8>) {
     tracing::warn!(kind = ?entry.kind, %too_long, "a reply between cores is too long");
-    if !matches!(entry.kind, Kind::Execute | Kind::CrudCall) {
-        return;
-    }
-    // The request's header says whose reply it is; the schema version is this server's, as
-    // in every other reply.
-    let sync = match decode_header(entry.packet) {
-        Ok((header, _)) => header.sync,
-        Err(error) => error.sync,
+    // The request says whose reply it is; the schema version is this server's, as in every
+    // other reply.
+    let sync = match entry.kind {
+        Kind::Execute => match decode_header(entry.packet) {
+            Ok((header, _)) => header.sync,
+            Err(error) => error.sync,
+        },
+        Kind::CrudPoint => crud_payloads::point_sync(entry.packet),
+        Kind::Scan | Kind::CrudOps | Kind::CrudPart => return,
     };
     let mark = batch::reopen_too_long(replies);
     too_long.encode_reply(replies, sync, SCHEMA_VERSION);

@@ -10,6 +10,7 @@ use crate::protocol::reply;
 use crate::protocol::request::Call;
 use crate::protocol::ErrorCode;
 use crate::server::mesh::batch::Kind;
+use crate::server::mesh::crud_payloads;
 use crate::server::schema::SCHEMA_VERSION;
 use crate::server::users::Access;
 
@@ -100,9 +101,12 @@ impl Session {
             Plan::Reply(_) => self.crud_here(&plan, sync, out),
             Plan::Point(point) => match self.route_crud_op(point.space_id, &point.op) {
                 Destination::Owner(owner) => {
+                    // The owner runs the plan made here: it does not decode or plan again.
                     let slot = self
                         .core
-                        .queue(owner, Kind::CrudCall, 0, packet, &self.inbox);
+                        .queue_with(owner, Kind::CrudPoint, &self.inbox, |batch| {
+                            crud_payloads::encode_point(batch, sync, point)
+                        });
                     self.pending.push(Pending {
                         at: out.len(),
                         slot,

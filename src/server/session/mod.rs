@@ -15,7 +15,8 @@
 //! earlier reply first (a fan-out select) finishes the queued ones before it starts.
 //!
 //! A crud CALL (`crud.*`) is planned here and routed the same way: a point op to its owner
-//! (spliced like any forwarded request), a `*_many` call and a fan-out (select, count, ...)
+//! as its plan (which the owner runs without planning again; its reply is spliced like any
+//! forwarded request's), a `*_many` call and a fan-out (select, count, ...)
 //! awaited in place after the queued requests finish.
 //!
 //! The packets of one socket read go through as a [`Run`]: each is decoded and routed once,

@@ -21,18 +21,14 @@ impl Session {
         (route, target)
     }
 
-    /// Where a crud point op runs: the owner of its key; here when the key does not parse
-    /// (the local shard then reports the error).
+    /// Where a crud point op runs (see [`crud::write::PointOp::route`]).
     pub(super) fn route_crud_op(&self, space_id: u32, op: &crud::write::PointOp) -> Destination {
-        placement::route_by_primary_key(
+        let shard = self.core.shard.borrow();
+        op.route(
             &self.core.shared.catalog,
+            &shard.engine,
             space_id,
             self.core.id(),
-            |key| {
-                let shard = self.core.shard.borrow();
-                let space = shard.engine.find_space(space_id);
-                space.is_some_and(|space| op.placement_key(space, key).is_ok())
-            },
         )
     }
 }
