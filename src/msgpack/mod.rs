@@ -8,9 +8,9 @@
 //! an int format (0xd0..=0xd3) is `Int`, not `Uint`.
 
 // Bytes here come from clients or disk: an `expect` is fixed or says where it stands why
-// it cannot fire. (issue 20: `clippy::cast_possible_truncation` too, once the encoders'
-// range-checked casts are rewritten or justified.)
-#![warn(clippy::expect_used)]
+// it cannot fire, and a truncating cast is fixed or says where it stands why it cannot
+// truncate (or that truncating is meant).
+#![warn(clippy::expect_used, clippy::cast_possible_truncation)]
 
 use std::fmt;
 
@@ -255,10 +255,11 @@ pub fn read_array_len(buf: &mut &[u8]) -> Result<Option<u32>> {
 #[inline]
 pub fn write_array_len(out: &mut Vec<u8>, len: u32) {
     if len < 16 {
+        #[allow(clippy::cast_possible_truncation, reason = "under 16, checked above")]
         out.push(0x90 | len as u8);
-    } else if len <= u16::MAX as u32 {
+    } else if let Ok(len) = u16::try_from(len) {
         out.push(0xdc);
-        out.extend_from_slice(&(len as u16).to_be_bytes());
+        out.extend_from_slice(&len.to_be_bytes());
     } else {
         out.push(0xdd);
         out.extend_from_slice(&len.to_be_bytes());
@@ -269,10 +270,11 @@ pub fn write_array_len(out: &mut Vec<u8>, len: u32) {
 #[inline]
 pub fn write_map_len(out: &mut Vec<u8>, len: u32) {
     if len < 16 {
+        #[allow(clippy::cast_possible_truncation, reason = "under 16, checked above")]
         out.push(0x80 | len as u8);
-    } else if len <= u16::MAX as u32 {
+    } else if let Ok(len) = u16::try_from(len) {
         out.push(0xde);
-        out.extend_from_slice(&(len as u16).to_be_bytes());
+        out.extend_from_slice(&len.to_be_bytes());
     } else {
         out.push(0xdf);
         out.extend_from_slice(&len.to_be_bytes());
@@ -283,15 +285,16 @@ pub fn write_map_len(out: &mut Vec<u8>, len: u32) {
 #[inline]
 pub fn write_uint(out: &mut Vec<u8>, value: u64) {
     if value < 128 {
+        #[allow(clippy::cast_possible_truncation, reason = "under 128, checked above")]
         out.push(value as u8);
-    } else if value <= u8::MAX as u64 {
-        out.extend_from_slice(&[0xcc, value as u8]);
-    } else if value <= u16::MAX as u64 {
+    } else if let Ok(value) = u8::try_from(value) {
+        out.extend_from_slice(&[0xcc, value]);
+    } else if let Ok(value) = u16::try_from(value) {
         out.push(0xcd);
-        out.extend_from_slice(&(value as u16).to_be_bytes());
-    } else if value <= u32::MAX as u64 {
+        out.extend_from_slice(&value.to_be_bytes());
+    } else if let Ok(value) = u32::try_from(value) {
         out.push(0xce);
-        out.extend_from_slice(&(value as u32).to_be_bytes());
+        out.extend_from_slice(&value.to_be_bytes());
     } else {
         out.push(0xcf);
         out.extend_from_slice(&value.to_be_bytes());
@@ -306,30 +309,26 @@ pub const UINT_BYTES_MAX: usize = 9;
 #[inline(always)]
 pub fn uint_bytes(value: u64) -> ([u8; UINT_BYTES_MAX], usize) {
     let mut bytes = [0u8; UINT_BYTES_MAX];
-    let len = match value {
-        0..=0x7f => {
-            bytes[0] = value as u8;
-            1
-        }
-        0x80..=0xff => {
-            bytes[..2].copy_from_slice(&[0xcc, value as u8]);
-            2
-        }
-        0x100..=0xffff => {
-            bytes[0] = 0xcd;
-            bytes[1..3].copy_from_slice(&(value as u16).to_be_bytes());
-            3
-        }
-        0x1_0000..=0xffff_ffff => {
-            bytes[0] = 0xce;
-            bytes[1..5].copy_from_slice(&(value as u32).to_be_bytes());
-            5
-        }
-        _ => {
-            bytes[0] = 0xcf;
-            bytes[1..9].copy_from_slice(&value.to_be_bytes());
-            9
-        }
+    let len = if value < 128 {
+        #[allow(clippy::cast_possible_truncation, reason = "under 128, checked above")]
+        let fixint = value as u8;
+        bytes[0] = fixint;
+        1
+    } else if let Ok(value) = u8::try_from(value) {
+        bytes[..2].copy_from_slice(&[0xcc, value]);
+        2
+    } else if let Ok(value) = u16::try_from(value) {
+        bytes[0] = 0xcd;
+        bytes[1..3].copy_from_slice(&value.to_be_bytes());
+        3
+    } else if let Ok(value) = u32::try_from(value) {
+        bytes[0] = 0xce;
+        bytes[1..5].copy_from_slice(&value.to_be_bytes());
+        5
+    } else {
+        bytes[0] = 0xcf;
+        bytes[1..9].copy_from_slice(&value.to_be_bytes());
+        9
     };
     (bytes, len)
 }
@@ -341,15 +340,16 @@ pub fn write_int(out: &mut Vec<u8>, value: i64) {
     if value >= 0 {
         write_uint(out, value as u64);
     } else if value >= -32 {
+        #[allow(clippy::cast_possible_truncation, reason = "in -32..0, checked above")]
         out.push(value as i8 as u8);
-    } else if value >= i8::MIN as i64 {
-        out.extend_from_slice(&[0xd0, value as i8 as u8]);
-    } else if value >= i16::MIN as i64 {
+    } else if let Ok(value) = i8::try_from(value) {
+        out.extend_from_slice(&[0xd0, value as u8]);
+    } else if let Ok(value) = i16::try_from(value) {
         out.push(0xd1);
-        out.extend_from_slice(&(value as i16).to_be_bytes());
-    } else if value >= i32::MIN as i64 {
+        out.extend_from_slice(&value.to_be_bytes());
+    } else if let Ok(value) = i32::try_from(value) {
         out.push(0xd2);
-        out.extend_from_slice(&(value as i32).to_be_bytes());
+        out.extend_from_slice(&value.to_be_bytes());
     } else {
         out.push(0xd3);
         out.extend_from_slice(&value.to_be_bytes());
@@ -357,18 +357,24 @@ pub fn write_int(out: &mut Vec<u8>, value: i64) {
 }
 
 /// Writes a string header for `len` bytes in the shortest form; the bytes follow it.
+///
+/// No msgpack string is over `u32::MAX` bytes: such a length saturates, so the string
+/// cannot be read back, and neither can what carries it, which is then over its own u32
+/// limit too (a reply packet, which `protocol::reply::finish_packet` replaces whole by an
+/// error; a WAL row, which the writer refuses).
 #[inline]
 pub fn write_str_header(out: &mut Vec<u8>, len: usize) {
     if len < 32 {
+        #[allow(clippy::cast_possible_truncation, reason = "under 32, checked above")]
         out.push(0xa0 | len as u8);
-    } else if len <= u8::MAX as usize {
-        out.extend_from_slice(&[0xd9, len as u8]);
-    } else if len <= u16::MAX as usize {
+    } else if let Ok(len) = u8::try_from(len) {
+        out.extend_from_slice(&[0xd9, len]);
+    } else if let Ok(len) = u16::try_from(len) {
         out.push(0xda);
-        out.extend_from_slice(&(len as u16).to_be_bytes());
+        out.extend_from_slice(&len.to_be_bytes());
     } else {
         out.push(0xdb);
-        out.extend_from_slice(&(len as u32).to_be_bytes());
+        out.extend_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_be_bytes());
     }
 }
 

@@ -86,7 +86,7 @@ mod tests {
 
     #[test]
     fn scramble_checks_against_the_right_password_only() {
-        let salt: [u8; 32] = std::array::from_fn(|i| (i * 31 + 7) as u8);
+        let salt: [u8; 32] = std::array::from_fn(|i| u8::try_from((i * 31 + 7) % 256).unwrap());
         let hash2 = password_hash2(b"testpass");
         let good = scramble(&salt, b"testpass");
         assert!(check_chap_sha1(&salt, &good, &hash2));

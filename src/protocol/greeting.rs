@@ -98,7 +98,7 @@ mod tests {
     #[test]
     fn layout_matches_spec() {
         let uuid = uuid::Uuid::parse_str("5158362a-64e7-4306-a707-584f484991a2").unwrap();
-        let salt: [u8; 32] = std::array::from_fn(|i| i as u8 * 7);
+        let salt: [u8; 32] = std::array::from_fn(|i| u8::try_from(i).unwrap() * 7);
         let g = encode_greeting("2.11.1", &uuid, &salt);
         let text = std::str::from_utf8(&g).unwrap();
         assert!(text.starts_with("Tarantool 2.11.1 (Binary) 5158362a-64e7-4306-a707-584f484991a2 "));

@@ -29,9 +29,9 @@
 //! | [`client`] | request encoders and a reply decoder for tests and tools |
 
 // Bytes here come from clients or disk: an `expect` is fixed or says where it stands why
-// it cannot fire. (issue 20: `clippy::cast_possible_truncation` too, once the encoders'
-// range-checked casts are rewritten or justified.)
-#![warn(clippy::expect_used)]
+// it cannot fire, and a truncating cast is fixed or says where it stands why it cannot
+// truncate (or that truncating is meant).
+#![warn(clippy::expect_used, clippy::cast_possible_truncation)]
 
 pub mod auth;
 pub mod client;

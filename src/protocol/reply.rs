@@ -8,7 +8,9 @@
 //! patched, so a reply is produced in one pass with no scratch buffer.
 
 use crate::msgpack::{write_array_len, write_str, write_uint};
-use crate::protocol::codes::{body_key, error_key, header_key, request_type, MP_ERROR_EXT_TYPE};
+use crate::protocol::codes::{
+    body_key, error_key, header_key, key_byte, request_type, MP_ERROR_EXT_TYPE,
+};
 use crate::protocol::error::ProtocolError;
 use crate::protocol::error_code::ErrorCode;
 use crate::protocol::header::decode_header;
@@ -75,6 +77,15 @@ pub(super) fn replace_with_too_large_error(out: &mut Vec<u8>, prefix_at: usize, 
     );
 }
 
+/// A count of items (or bytes) inside one packet, as the u32 its msgpack header holds.
+/// Over `u32::MAX` the packet is over 4 GiB too (every item is at least a byte), and
+/// [`finish_packet`] replaces it whole by an error reply: the count saturates, and what it
+/// would have wrapped to never reaches the client.
+#[inline]
+fn count_in_packet(len: usize) -> u32 {
+    u32::try_from(len).unwrap_or(u32::MAX)
+}
+
 /// Reserves a 5-byte `0xdd` array header whose count is patched by [`finish_array`].
 #[inline]
 pub fn begin_array(out: &mut Vec<u8>) -> ArrayMark {
@@ -124,15 +135,16 @@ impl Head {
     #[inline(always)]
     fn put_uint(&mut self, value: u64) {
         if value < 128 {
+            #[allow(clippy::cast_possible_truncation, reason = "under 128, checked above")]
             self.put(&[value as u8]);
-        } else if value <= u8::MAX as u64 {
-            self.put(&[0xcc, value as u8]);
-        } else if value <= u16::MAX as u64 {
+        } else if let Ok(value) = u8::try_from(value) {
+            self.put(&[0xcc, value]);
+        } else if let Ok(value) = u16::try_from(value) {
             self.put(&[0xcd]);
-            self.put(&(value as u16).to_be_bytes());
-        } else if value <= u32::MAX as u64 {
+            self.put(&value.to_be_bytes());
+        } else if let Ok(value) = u32::try_from(value) {
             self.put(&[0xce]);
-            self.put(&(value as u32).to_be_bytes());
+            self.put(&value.to_be_bytes());
         } else {
             self.put(&[0xcf]);
             self.put(&value.to_be_bytes());
@@ -141,11 +153,11 @@ impl Head {
 
     #[inline(always)]
     fn put_reply_header(&mut self, status: u64, sync: u64, schema_version: u64) {
-        self.put(&[0x83, header_key::REQUEST_TYPE as u8]);
+        self.put(&[0x83, const { key_byte(header_key::REQUEST_TYPE) }]);
         self.put_uint(status);
-        self.put(&[header_key::SYNC as u8]);
+        self.put(&[const { key_byte(header_key::SYNC) }]);
         self.put_uint(sync);
-        self.put(&[header_key::SCHEMA_VERSION as u8]);
+        self.put(&[const { key_byte(header_key::SCHEMA_VERSION) }]);
         self.put_uint(schema_version);
     }
 
@@ -193,7 +205,7 @@ pub fn begin_data_reply(
         request_type::OK,
         sync,
         schema_version,
-        &[0x81, body_key::DATA as u8],
+        &[0x81, const { key_byte(body_key::DATA) }],
     );
     write_array_len(out, count);
     mark
@@ -211,7 +223,7 @@ pub struct DataReply {
 impl DataReply {
     #[inline]
     pub fn begin(out: &mut Vec<u8>, sync: u64, schema_version: u64) -> DataReply {
-        const BODY_START: [u8; 7] = [0x81, body_key::DATA as u8, 0xdd, 0, 0, 0, 0];
+        const BODY_START: [u8; 7] = [0x81, key_byte(body_key::DATA), 0xdd, 0, 0, 0, 0];
         let packet = Head::begin_packet(out, request_type::OK, sync, schema_version, &BODY_START);
         let array = ArrayMark {
             header_at: out.len() - 5,
@@ -253,7 +265,7 @@ pub fn encode_data<'i>(
     schema_version: u64,
     items: impl ExactSizeIterator<Item = &'i [u8]>,
 ) {
-    let mark = begin_data_reply(out, sync, schema_version, items.len() as u32);
+    let mark = begin_data_reply(out, sync, schema_version, count_in_packet(items.len()));
     for item in items {
         out.extend_from_slice(item);
     }
@@ -292,25 +304,25 @@ impl<'a> ErrorEntry<'a> {
 /// Writes the `{0: [entry, ...]}` map shared by the 0x52 key and the MP_ERROR extension.
 pub fn write_error_stack(out: &mut Vec<u8>, stack: &[ErrorEntry<'_>]) {
     out.push(0x81);
-    out.push(error_key::STACK as u8);
-    write_array_len(out, stack.len() as u32);
+    out.push(const { key_byte(error_key::STACK) });
+    write_array_len(out, count_in_packet(stack.len()));
     for entry in stack {
         // Python indexes keys 0..5 directly: all six are always present.
         out.push(0x80 | if entry.fields.is_some() { 7 } else { 6 });
-        out.push(error_key::TYPE as u8);
+        out.push(const { key_byte(error_key::TYPE) });
         write_str(out, entry.type_name.as_bytes());
-        out.push(error_key::FILE as u8);
+        out.push(const { key_byte(error_key::FILE) });
         write_str(out, entry.file.as_bytes());
-        out.push(error_key::LINE as u8);
+        out.push(const { key_byte(error_key::LINE) });
         write_uint(out, entry.line.into());
-        out.push(error_key::MESSAGE as u8);
+        out.push(const { key_byte(error_key::MESSAGE) });
         write_str(out, entry.message.as_bytes());
-        out.push(error_key::ERRNO as u8);
+        out.push(const { key_byte(error_key::ERRNO) });
         write_uint(out, entry.errno.into());
-        out.push(error_key::CODE as u8);
+        out.push(const { key_byte(error_key::CODE) });
         write_uint(out, entry.code.0.into());
         if let Some(fields) = entry.fields {
-            out.push(error_key::FIELDS as u8);
+            out.push(const { key_byte(error_key::FIELDS) });
             out.extend_from_slice(fields);
         }
     }
@@ -339,10 +351,10 @@ pub fn encode_error_stack(
         top.code.response_type(),
         sync,
         schema_version,
-        &[0x82, body_key::ERROR_24 as u8],
+        &[0x82, const { key_byte(body_key::ERROR_24) }],
     );
     write_str(out, top.message.as_bytes());
-    out.push(body_key::ERROR as u8);
+    out.push(const { key_byte(body_key::ERROR) });
     write_error_stack(out, stack);
     finish_packet(out, mark);
 }
@@ -375,7 +387,7 @@ pub fn write_mp_error_ext(out: &mut Vec<u8>, stack: &[ErrorEntry<'_>]) {
     let header_at = out.len();
     out.extend_from_slice(&[0xc9, 0, 0, 0, 0, MP_ERROR_EXT_TYPE as u8]);
     write_error_stack(out, stack);
-    let len = (out.len() - header_at - 6) as u32;
+    let len = count_in_packet(out.len() - header_at - 6);
     out[header_at + 1..header_at + 5].copy_from_slice(&len.to_be_bytes());
 }
 
@@ -390,15 +402,15 @@ pub fn encode_id_reply(
 ) {
     let body_map = if auth_type.is_some() { 0x83 } else { 0x82 };
     let mark = Head::begin_packet(out, request_type::OK, sync, schema_version, &[body_map]);
-    out.push(body_key::VERSION as u8);
+    out.push(const { key_byte(body_key::VERSION) });
     write_uint(out, protocol_version);
-    out.push(body_key::FEATURES as u8);
-    write_array_len(out, features.len() as u32);
+    out.push(const { key_byte(body_key::FEATURES) });
+    write_array_len(out, count_in_packet(features.len()));
     for &feature in features {
         write_uint(out, feature.into());
     }
     if let Some(auth_type) = auth_type {
-        out.push(body_key::AUTH_TYPE as u8);
+        out.push(const { key_byte(body_key::AUTH_TYPE) });
         write_str(out, auth_type.as_bytes());
     }
     finish_packet(out, mark);
@@ -409,15 +421,15 @@ pub fn encode_id_reply(
 pub fn encode_event(out: &mut Vec<u8>, sync: u64, key: &str, value: Option<&[u8]>) {
     let mark = begin_packet(out);
     out.push(0x82);
-    out.push(header_key::REQUEST_TYPE as u8);
+    out.push(const { key_byte(header_key::REQUEST_TYPE) });
     write_uint(out, request_type::EVENT);
-    out.push(header_key::SYNC as u8);
+    out.push(const { key_byte(header_key::SYNC) });
     write_uint(out, sync);
     out.push(if value.is_some() { 0x82 } else { 0x81 });
-    out.push(body_key::EVENT_KEY as u8);
+    out.push(const { key_byte(body_key::EVENT_KEY) });
     write_str(out, key.as_bytes());
     if let Some(value) = value {
-        out.push(body_key::EVENT_DATA as u8);
+        out.push(const { key_byte(body_key::EVENT_DATA) });
         out.extend_from_slice(value);
     }
     finish_packet(out, mark);

@@ -399,7 +399,18 @@ fn uint(value: &[u8]) -> Result<u64, ProtocolError> {
 
 /// Tarantool stores these fields in `uint32_t` and keeps the low bits of larger values.
 fn uint32(value: &[u8]) -> Result<u32, ProtocolError> {
-    uint(value).map(|n| n as u32)
+    uint(value).map(low_32_bits)
+}
+
+/// What Tarantool keeps of a uint it stores in a `uint32_t` (a space or index id, a limit,
+/// a response type): the low 32 bits, the rest dropped without an error.
+#[inline(always)]
+#[allow(
+    clippy::cast_possible_truncation,
+    reason = "truncating is the point: Tarantool's behaviour, kept"
+)]
+pub(crate) fn low_32_bits(value: u64) -> u32 {
+    value as u32
 }
 
 fn string(value: &[u8]) -> Result<&str, ProtocolError> {

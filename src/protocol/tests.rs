@@ -833,17 +833,19 @@ fn value(allow_invalid: bool) -> impl Strategy<Value = Vec<u8>> {
             crate::msgpack::write_str(&mut out, &text);
             out
         }),
-        proptest::collection::vec(any::<u8>(), 0..4)
-            .prop_map(|bytes| { [&[0xc4, bytes.len() as u8][..], &bytes].concat() }),
+        proptest::collection::vec(any::<u8>(), 0..4).prop_map(|bytes| {
+            [&[0xc4, u8::try_from(bytes.len()).unwrap()][..], &bytes].concat()
+        }),
         Just(vec![0x80]),
         Just(vec![0x81, 0x01, 0x02]),
     ];
     scalar.prop_recursive(3, 24, 6, |inner| {
         (proptest::collection::vec(inner, 0..6), 0u8..3).prop_map(|(items, width)| {
+            let len = items.len();
             let mut out = match width {
-                0 => vec![0x90 | items.len() as u8],
-                1 => [&[0xdc][..], &(items.len() as u16).to_be_bytes()].concat(),
-                _ => [&[0xdd][..], &(items.len() as u32).to_be_bytes()].concat(),
+                0 => vec![0x90 | u8::try_from(len).unwrap()],
+                1 => [&[0xdc][..], &u16::try_from(len).unwrap().to_be_bytes()].concat(),
+                _ => [&[0xdd][..], &u32::try_from(len).unwrap().to_be_bytes()].concat(),
             };
             for item in items {
                 out.extend_from_slice(&item);
@@ -865,12 +867,12 @@ fn any_key(known: &'static [u8]) -> impl Strategy<Value = Vec<u8>> {
 
 /// A map of `pairs`, its header usually right, sometimes wide, sometimes miscounted.
 fn map_bytes(pairs: &[(Vec<u8>, Vec<u8>)], header: u8) -> Vec<u8> {
-    let count = pairs.len();
+    let count = u8::try_from(pairs.len()).unwrap();
     let mut out = match header {
-        0 => vec![0x80 | count as u8],
-        1 => [&[0xde][..], &(count as u16).to_be_bytes()].concat(),
-        2 => vec![0x80 | (count as u8 + 1)],
-        _ => vec![0x80 | count.saturating_sub(1) as u8],
+        0 => vec![0x80 | count],
+        1 => [&[0xde][..], &u16::from(count).to_be_bytes()].concat(),
+        2 => vec![0x80 | (count + 1)],
+        _ => vec![0x80 | count.saturating_sub(1)],
     };
     for (key, value) in pairs {
         out.extend_from_slice(key);
@@ -881,11 +883,16 @@ fn map_bytes(pairs: &[(Vec<u8>, Vec<u8>)], header: u8) -> Vec<u8> {
 
 /// `value` as a msgpack uint: minimal, or in a wider form when `width` asks and it fits.
 fn uint_of_width(value: u64, width: u8) -> Vec<u8> {
-    match width {
-        1 if value <= 0xff => vec![0xcc, value as u8],
-        2 if value <= 0xffff => [&[0xcd][..], &(value as u16).to_be_bytes()].concat(),
-        3 if value <= 0xffff_ffff => [&[0xce][..], &(value as u32).to_be_bytes()].concat(),
-        4 => [&[0xcf][..], &value.to_be_bytes()].concat(),
+    let (byte, short, word) = (
+        u8::try_from(value),
+        u16::try_from(value),
+        u32::try_from(value),
+    );
+    match (width, byte, short, word) {
+        (1, Ok(byte), _, _) => vec![0xcc, byte],
+        (2, _, Ok(short), _) => [&[0xcd][..], &short.to_be_bytes()].concat(),
+        (3, _, _, Ok(word)) => [&[0xce][..], &word.to_be_bytes()].concat(),
+        (4, ..) => [&[0xcf][..], &value.to_be_bytes()].concat(),
         _ => {
             let mut out = Vec::new();
             crate::msgpack::write_uint(&mut out, value);
@@ -1030,8 +1037,8 @@ fn common_like_packet() -> impl Strategy<Value = Vec<u8>> {
             2 | 3 => pairs[at].0 = shape.odd_key.clone(),
             4 | 5 => drop(pairs.remove(at)),
             6 | 7 => pairs.push(pairs[at].clone()),
-            8 => header_map = 1 + (shape.at % 3) as u8,
-            9 => body_map = 1 + (shape.at % 3) as u8,
+            8 => header_map = 1 + u8::try_from(shape.at % 3).unwrap(),
+            9 => body_map = 1 + u8::try_from(shape.at % 3).unwrap(),
             10 => trailer = &shape.trailer,
             11 => cut = Some(shape.at),
             _ => {}
@@ -1094,7 +1101,7 @@ fn unstructured_packet() -> impl Strategy<Value = Vec<u8>> {
 fn common_packet() -> impl Strategy<Value = Vec<u8>> {
     let key = proptest::collection::vec(any::<u64>(), 0..3).prop_map(|parts| {
         let mut key = Vec::new();
-        crate::msgpack::write_array_len(&mut key, parts.len() as u32);
+        crate::msgpack::write_array_len(&mut key, u32::try_from(parts.len()).unwrap());
         for part in parts {
             crate::msgpack::write_uint(&mut key, part);
         }
@@ -1102,7 +1109,7 @@ fn common_packet() -> impl Strategy<Value = Vec<u8>> {
     });
     let tuple = proptest::collection::vec(value(false), 0..20).prop_map(|fields| {
         let mut tuple = Vec::new();
-        crate::msgpack::write_array_len(&mut tuple, fields.len() as u32);
+        crate::msgpack::write_array_len(&mut tuple, u32::try_from(fields.len()).unwrap());
         for field in fields {
             tuple.extend_from_slice(&field);
         }
