@@ -20,9 +20,10 @@ enum Expected {
     Tuples(Vec<Vec<u8>>),
 }
 
-/// One round of one connection: replace every key and read it back, PINGs in between,
-/// delete one key and miss it, then a fan-out range select over the connection's keys
-/// (which must see every write before it).
+/// One round of one connection: replace every key and read it back, PINGs in between, and
+/// every tenth key two fan-out range selects (ascending and descending) that must see
+/// exactly the writes before them in the pipeline and none after; then delete one key and
+/// miss it, and a last fan-out range select over the connection's keys.
 fn round(connection: u64, round: u64, requests: &mut Vec<u8>, expected: &mut Vec<(u64, Expected)>) {
     let base = 1_000_000 * (connection + 1);
     let mut sync = round * 10_000;
@@ -30,7 +31,16 @@ fn round(connection: u64, round: u64, requests: &mut Vec<u8>, expected: &mut Vec
         sync += 1;
         sync
     };
-    let value = |k: u64| kv_tuple(base + k, &format!("c{connection}-k{k}-r{round}"));
+    let value_in = |round: u64, k: u64| kv_tuple(base + k, &format!("c{connection}-k{k}-r{round}"));
+    let value = |k: u64| value_in(round, k);
+    // What key k holds after this round's replace of key `written`: this round's value up to
+    // it, the round before's after it (but the key that round deleted).
+    let held = |written: u64, k: u64| match (k <= written, round) {
+        (true, _) => Some(value(k)),
+        (false, 0) => None,
+        (false, _) if k == (round - 1) % KEYS_PER_CONNECTION => None,
+        (false, _) => Some(value_in(round - 1, k)),
+    };
     for k in 0..KEYS_PER_CONNECTION {
         let s = next_sync();
         client::encode_replace(requests, s, KV, &value(k));
@@ -42,6 +52,20 @@ fn round(connection: u64, round: u64, requests: &mut Vec<u8>, expected: &mut Vec
             let s = next_sync();
             client::encode_ping(requests, s);
             expected.push((s, Expected::Ok));
+        }
+        if k % 10 == 5 {
+            // Limited to the keys held, as other connections' keys lie beyond and before.
+            let ascending: Vec<_> = (0..KEYS_PER_CONNECTION)
+                .filter_map(|j| held(k, j))
+                .collect();
+            let s = next_sync();
+            encode_kv_select(requests, s, 5, base, ascending.len() as u32);
+            let descending = ascending.iter().rev().take(5).cloned().collect();
+            expected.push((s, Expected::Tuples(ascending)));
+            let s = next_sync();
+            // LE the last key: the five highest keys held, highest first.
+            encode_kv_select(requests, s, 4, base + KEYS_PER_CONNECTION - 1, 5);
+            expected.push((s, Expected::Tuples(descending)));
         }
     }
     let deleted = round % KEYS_PER_CONNECTION;

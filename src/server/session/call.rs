@@ -2,7 +2,7 @@
 //! planned here and run here, on their owner, or on every core.
 
 use super::admit::access_denied;
-use super::{Pending, Session, Unacknowledged};
+use super::{Pending, PendingReply, Session, Unacknowledged};
 use crate::crud::{self, CrudReply, Plan};
 use crate::msgpack::{write_str, write_uint};
 use crate::placement::{self, Destination};
@@ -109,7 +109,7 @@ impl Session {
                         });
                     self.pending.push(Pending {
                         at: out.len(),
-                        slot,
+                        reply: PendingReply::Slot(slot),
                     });
                 }
                 Destination::Here | Destination::EveryCore => self.crud_here(&plan, sync, out),

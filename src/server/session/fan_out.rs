@@ -1,7 +1,7 @@
 //! Fan-out: a select or a crud call that every core runs a part of, and the merge of
 //! their answers into one reply.
 
-use super::Session;
+use super::{Pending, PendingReply, Session, Wait};
 use crate::crud::{self, CrudReply, Plan};
 use crate::msgpack;
 use crate::placement::Destination;
@@ -10,9 +10,11 @@ use crate::protocol::request::Select;
 use crate::server::mesh::batch::{EntryTooLong, Kind};
 use crate::server::mesh::crud_payloads as wire;
 use crate::server::schema::SCHEMA_VERSION;
-use crate::shard::errors::encode_log_refused;
+use crate::shard::errors::{encode_log_refused, encode_storage_error};
 use crate::storage::IteratorType;
 use crate::wal::{Commit, WalError};
+use smallvec::SmallVec;
+use std::ops::Range;
 
 impl Session {
     /// A `*_many` call on several cores: each owner gets its ops, in order, in one message
@@ -147,79 +149,133 @@ impl Session {
         crud::encode_reply(out, sync, SCHEMA_VERSION, &CrudReply::Values(values));
     }
 
-    /// Runs the scan on every core (each returns at most offset + limit entries in index
-    /// order), merges by encoded key, then applies offset and limit. Earlier queued requests
-    /// finish first, so the scan sees their writes and the reply keeps its place.
-    pub(super) async fn fan_out_select(
+    /// Starts a select that every core scans (each returns at most offset + limit entries
+    /// in index order): each peer's part is queued in this tick's batch, behind the requests
+    /// queued to that peer before it, so it sees their writes; this core's part is scanned
+    /// now, after the local requests before it. [`Session::finish`] merges the parts into
+    /// the reply's place ([`Session::merge_fan_outs`]), so the connection reads on and many
+    /// scans are in flight at once. Returns [`Wait::Finish`] once the parts held here pass
+    /// [`SCAN_BYTES_HELD_MAX`].
+    pub(super) fn fan_out_select(
         &mut self,
         packet: &[u8],
         select: &Select<'_>,
         sync: u64,
         out: &mut Vec<u8>,
-    ) {
-        self.finish(out).await;
+    ) -> Option<Wait> {
         if let Err(error) = self.core.shard.borrow().check_scan(select) {
-            return crate::shard::errors::encode_storage_error(out, sync, SCHEMA_VERSION, &error);
+            encode_storage_error(out, sync, SCHEMA_VERSION, &error);
+            return None;
         }
         let wanted = select.offset.saturating_add(select.limit);
         let me = self.core.id();
+        let mut first_slot = None;
         for peer in (0..self.core.shard_count).filter(|&peer| peer != me) {
-            // Slots are 0.. in peer order: the inbox was empty after `finish`.
-            self.core
+            let slot = self
+                .core
                 .queue(peer, Kind::Scan, wanted, packet, &self.inbox);
+            // The inbox hands out slots in order: the peers' parts are `first_slot..`.
+            first_slot.get_or_insert(slot);
         }
-        self.inbox.wait().await;
-        let too_long = {
-            let replies = self.inbox.replies();
-            (0..(self.core.shard_count - 1) as u32).find_map(|slot| replies.part(slot).err())
+        let local_start = self.scans.len();
+        let scanned = self
+            .core
+            .shard
+            .borrow()
+            .scan(select, wanted as usize, &mut self.scans);
+        debug_assert!(scanned.is_ok(), "checked above");
+        let fan_out = FanOut {
+            sync,
+            first_slot: first_slot.expect("a fan-out has a peer"),
+            local: local_start..self.scans.len(),
+            merged: 0..0,
+            order: MergeOrder::of(select),
         };
-        if let Some(too_long) = too_long {
-            self.inbox.clear();
-            return too_long.encode_reply(out, sync, SCHEMA_VERSION);
-        }
-        {
-            let shard = self.core.shard.borrow();
-            let replies = self.inbox.replies();
-            let arena = &shard.arena;
-            // Sized for typical tuples, so a scan seldom grows it; bump space is cheap.
-            let typical_entry_bytes = 256;
-            let capacity = (wanted as usize)
-                .saturating_mul(typical_entry_bytes)
-                .min(64 << 10);
-            let mut local = arena.bytes_with_capacity(capacity);
-            let scanned = shard.scan(select, wanted as usize, &mut local);
-            debug_assert!(scanned.is_ok(), "checked above");
-            let mut streams = arena.vec_with_capacity(self.core.shard_count);
-            streams.push(ScanEntries::new(&local));
-            for slot in 0..(self.core.shard_count - 1) as u32 {
-                streams.push(ScanEntries::new(replies.get(slot)));
+        let index = u32::try_from(self.fan_outs.len()).expect("bounded by the read buffer");
+        self.fan_outs.push(fan_out);
+        self.pending.push(Pending {
+            at: out.len(),
+            reply: PendingReply::FanOut(index),
+        });
+        (self.scans.len() >= SCAN_BYTES_HELD_MAX).then_some(Wait::Finish)
+    }
+
+    /// Merges each fan-out's parts (this core's in `scans`, the peers' in the inbox) into
+    /// its reply, appended to `merged`; once every part has arrived.
+    pub(super) fn merge_fan_outs(&mut self) {
+        let peers = (self.core.shard_count - 1) as u32;
+        let replies = self.inbox.replies();
+        for fan_out in &mut self.fan_outs {
+            let parts = fan_out.first_slot..fan_out.first_slot + peers;
+            let start = self.merged.len();
+            match parts.clone().find_map(|slot| replies.part(slot).err()) {
+                Some(too_long) => {
+                    too_long.encode_reply(&mut self.merged, fan_out.sync, SCHEMA_VERSION)
+                }
+                None => {
+                    let mut streams: SmallVec<[ScanEntries<'_>; 8]> = SmallVec::new();
+                    streams.push(ScanEntries::new(&self.scans[fan_out.local.clone()]));
+                    streams.extend(parts.map(|slot| ScanEntries::new(replies.get(slot))));
+                    merge(fan_out.order, &mut streams, fan_out.sync, &mut self.merged);
+                }
             }
-            merge(select, &mut streams, sync, out);
+            fan_out.merged = start..self.merged.len();
         }
-        self.inbox.clear();
-        self.core.shard.borrow_mut().arena.reset();
+    }
+}
+
+/// The parts of a session's fan-outs held between `finish`es, past which the session
+/// merges them before reading on (a pipeline of scans with large limits).
+pub(super) const SCAN_BYTES_HELD_MAX: usize = 256 * 1024;
+
+/// A select every core scans, in flight: the peers' parts arrive in the inbox at slots
+/// `first_slot..` (one per peer), this core's is in the session's `scans` at `local`; the
+/// merged reply goes to the session's `merged` at `merged`.
+pub(super) struct FanOut {
+    sync: u64,
+    first_slot: u32,
+    local: Range<usize>,
+    pub(super) merged: Range<usize>,
+    order: MergeOrder,
+}
+
+/// What a merge of a select's parts keeps: entries in index order (descending for
+/// LT/LE/REQ iterators), `offset` skipped, at most `limit`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct MergeOrder {
+    descending: bool,
+    offset: u32,
+    limit: u32,
+}
+
+impl MergeOrder {
+    fn of(select: &Select<'_>) -> MergeOrder {
+        MergeOrder {
+            descending: IteratorType::from_code(select.iterator)
+                .is_ok_and(IteratorType::is_descending),
+            offset: select.offset,
+            limit: select.limit,
+        }
     }
 }
 
 /// Writes the merged reply: entries in index order (descending for LT/LE/REQ iterators),
 /// `offset` skipped, at most `limit` written.
 pub(super) fn merge(
-    select: &Select<'_>,
+    order: MergeOrder,
     streams: &mut [ScanEntries<'_>],
     sync: u64,
     out: &mut Vec<u8>,
 ) {
-    let descending =
-        IteratorType::from_code(select.iterator).is_ok_and(IteratorType::is_descending);
     let mut data = DataReply::begin(out, sync, SCHEMA_VERSION);
     let mut skipped = 0u32;
-    while data.count() < select.limit {
+    while data.count() < order.limit {
         let best = streams
             .iter()
             .enumerate()
             .filter_map(|(at, stream)| stream.peek().map(|(key, _)| (at, key)))
             .reduce(|a, b| {
-                if (b.1 < a.1) != descending && b.1 != a.1 {
+                if (b.1 < a.1) != order.descending && b.1 != a.1 {
                     b
                 } else {
                     a
@@ -229,7 +285,7 @@ pub(super) fn merge(
         let Some((_, tuple)) = streams[at].next() else {
             break;
         };
-        if skipped < select.offset {
+        if skipped < order.offset {
             skipped += 1;
             continue;
         }

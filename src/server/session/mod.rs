@@ -11,8 +11,10 @@
 //! Replies keep request order. A point request owned by this core is executed at once and
 //! its reply written straight into `out`; one owned by another core is queued in this tick's
 //! batch for that core, and its place in `out` remembered: [`Session::finish`] waits for all
-//! of them at once and splices each reply into its place. A request that must see every
-//! earlier reply first (a fan-out select) finishes the queued ones before it starts.
+//! of them at once and splices each reply into its place. A select that every core scans is
+//! pipelined the same way: its part on each peer is queued behind that peer's earlier
+//! requests (so it sees their writes), its part here scanned at once, and `finish` merges
+//! the parts into the reply's place (`fan_out`): a connection has many scans in flight.
 //!
 //! A crud CALL (`crud.*`) is planned here and routed the same way: a point op to its owner
 //! as its plan (which the owner runs without planning again; its reply is spliced like any
@@ -22,8 +24,8 @@
 //! The packets of one socket read go through as a [`Run`]: each is decoded and routed once,
 //! a few packets before its turn, so that its lookup is fetched ahead
 //! ([`Session::prefetch_before`]); [`Session::submit_in`] then runs it without an await,
-//! except the few requests that must wait ([`Deferred`]: a CALL, a fan-out select, and on
-//! several shards an UPDATE that may move its primary key to another shard, which must learn
+//! except the few requests that must wait ([`Deferred`]: a CALL, and on several shards an
+//! UPDATE that may move its primary key to another shard, which must learn
 //! whether the new key is taken before the client's next request runs: see [`moved_key`]).
 //!
 //! On the local path nothing allocates: decoding borrows from the packet, keys are encoded
@@ -80,8 +82,9 @@ pub struct Run<'p> {
     fetched: Option<PointTarget>,
 }
 
-/// A request that waits before its reply is complete: a CALL, a select every core scans, or
-/// an UPDATE that may move its tuple's primary key to another shard (see [`moved_key`]).
+/// A request that waits before its reply is complete: a CALL, or an UPDATE that may move its
+/// tuple's primary key to another shard (see [`moved_key`]); or any request after which the
+/// session holds enough queued scan parts that they are merged before the next.
 /// Run it with [`Session::run_deferred`] before the next packet of the run.
 #[must_use = "a deferred request has no reply until it is run"]
 pub struct Deferred<'p> {
@@ -93,11 +96,12 @@ pub struct Deferred<'p> {
 /// What a [`Deferred`] request waits for.
 #[derive(Clone, Copy)]
 enum Wait {
-    /// Nothing ran yet: a CALL or a fan-out select, run in [`Session::run_deferred`].
+    /// Nothing ran yet: a CALL, run in [`Session::run_deferred`].
     Run,
-    /// An UPDATE ran here and answered 94; the owner of its new key is asked (its
-    /// [`KeyCheck`]) before the next request, so that no later one runs first.
-    KeyCheck,
+    /// The request ran; what is queued is finished before the next request: an UPDATE that
+    /// answered 94 and whose new key's owner is asked (its [`KeyCheck`]) so that no later
+    /// request runs first, or a fan-out after which the scan parts held grew large.
+    Finish,
     /// An UPDATE for core `owner` that may move its key: it runs alone, after the requests
     /// queued before it and before the next, so that its key check sees exactly theirs.
     Alone { owner: usize },
@@ -109,11 +113,19 @@ fn decode(packet: &[u8]) -> Decoded<'_> {
     crate::protocol::crud_call::decode_packet(packet)
 }
 
-/// A reply that another core will send: it goes into `out` at `at`.
+/// A reply that is not complete yet: it goes into `out` at `at`.
 #[derive(Debug, Clone, Copy)]
 struct Pending {
     at: usize,
-    slot: u32,
+    reply: PendingReply,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum PendingReply {
+    /// Another core sends it, to this inbox slot.
+    Slot(u32),
+    /// The merge of a fan-out's parts: `fan_outs[i]`.
+    FanOut(u32),
 }
 
 pub struct Session {
@@ -128,6 +140,12 @@ pub struct Session {
     unacknowledged: Vec<Unacknowledged>,
     /// Replies of local UPDATEs that wait on another core's word, in request order.
     key_checks: Vec<KeyCheck>,
+    /// Selects every core scans, in flight, in request order.
+    fan_outs: Vec<fan_out::FanOut>,
+    /// This core's parts of `fan_outs`.
+    scans: Vec<u8>,
+    /// The merged replies of `fan_outs`, in `finish`.
+    merged: Vec<u8>,
 }
 
 impl Session {
@@ -141,6 +159,9 @@ impl Session {
             pending: Vec::new(),
             unacknowledged: Vec::new(),
             key_checks: Vec::new(),
+            fan_outs: Vec::new(),
+            scans: Vec::new(),
+            merged: Vec::new(),
         }
     }
 
@@ -196,17 +217,13 @@ impl Session {
         }
     }
 
-    /// Runs a request [`Session::submit_in`] left to wait: a CALL, or a select that every
-    /// core scans.
+    /// Runs a request [`Session::submit_in`] left to wait (see [`Wait`]).
     pub async fn run_deferred(&mut self, packet: &[u8], deferred: Deferred<'_>, out: &mut Vec<u8>) {
         let sync = deferred.sync;
         match (deferred.wait, &deferred.request) {
             (Wait::Run, Request::Call(call)) => self.call(packet, call, sync, out).await,
-            (Wait::Run, Request::Select(select)) => {
-                self.fan_out_select(packet, select, sync, out).await
-            }
-            (Wait::Run, _) => unreachable!("only calls and fan-out selects are run deferred"),
-            (Wait::KeyCheck, _) => self.finish(out).await,
+            (Wait::Run, _) => unreachable!("only calls are run deferred"),
+            (Wait::Finish, _) => self.finish(out).await,
             (Wait::Alone { owner }, _) => {
                 self.finish(out).await;
                 self.forward(owner, packet, out);
@@ -254,8 +271,13 @@ impl Session {
                 match route {
                     Destination::Here => self.here(request, sync, fetched, out),
                     Destination::Owner(owner) => self.hop(owner, packet, request, out),
-                    // Only a select fans out; it waits for the requests before it.
-                    Destination::EveryCore => Some(Wait::Run),
+                    Destination::EveryCore => match request {
+                        Request::Select(select) => self.fan_out_select(packet, select, sync, out),
+                        _ => {
+                            debug_assert!(false, "only a select is routed to every core");
+                            self.here(request, sync, fetched, out)
+                        }
+                    },
                 }
             }
         };
@@ -295,7 +317,7 @@ impl Session {
             start,
             end: out.len(),
         });
-        Some(Wait::KeyCheck)
+        Some(Wait::Finish)
     }
 
     /// A request for core `owner`: queued (see [`Session::forward`]), unless it is an UPDATE
@@ -375,7 +397,7 @@ impl Session {
             .queue(owner, Kind::Execute, 0, packet, &self.inbox);
         self.pending.push(Pending {
             at: out.len(),
-            slot,
+            reply: PendingReply::Slot(slot),
         });
     }
 }

@@ -1,8 +1,9 @@
 //! Reply order: the replies of a session's queued requests (other cores', and local writes
 //! waiting for their commit) put into their places in `out`, in request order.
 
-use super::{KeyCheck, Pending, Session, Unacknowledged};
-use crate::server::mesh::inbox::Inbox;
+use super::fan_out::FanOut;
+use super::{KeyCheck, Pending, PendingReply, Session, Unacknowledged};
+use crate::server::mesh::inbox::Replies;
 use crate::server::moved_key;
 use crate::server::schema::SCHEMA_VERSION;
 
@@ -18,8 +19,21 @@ impl Session {
             return;
         }
         self.inbox.wait().await;
-        splice_replies(out, &self.pending, &self.inbox);
+        if !self.fan_outs.is_empty() {
+            self.merge_fan_outs();
+        }
+        {
+            let sources = ReplySources {
+                inbox: &self.inbox.replies(),
+                fan_outs: &self.fan_outs,
+                merged: &self.merged,
+            };
+            splice_replies(out, &self.pending, &sources);
+        }
         self.pending.clear();
+        self.fan_outs.clear();
+        self.scans.clear();
+        self.merged.clear();
         self.inbox.clear();
     }
 
@@ -98,6 +112,9 @@ impl Session {
         self.pending.capacity() * std::mem::size_of::<Pending>()
             + self.unacknowledged.capacity() * std::mem::size_of::<Unacknowledged>()
             + self.key_checks.capacity() * std::mem::size_of::<KeyCheck>()
+            + self.fan_outs.capacity() * std::mem::size_of::<FanOut>()
+            + self.scans.capacity()
+            + self.merged.capacity()
             + self.inbox.capacity_bytes()
     }
 
@@ -117,16 +134,37 @@ impl Session {
         if self.key_checks.is_empty() {
             self.key_checks.shrink_to(0);
         }
+        if self.fan_outs.is_empty() {
+            self.fan_outs
+                .shrink_to(kept_bytes / std::mem::size_of::<FanOut>());
+            self.scans.shrink_to(kept_bytes);
+            self.merged.shrink_to(kept_bytes);
+        }
         self.inbox.shrink(kept_bytes);
+    }
+}
+
+/// Where the pending replies' bytes are: another core's in the inbox, a fan-out's merged.
+pub(super) struct ReplySources<'a> {
+    pub(super) inbox: &'a Replies<'a>,
+    pub(super) fan_outs: &'a [FanOut],
+    pub(super) merged: &'a [u8],
+}
+
+impl ReplySources<'_> {
+    fn get(&self, reply: PendingReply) -> &[u8] {
+        match reply {
+            PendingReply::Slot(slot) => self.inbox.get(slot),
+            PendingReply::FanOut(at) => &self.merged[self.fan_outs[at as usize].merged.clone()],
+        }
     }
 }
 
 /// Moves the bytes of `out` apart so that each pending reply lands at its `at`, in one pass
 /// from the end (no second buffer): segment `i` (from `at[i]` to `at[i+1]`) moves right by
 /// the total length of replies `0..=i`.
-pub(super) fn splice_replies(out: &mut Vec<u8>, pending: &[Pending], inbox: &Inbox) {
-    let replies = inbox.replies();
-    let added: usize = pending.iter().map(|p| replies.get(p.slot).len()).sum();
+pub(super) fn splice_replies(out: &mut Vec<u8>, pending: &[Pending], sources: &ReplySources) {
+    let added: usize = pending.iter().map(|p| sources.get(p.reply).len()).sum();
     let old_len = out.len();
     out.resize(old_len + added, 0);
     let mut shift = added;
@@ -134,7 +172,7 @@ pub(super) fn splice_replies(out: &mut Vec<u8>, pending: &[Pending], inbox: &Inb
     for pending in pending.iter().rev() {
         assert!(pending.at <= segment_end, "pending replies out of order");
         out.copy_within(pending.at..segment_end, pending.at + shift);
-        let reply = replies.get(pending.slot);
+        let reply = sources.get(pending.reply);
         shift -= reply.len();
         out[pending.at + shift..pending.at + shift + reply.len()].copy_from_slice(reply);
         segment_end = pending.at;
@@ -145,6 +183,7 @@ pub(super) fn splice_replies(out: &mut Vec<u8>, pending: &[Pending], inbox: &Inb
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::mesh::inbox::Inbox;
 
     #[test]
     fn replies_are_spliced_into_their_places() {
@@ -154,10 +193,18 @@ mod tests {
         let mut out = b"ABCD".to_vec();
         for (at, reply) in [(1, "x"), (3, "yy"), (3, ""), (4, "zzz")] {
             let slot = inbox.reserve();
-            pending.push(Pending { at, slot });
+            pending.push(Pending {
+                at,
+                reply: PendingReply::Slot(slot),
+            });
             inbox.deliver(slot, reply.as_bytes());
         }
-        splice_replies(&mut out, &pending, &inbox);
+        let sources = ReplySources {
+            inbox: &inbox.replies(),
+            fan_outs: &[],
+            merged: &[],
+        };
+        splice_replies(&mut out, &pending, &sources);
         assert_eq!(std::str::from_utf8(&out).unwrap(), "AxBCyyDzzz");
     }
 }
