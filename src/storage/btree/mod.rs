@@ -457,6 +457,9 @@ fn shift_into_left_leaf<K: TreeKey, V>(
         return false;
     }
     let room = LEAF_CAPACITY - left.len;
+    if room == 0 {
+        return false;
+    }
     let position = K::count_less(child.keys(), probe);
     // Moved entries stay below the probe; when the probe would then come first in `child`
     // it routes to `left`, which must keep a slot for it.
