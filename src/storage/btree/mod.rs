@@ -428,7 +428,9 @@ fn count_nodes<K, V>(node: &BTreeNode<K, V>) -> (usize, usize) {
             .iter()
             .flatten()
             .map(count_nodes)
-            .fold((0, 1), |(leaves, internals), (l, i)| (leaves + l, internals + i)),
+            .fold((0, 1), |(leaves, internals), (l, i)| {
+                (leaves + l, internals + i)
+            }),
     }
 }
 

@@ -301,11 +301,10 @@ fn node_layout_is_as_sized() {
     use std::mem::size_of;
     // A value slot is the bare pointer: `None` lives in the pointer's niche.
     assert_eq!(size_of::<Option<Tuple>>(), size_of::<Tuple>());
-    assert_eq!(size_of::<Tuple>(), 16);
+    assert_eq!(size_of::<Tuple>(), 8);
     assert_eq!(size_of::<Option<BTreeNode<u64, Tuple>>>(), 16);
-    // A full leaf costs 24 bytes an entry plus its length: within the old std map's 24
-    // per entry and its node headers and slack.
-    assert_eq!(size_of::<Leaf<u64, Tuple>>(), 8 + LEAF_CAPACITY * (8 + 16));
+    // A full leaf costs 16 bytes an entry plus its length (a million entries: 16 MB).
+    assert_eq!(size_of::<Leaf<u64, Tuple>>(), 8 + LEAF_CAPACITY * (8 + 8));
     assert_eq!(
         size_of::<Internal<u64, Tuple>>(),
         8 + SEPARATOR_CAPACITY * 8 + INTERNAL_FANOUT * 16
