@@ -199,6 +199,32 @@ fn customer_tuple(id: u64, rng: &mut StdRng) -> Vec<u8> {
     ])
 }
 
+/// The growth of the process's RSS per tuple while `tuples` are replaced one by one into a
+/// fresh kv space, in key order and then (into another) in a random order: what the
+/// server holds for them, allocator headers and index node slack included. Both spaces
+/// live until both are measured: memory the first freed would be reused by the second
+/// without showing in RSS.
+fn rss_per_inserted_tuple(tuples: &[Vec<u8>]) -> (f64, f64) {
+    let mut order: Vec<usize> = (0..tuples.len()).collect();
+    let fill = |order: &[usize]| {
+        let before = common::rss_bytes();
+        let mut space = kv_space();
+        for &position in order {
+            black_box(space.replace(&tuples[position]).expect("replace"));
+        }
+        let grown = common::rss_bytes() - before;
+        (grown as f64 / tuples.len() as f64, space)
+    };
+    let (ascending, first) = fill(&order);
+    let mut rng = StdRng::seed_from_u64(0x5eed);
+    for i in (1..order.len()).rev() {
+        order.swap(i, rng.gen_range(0..=i));
+    }
+    let (random, second) = fill(&order);
+    drop((first, second));
+    (ascending, random)
+}
+
 fn main() {
     // As the server runs: with its heap on huge pages where the kernel offers them.
     tarn::server::os::heap::restart_with_huge_pages();
@@ -216,6 +242,7 @@ fn main() {
 
     // kv: load, and measure what the loaded tuples cost.
     let tuples: Vec<Vec<u8>> = (0..n).map(|id| kv_tuple(id, &mut rng)).collect();
+    let rss_inserted = selected("memory_rss").then(|| rss_per_inserted_tuple(&tuples));
     let mut kv = kv_space();
     let live_before = live_bytes();
     let load_start = Instant::now();
@@ -347,6 +374,12 @@ fn main() {
         n,
         load_elapsed.as_secs_f64()
     );
+    if let Some((ascending, random)) = rss_inserted {
+        println!(
+            "RSS per tuple: {ascending:.1} bytes inserting {n} kv tuples one by one in key order, \
+             {random:.1} in random order (growth of VmRSS; tuples, index nodes, malloc headers)"
+        );
+    }
     let memory = kv.memory();
     let index_bytes: usize = memory.index_bytes.iter().map(|(_, bytes)| bytes).sum();
     println!(

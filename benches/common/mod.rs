@@ -33,6 +33,23 @@ pub fn live_bytes() -> i64 {
     live_bytes_total()
 }
 
+/// The process's resident set (VmRSS in /proc/self/status), in bytes; 0 where it is not
+/// reported.
+pub fn rss_bytes() -> i64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| {
+            rest.trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<i64>()
+                .ok()
+        })
+        .map_or(0, |kib| kib * 1024)
+}
+
 /// Runs `op` on each warm-up input untimed, then on each timed input, and prints one row.
 pub fn measure<T>(name: &str, warmup: &[T], timed: &[T], mut op: impl FnMut(&T)) {
     for input in warmup {

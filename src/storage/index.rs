@@ -510,9 +510,13 @@ impl Index {
         }
     }
 
-    /// Approximate bytes held by the index itself (entries and spilled keys; tuples are
-    /// counted by the space). B-tree node slack is estimated at one third of the entries.
+    /// Bytes held by the index itself (entries and spilled keys; tuples are counted by
+    /// the space): tarn's B+tree counts its nodes; for std's maps the node slack is
+    /// estimated at one third of the entries.
     pub fn allocated_bytes(&self) -> usize {
+        if let IndexData::TreeUnsigned(map) = &self.data {
+            return map.node_bytes();
+        }
         let entry_bytes = self.len() * self.entry_size_bytes();
         let overhead = match self.def.kind {
             IndexKind::Tree => entry_bytes / 3,

@@ -697,11 +697,11 @@ fn scalar_and_number_indexes_treat_equal_numbers_as_one_key() {
 #[test]
 fn entry_and_tuple_handles_stay_small() {
     // Held by the million: one per tuple per index.
-    assert_eq!(std::mem::size_of::<Tuple>(), 16);
-    assert_eq!(std::mem::size_of::<crate::storage::index::Entry>(), 40);
+    assert_eq!(std::mem::size_of::<Tuple>(), 8);
+    assert_eq!(std::mem::size_of::<crate::storage::index::Entry>(), 32);
     assert_eq!(
         std::mem::size_of::<crate::storage::index::UnsignedEntry>(),
-        24
+        16
     );
 }
 
@@ -811,7 +811,7 @@ fn primary_only_space_refuses_duplicates_and_quota_without_changes() {
         .replace(&mp(&[Literal::U(1), Literal::S("z")]))
         .unwrap();
     assert_eq!(quota.used_bytes(), used);
-    assert_eq!(space.memory().tuple_bytes as u64 + 24, used);
+    assert_eq!(space.memory().tuple_bytes as u64 + 16, used);
 }
 
 #[test]
@@ -925,7 +925,9 @@ proptest::proptest! {
         let mut space = Space::new(def, quota.clone()).unwrap();
         let mut model: std::collections::BTreeMap<u64, Vec<u8>> = Default::default();
         // An `Rc<[u8]>` of the one-slot tuple, rounded to 8, and a 24-byte entry.
-        let footprint = |data: &[u8]| ((16 + 1 + 4 + data.len()).next_multiple_of(8) + 24) as u64;
+        // The tuple's glibc chunk (a 9-byte header; the key, field 0, takes no slot) and
+        // its (u64, tuple) entry.
+        let footprint = |data: &[u8]| ((9 + data.len() + 8).next_multiple_of(16).max(32) + 16) as u64;
         let mut used = 0u64;
         let value = |len: usize| Literal::S(&"abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefgh"[..len]);
         for write in writes {
