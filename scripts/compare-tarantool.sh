@@ -21,9 +21,11 @@
 #                network thread then stops reading, and on this 2-core VM gets at 16 x 128
 #                ran 10-15% slower than with 4096)
 #   KEEP_DIR     keep the work dir (logs, JSON results) instead of deleting it
+#   LOADS        which loads, space-separated (default "get replace select-range")
 #
-# Loads: get and replace, each as 1 connection x 1 in flight and 16 connections x 128 in
-# flight. The tps in the table is the median of the per-second samples; p99 is the
+# Loads: get, replace, and select-range (SELECT GE on kv's primary key, limit 10: on several
+# shards a fan-out to every shard, merged), each as 1 connection x 1 in flight and
+# 16 connections x 128 in flight. The tps in the table is the median of the per-second samples; p99 is the
 # client-observed latency. Both servers run with the same WAL_MODE, given to each explicitly
 # (tarn --wal-mode, TARANTOOL_WAL_MODE), and the table's header says which. Client and servers
 # share this machine's cores: read the numbers as a comparison, not as either server's
@@ -103,11 +105,15 @@ for server in tarn tarantool; do
         --partitions "$partitions" --operations-per-shard 1 >"$work/populate-$server.log"
 done
 
-loads=("get:" "replace:--write")
+read -r -a load_names <<<"${LOADS:-get replace select-range}"
 shapes=("1x1" "16x128")
-for load in "${loads[@]}"; do
-    name=${load%%:*}
-    flag=${load#*:}
+for name in "${load_names[@]}"; do
+    case $name in
+        get) flag="" ;;
+        replace) flag="--write" ;;
+        select-range) flag="--select-range 10" ;;
+        *) echo "unknown load '$name' in LOADS (get, replace, select-range)" >&2; exit 2 ;;
+    esac
     for shape in "${shapes[@]}"; do
         conns=${shape%x*}
         pipeline=${shape#*x}
@@ -119,7 +125,7 @@ for load in "${loads[@]}"; do
         for server in tarn tarantool; do
             addr_var=${server}_addr
             echo "$name $shape on $server for ${duration}s..." >&2
-            # shellcheck disable=SC2086 # $flag is one optional word
+            # shellcheck disable=SC2086 # $flag is zero to two words
             "$perf_bin" --connect "${!addr_var}" --smp "$smp" --conns "$conns" \
                 --pipeline "$pipeline" --partitions "$partitions" --no-populate \
                 --duration "$duration" --random-seed 42 $flag \
@@ -131,11 +137,11 @@ done
 echo
 echo "wal_mode $wal_mode on both servers; tarn ($tarn_addr, --shards $shards${TARN_FLAGS:+ $TARN_FLAGS}) vs Tarantool $(tarantool --version | head -n 1 | cut -d' ' -f2) ($tarantool_addr, net_msg_max $TARANTOOL_NET_MSG_MAX);" \
     "$partitions keys, ${duration}s per load, client --smp $client_smp (at most one per connection), $(nproc) cores shared"
-python3 - "$work" <<'PY'
+python3 - "$work" "${load_names[@]}" <<'PY'
 import json, sys, os
 work = sys.argv[1]
 rows = []
-for name in ("get", "replace"):
+for name in sys.argv[2:]:
     for shape in ("1x1", "16x128"):
         r = {}
         for server in ("tarn", "tarantool"):
