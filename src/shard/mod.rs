@@ -88,6 +88,14 @@ impl std::ops::Deref for ArenaBytes<'_> {
     }
 }
 
+/// A key's or a tuple's length in a scan entry.
+#[inline]
+fn scan_length(len: usize) -> [u8; 4] {
+    u32::try_from(len)
+        .expect("keys and tuples are bounded by the row limit, under 4 GiB")
+        .to_le_bytes()
+}
+
 /// Where [`Shard::scan`] writes its entries: a heap buffer or the shard's arena.
 pub trait ScanSink {
     fn put(&mut self, bytes: &[u8]);
@@ -425,7 +433,8 @@ impl Shard {
     }
 
     /// The part of a fanned-out select this shard contributes: up to `limit` entries in
-    /// index order, as `[key length u32 LE][key][tuple]`, for the accepting core to merge.
+    /// index order, as `[key length u32 LE][key][tuple length u32 LE][tuple]`, for the
+    /// accepting core to merge (the lengths spare it decoding the tuples to find them).
     pub fn scan(&self, select: &Select<'_>, limit: usize, out: &mut impl ScanSink) -> Result<()> {
         let space = self.engine.space(select.space_id)?;
         for (key, tuple) in space
@@ -433,9 +442,11 @@ impl Shard {
             .take(limit)
         {
             let key = key.as_bytes();
-            out.put(&(key.len() as u32).to_le_bytes());
+            out.put(&scan_length(key.len()));
             out.put(key);
-            out.put(tuple.data());
+            let tuple = tuple.data();
+            out.put(&scan_length(tuple.len()));
+            out.put(tuple);
         }
         Ok(())
     }

@@ -3,7 +3,6 @@
 
 use super::{Pending, PendingReply, Session, Wait};
 use crate::crud::{self, CrudReply, Plan};
-use crate::msgpack;
 use crate::placement::Destination;
 use crate::protocol::reply::DataReply;
 use crate::protocol::request::Select;
@@ -306,34 +305,56 @@ fn put_back(
     }
 }
 
-/// Reads `[key length u32 LE][key][tuple]` entries written by `Shard::scan`.
+/// Reads the `[key length u32 LE][key][tuple length u32 LE][tuple]` entries written by
+/// `Shard::scan`, its next entry read ahead once (the merge compares it many times).
 pub(super) struct ScanEntries<'a> {
+    head: Option<(&'a [u8], &'a [u8])>,
     rest: &'a [u8],
 }
 
 impl<'a> ScanEntries<'a> {
     fn new(bytes: &'a [u8]) -> ScanEntries<'a> {
-        ScanEntries { rest: bytes }
+        let mut entries = ScanEntries {
+            head: None,
+            rest: bytes,
+        };
+        entries.head = entries.read();
+        entries
     }
 
     fn peek(&self) -> Option<(&'a [u8], &'a [u8])> {
-        let mut probe = ScanEntries { rest: self.rest };
-        probe.next()
+        self.head
     }
+
+    /// Reads one entry off `rest`; `None` at the end (a torn entry ends the stream: both
+    /// ends are this build, so it is a bug, asserted in debug builds).
+    fn read(&mut self) -> Option<(&'a [u8], &'a [u8])> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        let entry = take_sized(&mut self.rest).zip(take_sized(&mut self.rest));
+        debug_assert!(entry.is_some(), "a torn scan entry");
+        entry
+    }
+}
+
+/// `[length u32 LE][bytes]` off the front of `rest`.
+#[inline]
+fn take_sized<'a>(rest: &mut &'a [u8]) -> Option<&'a [u8]> {
+    let (length, after) = rest.split_first_chunk::<4>()?;
+    let length = usize::try_from(u32::from_le_bytes(*length)).ok()?;
+    let bytes = after.get(..length)?;
+    *rest = &after[length..];
+    Some(bytes)
 }
 
 impl<'a> Iterator for ScanEntries<'a> {
     type Item = (&'a [u8], &'a [u8]);
 
     fn next(&mut self) -> Option<Self::Item> {
-        let len_bytes = self.rest.get(..4)?;
-        let key_len =
-            u32::from_le_bytes([len_bytes[0], len_bytes[1], len_bytes[2], len_bytes[3]]) as usize;
-        let key = self.rest.get(4..4 + key_len)?;
-        let mut cursor = &self.rest[4 + key_len..];
-        let tuple = msgpack::take_value(&mut cursor).ok()?;
-        self.rest = cursor;
-        Some((key, tuple))
+        let head = self.head.take()?;
+        self.head = self.read();
+        Some(head)
     }
 }
 
