@@ -5,7 +5,8 @@
 //!   REPLACE of an existing key allocates exactly once (the new tuple), in steady state.
 //! * Cross-core path (2 shards): requests pipelined from core 0 to keys owned by core 1 cost
 //!   far less than one allocation and one batch per request on either core (batch buffers
-//!   are recycled; one mesh message carries a whole pipeline).
+//!   are recycled; one mesh message carries a whole pipeline). So do selects that every
+//!   core scans (a fan-out GE on the primary key), merged on core 0.
 //!
 //! No timing anywhere: only counts.
 
@@ -74,6 +75,10 @@ fn unframed(framed: &[u8]) -> Vec<u8> {
 }
 
 fn get_packet(sync: u64, id: u64) -> Vec<u8> {
+    select_packet(sync, 0, id, u32::MAX)
+}
+
+fn select_packet(sync: u64, iterator: u32, id: u64, limit: u32) -> Vec<u8> {
     let key = key(id);
     let mut framed = Vec::new();
     client::encode_select(
@@ -82,9 +87,9 @@ fn get_packet(sync: u64, id: u64) -> Vec<u8> {
         &Select {
             space_id: KV_SPACE_ID,
             index_id: 0,
-            limit: u32::MAX,
+            limit,
             offset: 0,
-            iterator: 0,
+            iterator,
             key: &key,
             fetch_position: false,
             after_position: None,
@@ -192,6 +197,8 @@ struct CrossCounts {
     driver_replace_allocations: u64,
     owner_get_allocations: u64,
     owner_replace_allocations: u64,
+    driver_fan_out_allocations: u64,
+    owner_fan_out_allocations: u64,
     requests_sent: u64,
     request_batches_sent: u64,
     flusher_runs: u64,
@@ -251,9 +258,17 @@ async fn drive(core: Rc<Core>) -> CrossCounts {
         .enumerate()
         .map(|(sync, &id)| get_packet(sync as u64, id))
         .collect();
+    // GE the key, limit 1: a scan on both cores, merged here; core 1 holds every key, so
+    // the merge answers the key itself.
+    let fan_outs: Vec<Vec<u8>> = remote_ids
+        .iter()
+        .enumerate()
+        .map(|(sync, &id)| select_packet(sync as u64, 5, id, 1))
+        .collect();
     for _ in 0..20 {
         pipeline(&mut session, &replaces, &mut out).await;
         pipeline(&mut session, &gets, &mut out).await;
+        pipeline(&mut session, &fan_outs, &mut out).await;
         out.clear();
     }
     let stats_before = core.stats();
@@ -262,15 +277,22 @@ async fn drive(core: Rc<Core>) -> CrossCounts {
     let (driver_replace_allocations, owner_replace_allocations) =
         measure(&mut session, &replaces, &mut out).await;
     let stats = core.stats();
-    pipeline(&mut session, &gets, &mut out).await;
-    check_replies(&out, 0..PIPELINE_DEPTH, |sync| {
-        kv_tuple(remote_ids[sync as usize], 7)
-    });
+    let (driver_fan_out_allocations, owner_fan_out_allocations) =
+        measure(&mut session, &fan_outs, &mut out).await;
+    for packets in [&gets, &fan_outs] {
+        pipeline(&mut session, packets, &mut out).await;
+        check_replies(&out, 0..PIPELINE_DEPTH, |sync| {
+            kv_tuple(remote_ids[sync as usize], 7)
+        });
+        out.clear();
+    }
     CrossCounts {
         driver_get_allocations,
         driver_replace_allocations,
         owner_get_allocations,
         owner_replace_allocations,
+        driver_fan_out_allocations,
+        owner_fan_out_allocations,
         requests_sent: stats.requests_sent - stats_before.requests_sent,
         request_batches_sent: stats.request_batches_sent - stats_before.request_batches_sent,
         flusher_runs: stats.flusher_runs - stats_before.flusher_runs,
@@ -328,6 +350,16 @@ fn cross_core_requests_travel_in_batches_with_recycled_buffers() {
     );
     assert!(
         counts.owner_get_allocations <= per_batch_max * ROUNDS,
+        "{counts:?}"
+    );
+    // Nor does a fan-out select: its part here goes to the session's reused buffers, the
+    // merge to the reply.
+    assert!(
+        counts.driver_fan_out_allocations <= per_batch_max * ROUNDS,
+        "{counts:?}"
+    );
+    assert!(
+        counts.owner_fan_out_allocations <= per_batch_max * ROUNDS,
         "{counts:?}"
     );
     assert!(counts.owner_replace_allocations >= ops, "{counts:?}");
