@@ -63,14 +63,10 @@ perf_bin=${PERF_BIN:-$root/target/release/perf-simple-query}
 work=$(mktemp -d "${TMPDIR:-/tmp}/compare-tarantool.XXXXXX")
 tarantool_dir=""
 tarn_pid=""
+# shellcheck source=lib/stop-servers.sh
+source "$here/lib/stop-servers.sh"
 cleanup() {
-    if [[ -n $tarn_pid ]] && kill -0 "$tarn_pid" 2>/dev/null; then
-        kill -TERM "$tarn_pid" 2>/dev/null || true
-        wait "$tarn_pid" 2>/dev/null || true
-    fi
-    if [[ -n $tarantool_dir ]]; then
-        "$here/tarantool/stop.sh" "$tarantool_dir" >/dev/null 2>&1 || true
-    fi
+    stop_servers
     if [[ -n ${KEEP_DIR:-} ]]; then
         echo "kept $work" >&2
     else

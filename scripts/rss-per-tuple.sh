@@ -42,14 +42,10 @@ tarn_bin=${TARN_BIN:-$root/target/release/tarn}
 work=$(mktemp -d "${TMPDIR:-/tmp}/rss-per-tuple.XXXXXX")
 tarn_pid=""
 tarantool_dir=""
+# shellcheck source=lib/stop-servers.sh
+source "$here/lib/stop-servers.sh"
 cleanup() {
-    if [[ -n $tarn_pid ]] && kill -0 "$tarn_pid" 2>/dev/null; then
-        kill -TERM "$tarn_pid" 2>/dev/null || true
-        wait "$tarn_pid" 2>/dev/null || true
-    fi
-    if [[ -n $tarantool_dir ]]; then
-        "$here/tarantool/stop.sh" "$tarantool_dir" >/dev/null 2>&1 || true
-    fi
+    stop_servers
     rm -rf "$work"
 }
 trap cleanup EXIT
