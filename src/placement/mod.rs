@@ -47,9 +47,9 @@ impl Destination {
 
 /// Where a request on `target` runs, seen from core `me`.
 ///
-/// A point select by primary key goes to the key's owner; any other select of a spread space
-/// scans every core (so does a point select whose key does not place: a partial key, or one
-/// that does not parse, which the scan then reports). A write goes to the owner of its
+/// A point select by primary key (EQ or REQ with every part) goes to the key's owner; any
+/// other select of a spread space scans every core (so does a point select whose key does
+/// not place: a partial key, or one that does not parse, which the scan then reports). A write goes to the owner of its
 /// primary key, or runs here when that does not place (the local shard reports why). A
 /// space whole on shard 0 runs there; a system space, here.
 // Always inlined, so that one core's shortcut is a compare in the caller (measured: a call
@@ -70,8 +70,11 @@ pub fn route(target: &RequestTarget<'_>, catalog: &Catalog, me: usize) -> Destin
         } => match catalog.placement(space_id) {
             SpacePlacement::Everywhere => Destination::Here,
             SpacePlacement::Shard0 => Destination::of_owner(0, me),
+            // EQ or REQ on the whole primary key: at most the one row its owner holds.
             SpacePlacement::ByPrimaryKey
-                if index_id == 0 && iterator == IteratorType::Eq as u32 =>
+                if index_id == 0
+                    && (iterator == IteratorType::Eq as u32
+                        || iterator == IteratorType::Req as u32) =>
             {
                 match catalog.owner_of_key(space_id, PrimaryKeyIn::SearchKey(key)) {
                     Some(owner) => Destination::of_owner(owner, me),

@@ -49,6 +49,7 @@ fn a_point_request_goes_to_the_owner_of_its_key_and_runs_here_on_the_owner() {
         let other = (owner + 1) % SHARDS;
         let targets = [
             read(SPREAD, 0, IteratorType::Eq, &key),
+            read(SPREAD, 0, IteratorType::Req, &key),
             RequestTarget::Key {
                 space_id: SPREAD,
                 index_id: 0,
