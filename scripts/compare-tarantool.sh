@@ -63,8 +63,8 @@ perf_bin=${PERF_BIN:-$root/target/release/perf-simple-query}
 work=$(mktemp -d "${TMPDIR:-/tmp}/compare-tarantool.XXXXXX")
 tarantool_dir=""
 tarn_pid=""
-# shellcheck source=lib/stop-servers.sh
-source "$here/lib/stop-servers.sh"
+# shellcheck source=lib/servers.sh
+source "$here/lib/servers.sh"
 cleanup() {
     stop_servers
     if [[ -n ${KEEP_DIR:-} ]]; then
@@ -80,18 +80,7 @@ tarantool_dir=$(TARANTOOL_WAL_MODE=$wal_mode "$here/tarantool/start.sh" "$tarant
 tarantool_addr=127.0.0.1:$tarantool_port
 
 echo "starting tarn (--shards $shards --wal-mode $wal_mode ${TARN_FLAGS:-})..." >&2
-NO_COLOR=1 RUST_LOG=info "$tarn_bin" --config "$root/conf/tarn.toml" --listen 127.0.0.1:0 \
-    --shards "$shards" --wal-mode "$wal_mode" --data-dir "$work/tarn-data" \
-    ${tarn_flags[@]+"${tarn_flags[@]}"} >"$work/tarn.out" 2>"$work/tarn.log" &
-tarn_pid=$!
-tarn_addr=""
-for _ in $(seq 1 300); do
-    tarn_addr=$(grep -o 'listening on [0-9.:]*' "$work/tarn.log" | head -n 1 | cut -d' ' -f3 || true)
-    [[ -n $tarn_addr ]] && break
-    kill -0 "$tarn_pid" 2>/dev/null || { echo "tarn exited early:" >&2; tail -n 20 "$work/tarn.log" >&2; exit 1; }
-    sleep 0.1
-done
-[[ -n $tarn_addr ]] || { echo "tarn did not report its address" >&2; exit 1; }
+start_tarn --shards "$shards" --wal-mode "$wal_mode" ${tarn_flags[@]+"${tarn_flags[@]}"}
 
 # Populate once per server: 16 connections, 128 replaces in flight each.
 for server in tarn tarantool; do

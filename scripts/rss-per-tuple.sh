@@ -42,8 +42,8 @@ tarn_bin=${TARN_BIN:-$root/target/release/tarn}
 work=$(mktemp -d "${TMPDIR:-/tmp}/rss-per-tuple.XXXXXX")
 tarn_pid=""
 tarantool_dir=""
-# shellcheck source=lib/stop-servers.sh
-source "$here/lib/stop-servers.sh"
+# shellcheck source=lib/servers.sh
+source "$here/lib/servers.sh"
 cleanup() {
     stop_servers
     rm -rf "$work"
@@ -69,18 +69,7 @@ load() {
 results=()
 
 echo "starting tarn (--shards $shards --wal-mode none)..." >&2
-NO_COLOR=1 RUST_LOG=info "$tarn_bin" --config "$root/conf/tarn.toml" --listen 127.0.0.1:0 \
-    --shards "$shards" --wal-mode none --data-dir "$work/tarn-data" \
-    >"$work/tarn.out" 2>"$work/tarn.log" &
-tarn_pid=$!
-tarn_addr=""
-for _ in $(seq 1 300); do
-    tarn_addr=$(grep -o 'listening on [0-9.:]*' "$work/tarn.log" | head -n 1 | cut -d' ' -f3 || true)
-    [[ -n $tarn_addr ]] && break
-    kill -0 "$tarn_pid" 2>/dev/null || { echo "tarn exited early:" >&2; tail -n 20 "$work/tarn.log" >&2; exit 1; }
-    sleep 0.1
-done
-[[ -n $tarn_addr ]] || { echo "tarn did not report its address" >&2; exit 1; }
+start_tarn --shards "$shards" --wal-mode none
 # tarn restarts itself once to set up its heap (see README, Limits): the pid that listens is
 # the one started, since the restart is an exec.
 results+=("$(load tarn "$tarn_addr" "$tarn_pid")")
