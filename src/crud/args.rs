@@ -95,7 +95,8 @@ impl ArgType {
 }
 
 impl Func {
-    /// Every function, for tests that go through them all.
+    /// Every function, in declaration order (so `func as usize` is its place here, which
+    /// the bytes between cores rely on): for tests that go through them all.
     pub const ALL: [Func; 24] = [
         Func::Insert,
         Func::InsertObject,

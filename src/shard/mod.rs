@@ -450,11 +450,4 @@ impl Shard {
         }
         Ok(())
     }
-
-    /// Checks that [`Shard::scan`] of `select` would succeed, without walking anything.
-    pub fn check_scan(&self, select: &Select<'_>) -> Result<()> {
-        let space = self.engine.space(select.space_id)?;
-        space.select(select.index_id, select.iterator, select.key)?;
-        Ok(())
-    }
 }

@@ -8,7 +8,7 @@
 //! op:      [tag u8: 0 insert, 1 replace, 2 upsert, 3 update, 4 delete, 5 get]
 //!          [len u32][bytes]   tuple or key
 //!          [len u32][bytes]   update/upsert operations (else len 0)
-//! point:   [sync u64][func u8: its place in Func::ALL][space_id u32][flags u8: 1 noreturn]
+//! point:   [sync u64][func u8: its place in Func::ALL, `func as u8`][space_id u32][flags u8: 1 noreturn]
 //!          [field count u32, 0xffffffff: all fields] field count × [field u32]
 //!          op
 //! ops:     [space_id u32][flags u8: 1 stop_on_error, 2 rollback_on_error][count u32]
@@ -168,11 +168,8 @@ impl<'a> Reader<'a> {
 /// Appends a point op as the accepting core planned it, with the sync its reply answers.
 pub fn encode_point(out: &mut Vec<u8>, sync: u64, plan: &PointPlan<'_>) {
     out.extend_from_slice(&sync.to_le_bytes());
-    let func = Func::ALL
-        .iter()
-        .position(|&func| func == plan.func)
-        .expect("Func::ALL lists every function");
-    out.push(u8::try_from(func).expect("fewer than 256 functions"));
+    // Its place in `Func::ALL` (declaration order; a test below pins it).
+    out.push(plan.func as u8);
     out.extend_from_slice(&plan.space_id.to_le_bytes());
     out.push(if plan.noreturn { NORETURN } else { 0 });
     match &plan.columns {
@@ -367,6 +364,13 @@ mod tests {
                 ops
             }
         );
+    }
+
+    #[test]
+    fn a_function_travels_as_its_place_in_func_all() {
+        for (place, func) in Func::ALL.into_iter().enumerate() {
+            assert_eq!(func as usize, place, "{func:?}");
+        }
     }
 
     #[test]

@@ -162,11 +162,20 @@ impl Session {
         sync: u64,
         out: &mut Vec<u8>,
     ) -> Option<Wait> {
-        if let Err(error) = self.core.shard.borrow().check_scan(select) {
+        let wanted = select.offset.saturating_add(select.limit);
+        // This core's part first: a scan this shard refuses (no such space or index, a bad
+        // key) is refused by every shard alike, so nothing is sent and the error answers.
+        let local_start = self.scans.len();
+        let scanned = self
+            .core
+            .shard
+            .borrow()
+            .scan(select, wanted as usize, &mut self.scans);
+        if let Err(error) = scanned {
+            self.scans.truncate(local_start);
             encode_storage_error(out, sync, SCHEMA_VERSION, &error);
             return None;
         }
-        let wanted = select.offset.saturating_add(select.limit);
         let me = self.core.id();
         let mut first_slot = None;
         for peer in (0..self.core.shard_count).filter(|&peer| peer != me) {
@@ -176,13 +185,6 @@ impl Session {
             // The inbox hands out slots in order: the peers' parts are `first_slot..`.
             first_slot.get_or_insert(slot);
         }
-        let local_start = self.scans.len();
-        let scanned = self
-            .core
-            .shard
-            .borrow()
-            .scan(select, wanted as usize, &mut self.scans);
-        debug_assert!(scanned.is_ok(), "checked above");
         let fan_out = FanOut {
             sync,
             first_slot: first_slot.expect("a fan-out has a peer"),
