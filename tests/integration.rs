@@ -20,6 +20,8 @@ mod durability_disk_full;
 mod durability_faults;
 #[path = "durability_model.rs"]
 mod durability_model;
+#[path = "fan_out_pipeline.rs"]
+mod fan_out_pipeline;
 #[path = "fuzz_seeds.rs"]
 mod fuzz_seeds;
 #[path = "load_generator.rs"]
