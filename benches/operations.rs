@@ -9,7 +9,12 @@
 //! crud calls are written as the Python connector sends them: `opts` an empty map, the
 //! tuples' `bucket_id` nil (crud computes it), update/upsert ops 1-based.
 //!
-//! `cargo bench --bench operations` (100,000 `kv` tuples; `-- --tuples N` for more,
+//! select_range is GE limit 10 on kv's primary key; select_secondary GE `[a, b]` limit 10
+//! on customers' 5-part non-unique index, its `crud_` row the crud.select with that
+//! condition and `first = 10` (which plans into that select).
+//!
+//! `cargo bench --bench operations` (100,000 `kv` tuples and as many `customers` rows;
+//! `-- --tuples N` for more,
 //! `-- --timed N` for N timed iterations per row instead of 200,000, `-- --only A,B` for
 //! the rows whose name ends in A or B).
 //! Rows read `operations/<op>_<raw|proto>` or `operations/crud_<op>`, then
@@ -32,6 +37,11 @@ use tarn::shard::Shard;
 use tarn::storage::Engine;
 
 const KV: u32 = 512;
+const CUSTOMERS: u32 = 513;
+/// `customers`' non-unique TREE index on (a, b, c, d, name).
+const COMPOSITE: u32 = 1;
+/// `customers.a`..`d` are drawn from `0..FIELD_RANGE`, as perf-simple-query's rows.
+const FIELD_RANGE: u64 = 1000;
 const WARMUP: usize = 20_000;
 const TIMED: usize = 200_000;
 
@@ -84,6 +94,23 @@ fn plus_one() -> Vec<u8> {
     vec![0x91, 0x93, 0xa1, b'+', 0x01, 0x01]
 }
 
+/// A `customers` row `[id, bucket_id, a, b, c, d, name]`, a..d drawn from `0..FIELD_RANGE`.
+fn customer_row(rng: &mut StdRng, id: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_array_len(&mut out, 7);
+    write_uint(&mut out, id);
+    write_uint(&mut out, id % 3000);
+    for _ in 0..4 {
+        write_uint(&mut out, rng.gen_range(0..FIELD_RANGE));
+    }
+    let name: Vec<u8> = (0..rng.gen_range(10..=20))
+        .map(|_| rng.gen_range(b'a'..=b'z'))
+        .collect();
+    write_str(&mut out, &name);
+    out
+}
+
+/// `tuples` kv tuples and as many `customers` rows.
 fn loaded_shard(tuples: u64) -> Shard {
     let config = Config::from_toml_str(tarn::config::SHIPPED_CONFIG_TOML).expect("config");
     let mut engine: Engine = schema::build_engine(&config, u64::MAX / 2).expect("engine");
@@ -93,7 +120,41 @@ fn loaded_shard(tuples: u64) -> Shard {
         .expect("kv")
         .bulk_load(rows.iter().map(Vec::as_slice))
         .expect("load");
+    let mut rng = StdRng::seed_from_u64(11);
+    let rows: Vec<Vec<u8>> = (0..tuples).map(|id| customer_row(&mut rng, id)).collect();
+    engine
+        .space_mut(CUSTOMERS)
+        .expect("customers")
+        .bulk_load(rows.iter().map(Vec::as_slice))
+        .expect("load");
     Shard::new(0, engine, None)
+}
+
+/// `[a, b]`: a key prefix of `customers`' composite index.
+fn composite_prefix(rng: &mut StdRng) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_array_len(&mut out, 2);
+    write_uint(&mut out, rng.gen_range(0..FIELD_RANGE));
+    write_uint(&mut out, rng.gen_range(0..FIELD_RANGE));
+    out
+}
+
+/// A `crud.select(space, {{'>=', index, key}}, {first = 10})` CALL packet.
+fn crud_select_ge(space: &str, index: &str, key: &[u8]) -> Vec<u8> {
+    let mut args = Vec::new();
+    write_array_len(&mut args, 3);
+    write_str(&mut args, space.as_bytes());
+    write_array_len(&mut args, 1);
+    write_array_len(&mut args, 3);
+    write_str(&mut args, b">=");
+    write_str(&mut args, index.as_bytes());
+    args.extend_from_slice(key);
+    args.push(0x81);
+    write_str(&mut args, b"first");
+    write_uint(&mut args, 10);
+    let mut out = Vec::new();
+    client::encode_call(&mut out, 1, "crud.select", &args);
+    out
 }
 
 fn split<T>(mut inputs: Vec<T>) -> (Vec<T>, Vec<T>) {
@@ -194,7 +255,7 @@ fn main() {
     let total = warmup_count + timed_count;
     let mut rng = StdRng::seed_from_u64(7);
     println!(
-        "# {tuples} kv tuples, {warmup_count} warm-up + {timed_count} timed iterations per row"
+        "# {tuples} kv tuples and {tuples} customers rows, {warmup_count} warm-up + {timed_count} timed iterations per row"
     );
     let mut shard = loaded_shard(tuples);
     let existing =
@@ -266,6 +327,57 @@ fn main() {
         "select_range",
         &mut shard,
         ids.iter().map(|&id| select(&key(id), 5, 10)).collect(),
+    );
+    measure_crud(
+        "select_range",
+        &mut shard,
+        ids.iter()
+            .map(|&id| crud_select_ge("kv", "primary", &key(id)))
+            .collect(),
+    );
+
+    // select-secondary: GE [a, b], limit 10, on customers' composite index; crud.select
+    // with that condition plans into the same select.
+    let prefixes: Vec<Vec<u8>> = (0..total).map(|_| composite_prefix(&mut rng)).collect();
+    let (warmup, timed) = split(prefixes.clone());
+    measure("operations/select_secondary_raw", &warmup, &timed, |key| {
+        let rows = shard
+            .engine
+            .space(CUSTOMERS)
+            .unwrap()
+            .select(COMPOSITE, 5, key)
+            .unwrap()
+            .take(10);
+        black_box(rows.count());
+    });
+    let select_customers = |key: &[u8]| {
+        packet(&|out| {
+            let select = Select {
+                space_id: CUSTOMERS,
+                index_id: COMPOSITE,
+                limit: 10,
+                offset: 0,
+                iterator: 5,
+                key,
+                fetch_position: false,
+                after_position: None,
+                after_tuple: None,
+            };
+            client::encode_select(out, 1, &select)
+        })
+    };
+    measure_proto(
+        "select_secondary",
+        &mut shard,
+        prefixes.iter().map(|key| select_customers(key)).collect(),
+    );
+    measure_crud(
+        "select_secondary",
+        &mut shard,
+        prefixes
+            .iter()
+            .map(|key| crud_select_ge("customers", "composite", key))
+            .collect(),
     );
 
     // replace (existing keys)

@@ -21,11 +21,14 @@
 #                network thread then stops reading, and on this 2-core VM gets at 16 x 128
 #                ran 10-15% slower than with 4096)
 #   KEEP_DIR     keep the work dir (logs, JSON results) instead of deleting it
-#   LOADS        which loads, space-separated (default "get replace select-range")
+#   LOADS        which loads, space-separated (default "get replace select-range
+#                select-secondary")
+#   CUSTOMERS    customers rows populated in each server for select-secondary (default 200000)
 #
-# Loads: get, replace, and select-range (SELECT GE on kv's primary key, limit 10: on several
-# shards a fan-out to every shard, merged), each as 1 connection x 1 in flight and
-# 16 connections x 128 in flight. The tps in the table is the median of the per-second samples; p99 is the
+# Loads: get, replace, select-range (SELECT GE on kv's primary key, limit 10: on several
+# shards a fan-out to every shard, merged) and select-secondary (SELECT GE limit 10 on
+# customers' 5-part non-unique index, from a row's [a, b]: a fan-out too), each as
+# 1 connection x 1 in flight and 16 connections x 128 in flight. The tps in the table is the median of the per-second samples; p99 is the
 # client-observed latency. Both servers run with the same WAL_MODE, given to each explicitly
 # (tarn --wal-mode, TARANTOOL_WAL_MODE), and the table's header says which. Client and servers
 # share this machine's cores: read the numbers as a comparison, not as either server's
@@ -36,6 +39,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
 duration=${DURATION:-10}
 partitions=${PARTITIONS:-1000000}
+customers=${CUSTOMERS:-200000}
 client_smp=${CLIENT_SMP:-$(nproc)}
 shards=${SHARDS:-0}
 wal_mode=${WAL_MODE:-write}
@@ -82,23 +86,33 @@ tarantool_addr=127.0.0.1:$tarantool_port
 echo "starting tarn (--shards $shards --wal-mode $wal_mode ${TARN_FLAGS:-})..." >&2
 start_tarn --shards "$shards" --wal-mode "$wal_mode" ${tarn_flags[@]+"${tarn_flags[@]}"}
 
-# Populate once per server: 16 connections, 128 replaces in flight each.
+read -r -a load_names <<<"${LOADS:-get replace select-range select-secondary}"
+
+# Populate once per server: 16 connections, 128 replaces in flight each; customers only
+# when a load reads them, with the seed the loads draw with (the rows depend on it).
 for server in tarn tarantool; do
     addr_var=${server}_addr
     echo "populating $partitions keys in $server (${!addr_var})..." >&2
     "$perf_bin" --connect "${!addr_var}" --smp 1 --conns 16 --pipeline 1 \
         --partitions "$partitions" --operations-per-shard 1 >"$work/populate-$server.log"
+    if [[ " ${load_names[*]} " == *" select-secondary "* ]]; then
+        echo "populating $customers customers rows in $server..." >&2
+        "$perf_bin" --connect "${!addr_var}" --smp 1 --conns 16 --pipeline 1 \
+            --partitions "$customers" --operations-per-shard 1 --random-seed 42 \
+            --select-secondary 10 >"$work/populate-customers-$server.log"
+    fi
 done
-
-read -r -a load_names <<<"${LOADS:-get replace select-range}"
 shapes=("1x1" "16x128")
 for name in "${load_names[@]}"; do
     case $name in
         get) flag="" ;;
         replace) flag="--write" ;;
         select-range) flag="--select-range 10" ;;
-        *) echo "unknown load '$name' in LOADS (get, replace, select-range)" >&2; exit 2 ;;
+        select-secondary) flag="--select-secondary 10" ;;
+        *) echo "unknown load '$name' in LOADS (get, replace, select-range, select-secondary)" >&2; exit 2 ;;
     esac
+    rows=$partitions
+    [[ $name == select-secondary ]] && rows=$customers
     for shape in "${shapes[@]}"; do
         conns=${shape%x*}
         pipeline=${shape#*x}
@@ -112,7 +126,7 @@ for name in "${load_names[@]}"; do
             echo "$name $shape on $server for ${duration}s..." >&2
             # shellcheck disable=SC2086 # $flag is zero to two words
             "$perf_bin" --connect "${!addr_var}" --smp "$smp" --conns "$conns" \
-                --pipeline "$pipeline" --partitions "$partitions" --no-populate \
+                --pipeline "$pipeline" --partitions "$rows" --no-populate \
                 --duration "$duration" --random-seed 42 $flag \
                 --json-result "$work/$name-$shape-$server.json" >"$work/$name-$shape-$server.log"
         done
@@ -121,7 +135,7 @@ done
 
 echo
 echo "wal_mode $wal_mode on both servers; tarn ($tarn_addr, --shards $shards${TARN_FLAGS:+ $TARN_FLAGS}) vs Tarantool $(tarantool --version | head -n 1 | cut -d' ' -f2) ($tarantool_addr, net_msg_max $TARANTOOL_NET_MSG_MAX);" \
-    "$partitions keys, ${duration}s per load, client --smp $client_smp (at most one per connection), $(nproc) cores shared"
+    "$partitions keys ($customers customers rows), ${duration}s per load, client --smp $client_smp (at most one per connection), $(nproc) cores shared"
 python3 - "$work" "${load_names[@]}" <<'PY'
 import json, sys, os
 work = sys.argv[1]

@@ -49,6 +49,55 @@ fn a_fixed_count_of_gets_against_tarn_ends_with_every_reply_and_no_error() {
     assert!(stdout.contains("\n3000 operations, 0 errors\n"), "{stdout}");
 }
 
+#[test]
+fn select_secondary_populates_customers_and_reads_them_without_error() {
+    use tarn::msgpack::{read_value, Value};
+    use tarn::protocol::client::{decode_reply, encode_select};
+    use tarn::protocol::request::Select;
+    let server = Server::start(2, "");
+    let addr = server.addr;
+    let output = run_load_generator(
+        &format!(
+            "--connect {addr} --smp 1 --conns 2 --pipeline 8 --partitions 500 \
+             --operations-per-shard 2000 --random-seed 7 --select-secondary 10"
+        ),
+        Duration::from_secs(120),
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("\n2000 operations, 0 errors\n"), "{stdout}");
+    // The rows it read are the customers rows 0..500 it populated, and nothing in kv.
+    let count = |space_id| {
+        let mut client = common::Client::connect(&server);
+        let mut request = Vec::new();
+        let select = Select {
+            space_id,
+            index_id: 0,
+            limit: u32::MAX,
+            offset: 0,
+            iterator: 2,
+            key: &[0x90],
+            fetch_position: false,
+            after_position: None,
+            after_tuple: None,
+        };
+        encode_select(&mut request, 1, &select);
+        client.send(&request);
+        let packet = client.read_packet().expect("a reply");
+        let reply = decode_reply(&packet).expect("decodes");
+        let mut data = reply.data().expect("rows");
+        match read_value(&mut data).expect("an array") {
+            Value::Array(rows) => rows,
+            other => panic!("{other:?}"),
+        }
+    };
+    assert_eq!((count(513), count(512)), (500, 0));
+}
+
 /// A server that sends a Tarantool greeting on every connection, then reads and never
 /// answers.
 fn silent_server() -> std::net::SocketAddr {

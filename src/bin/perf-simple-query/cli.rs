@@ -50,6 +50,12 @@ pub struct LoadArguments {
     #[arg(long, group = "operation", value_name = "LIMIT")]
     pub select_range: Option<u32>,
 
+    /// SELECT GE with this limit on `customers`' 5-part non-unique index (a, b, c, d, name),
+    /// from the `[a, b]` of a drawn row, instead of a point read on `kv`. Populates (and,
+    /// with --connect, expects) `customers` rows 0..--partitions instead of `kv` keys.
+    #[arg(long, group = "operation", value_name = "LIMIT")]
+    pub select_secondary: Option<u32>,
+
     /// Every operation uses the same key (0) instead of a uniformly drawn one.
     #[arg(long)]
     pub query_single_key: bool,
@@ -134,6 +140,8 @@ pub enum Operation {
     Delete,
     /// SELECT GE on index 0 with a limit.
     SelectRange { limit: u32 },
+    /// SELECT GE on `customers`' composite index with a limit.
+    SelectSecondary { limit: u32 },
 }
 
 impl Operation {
@@ -144,7 +152,21 @@ impl Operation {
             Operation::Update => "update",
             Operation::Delete => "delete",
             Operation::SelectRange { .. } => "select-range",
+            Operation::SelectSecondary { .. } => "select-secondary",
         }
+    }
+
+    /// The LIMIT of a select that returns many rows; `None` for the others.
+    pub fn select_limit(self) -> Option<u32> {
+        match self {
+            Operation::SelectRange { limit } | Operation::SelectSecondary { limit } => Some(limit),
+            _ => None,
+        }
+    }
+
+    /// Whether the operation works on `customers` (its rows are what is populated).
+    pub fn on_customers(self) -> bool {
+        matches!(self, Operation::SelectSecondary { .. })
     }
 }
 
@@ -200,6 +222,8 @@ impl LoadArguments {
             Operation::Delete
         } else if let Some(limit) = self.select_range {
             Operation::SelectRange { limit }
+        } else if let Some(limit) = self.select_secondary {
+            Operation::SelectSecondary { limit }
         } else {
             Operation::Get
         }
@@ -222,6 +246,9 @@ impl LoadArguments {
         }
         if self.select_range == Some(0) {
             return Err("--select-range must be at least 1".into());
+        }
+        if self.select_secondary == Some(0) {
+            return Err("--select-secondary must be at least 1".into());
         }
         let budget = match self.operations_per_shard {
             Some(0) => return Err("--operations-per-shard must be at least 1".into()),

@@ -30,7 +30,7 @@ use tarn::protocol::greeting::{parse_greeting, GREETING_SIZE};
 use crate::cli::{Budget, LoadConfig, Operation};
 use crate::driver::{Driver, DriverError, LoadProgress, Outcome, Scope};
 use crate::histogram::Histogram;
-use crate::workload::{encode_customer_insert, encode_operation, KeyGenerator};
+use crate::workload::{encode_customer_insert, encode_operation, encode_populate, KeyGenerator};
 
 const SLOT_BITS: u32 = 16;
 const MAX_PIPELINE: usize = 1 << SLOT_BITS;
@@ -337,9 +337,13 @@ async fn worker(
             .zip(indexes.clone())
             .map(|(mut connection, index)| {
                 let keys = populate_range(index, plan.conns, plan.partitions);
-                glommio::spawn_local(
-                    async move { connection.populate(keys).await.map(|()| connection) },
-                )
+                let (operation, seed) = (plan.operation, plan.seed);
+                glommio::spawn_local(async move {
+                    connection
+                        .populate(keys, operation, seed)
+                        .await
+                        .map(|()| connection)
+                })
             })
             .collect();
         connections = Vec::with_capacity(tasks.len());
@@ -516,13 +520,19 @@ impl LoadConnection {
         }
     }
 
-    /// REPLACEs every key of `keys`, `POPULATE_PIPELINE` in flight; any error reply fails.
-    async fn populate(&mut self, keys: std::ops::Range<u64>) -> Result<(), DriverError> {
+    /// REPLACEs every key of `keys` for `operation` (see [`encode_populate`]),
+    /// `POPULATE_PIPELINE` in flight; any error reply fails.
+    async fn populate(
+        &mut self,
+        keys: std::ops::Range<u64>,
+        operation: Operation,
+        seed: u64,
+    ) -> Result<(), DriverError> {
         self.send_each(
             keys,
             POPULATE_PIPELINE,
             "populating keys",
-            |out, scratch, key| encode_operation(out, scratch, Operation::Replace, key, key),
+            |out, scratch, key| encode_populate(out, scratch, operation, seed, key),
         )
         .await
     }
@@ -602,6 +612,7 @@ impl LoadConnection {
                     &mut self.write_buf,
                     &mut self.scratch,
                     plan.operation,
+                    plan.seed,
                     sync,
                     keys.next_key(),
                 );

@@ -21,7 +21,8 @@
 //!
 //! Operations: get is SELECT EQ limit 1, `--write` REPLACE, `--update` `+ 1` on bucket_id,
 //! `--select-range L` SELECT GE limit L (with more than one shard every core scans: a
-//! fan-out), `--delete` a DELETE followed in the same round by the REPLACE that puts the key
+//! fan-out), `--select-secondary L` SELECT GE limit L on `customers`' 5-part non-unique
+//! index (a fan-out too; `customers` rows are populated instead of `kv` keys), `--delete` a DELETE followed in the same round by the REPLACE that puts the key
 //! back, so the space never drains; only the DELETE counts as an operation, so delete's
 //! per-op figures include one replace.
 //!
@@ -62,7 +63,7 @@ use crate::cli::{Budget, LoadConfig, Operation, IN_PROCESS_WAL_DEFAULT};
 use crate::connect::describe;
 use crate::driver::{Driver, DriverError, LoadProgress, MeshReport, Outcome, Scope};
 use crate::histogram::Histogram;
-use crate::workload::{encode_operation, KeyGenerator, KV_SPACE_ID};
+use crate::workload::{encode_operation, encode_populate, KeyGenerator, KV_SPACE_ID};
 use tarn::config::WalMode;
 
 /// Requests per round while populating, whatever --concurrency says.
@@ -227,12 +228,12 @@ struct Packets {
 }
 
 impl Packets {
-    fn encode(operation: Operation, keys: &[u64]) -> Packets {
+    fn encode(operation: Operation, seed: u64, keys: &[u64]) -> Packets {
         let mut packets = Packets::default();
         let (mut framed, mut scratch) = (Vec::new(), Vec::new());
         for &key in keys {
             framed.clear();
-            encode_operation(&mut framed, &mut scratch, operation, key, key);
+            encode_operation(&mut framed, &mut scratch, operation, seed, key, key);
             let (packet, used) = split_frame(&framed)
                 .expect("a request this tool encoded frames")
                 .expect("a whole packet");
@@ -321,12 +322,12 @@ async fn core_main(
     assert_key_encoding(&core, &[0, 1, 255, 256, plan.partitions - 1, u64::MAX]);
     let mut session = Session::new(core.clone());
     let mut out = Vec::with_capacity(64 * 1024);
-    populate(&mut session, &owned, &mut out).await?;
+    populate(&mut session, plan, &owned, &mut out).await?;
 
     let keys = drawn_keys(plan, &owned)?;
-    let packets = Packets::encode(plan.operation, &keys);
+    let packets = Packets::encode(plan.operation, plan.seed, &keys);
     let restores = match plan.operation {
-        Operation::Delete => Some(Packets::encode(Operation::Replace, &keys)),
+        Operation::Delete => Some(Packets::encode(Operation::Replace, plan.seed, &keys)),
         _ => None,
     };
     drop(keys);
@@ -361,9 +362,11 @@ async fn core_main(
     })
 }
 
-/// REPLACEs every key of `owned` (all local), `POPULATE_ROUND` per round; any error fails.
+/// REPLACEs every key of `owned` (all local) for the plan's operation (see
+/// [`encode_populate`]), `POPULATE_ROUND` per round; any error fails.
 async fn populate(
     session: &mut Session,
+    plan: &InProcessRunPlan,
     owned: &[u64],
     out: &mut Vec<u8>,
 ) -> Result<(), DriverError> {
@@ -371,7 +374,7 @@ async fn populate(
     for round in owned.chunks(POPULATE_ROUND) {
         for &key in round {
             framed.clear();
-            encode_operation(&mut framed, &mut scratch, Operation::Replace, key, key);
+            encode_populate(&mut framed, &mut scratch, plan.operation, plan.seed, key);
             let (packet, _) = split_frame(&framed)
                 .expect("a request this tool encoded frames")
                 .expect("a whole packet");
@@ -528,7 +531,7 @@ mod tests {
 
     #[test]
     fn packets_are_found_by_index() {
-        let packets = Packets::encode(Operation::Get, &[5, 300, 70_000]);
+        let packets = Packets::encode(Operation::Get, 1, &[5, 300, 70_000]);
         assert_eq!(packets.len(), 3);
         for (index, key) in [5u64, 300, 70_000].into_iter().enumerate() {
             let (header, request) = tarn::protocol::decode_packet(packets.get(index)).unwrap();

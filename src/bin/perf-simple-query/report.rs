@@ -232,10 +232,6 @@ fn parameters(config: &LoadConfig) -> Json {
         Budget::Duration(d) => (Some(d.as_secs()), None),
         Budget::OperationsPerShard(n) => (None, Some(n)),
     };
-    let select_limit = match config.operation {
-        crate::cli::Operation::SelectRange { limit } => Some(limit),
-        _ => None,
-    };
     Json::object()
         .with("mode", mode)
         .with("connect", connect)
@@ -246,7 +242,7 @@ fn parameters(config: &LoadConfig) -> Json {
         .with("conns", args.conns)
         .with("pipeline", args.pipeline)
         .with("operation", config.operation.name())
-        .with("select_range_limit", select_limit)
+        .with("select_limit", config.operation.select_limit())
         .with("query_single_key", args.query_single_key)
         .with("random_seed", config.seed)
         .with("partitions", args.partitions)

@@ -14,6 +14,8 @@ use crate::cli::Operation;
 
 pub const KV_SPACE_ID: u32 = 512;
 pub const CUSTOMERS_SPACE_ID: u32 = 513;
+/// `customers`' non-unique TREE index on (a, b, c, d, name).
+const CUSTOMERS_COMPOSITE_INDEX_ID: u32 = 1;
 /// `customers.a`..`d` are drawn from `0..CUSTOMER_FIELD_RANGE`.
 const CUSTOMER_FIELD_RANGE: u64 = 1000;
 /// `customers.name` is `CUSTOMER_NAME_BYTES_MIN..=CUSTOMER_NAME_BYTES_MAX` lowercase letters.
@@ -74,8 +76,8 @@ pub fn write_customer(out: &mut Vec<u8>, seed: u64, id: u64) {
     write_array_len(out, 7);
     write_uint(out, id);
     write_uint(out, id % CUSTOMER_BUCKET_MODULUS);
-    for _ in 0..4 {
-        write_uint(out, random.next_u64() % CUSTOMER_FIELD_RANGE);
+    for field in customer_fields(&mut random) {
+        write_uint(out, field);
     }
     let name_range = CUSTOMER_NAME_BYTES_MAX - CUSTOMER_NAME_BYTES_MIN + 1;
     let name_len = (CUSTOMER_NAME_BYTES_MIN + random.next_u64() % name_range) as usize;
@@ -84,6 +86,21 @@ pub fn write_customer(out: &mut Vec<u8>, seed: u64, id: u64) {
         *byte = b'a' + (random.next_u64() % 26) as u8;
     }
     write_str(out, &name[..name_len]);
+}
+
+/// a, b, c, d of a `customers` row, the first four draws of its generator.
+fn customer_fields(random: &mut KeyGenerator) -> [u64; 4] {
+    std::array::from_fn(|_| random.next_u64() % CUSTOMER_FIELD_RANGE)
+}
+
+/// `[a, b]` of the `customers` row of `id` written with `seed`: a select GE from it starts
+/// at that row's place in the composite index (or where it would be, if another seed
+/// populated the space), so draws spread over the index as the rows do.
+fn write_customer_prefix(out: &mut Vec<u8>, seed: u64, id: u64) {
+    let [a, b, _, _] = customer_fields(&mut KeyGenerator::new(seed, id, 1, false));
+    write_array_len(out, 2);
+    write_uint(out, a);
+    write_uint(out, b);
 }
 
 /// Appends an INSERT of the `customers` row of `id` (see [`write_customer`]) to `out`.
@@ -184,32 +201,65 @@ fn format_digits(mut key: u64) -> smallvec::SmallVec<[u8; 20]> {
     digits
 }
 
-/// Appends the whole request packet for `operation` on `key` to `out`.
-/// `scratch` is reused for the key or tuple so that steady state does not allocate.
+/// Appends the REPLACE that populates key `key` before `operation` is measured: the `kv`
+/// tuple, or for an operation on `customers` its row written with `seed`.
+pub fn encode_populate(
+    out: &mut Vec<u8>,
+    scratch: &mut Vec<u8>,
+    operation: Operation,
+    seed: u64,
+    key: u64,
+) {
+    if operation.on_customers() {
+        scratch.clear();
+        write_customer(scratch, seed, key);
+        encode_replace(out, sync_of(key), CUSTOMERS_SPACE_ID, scratch);
+    } else {
+        encode_operation(out, scratch, Operation::Replace, seed, sync_of(key), key);
+    }
+}
+
+/// Appends the whole request packet for `operation` on `key` to `out`; `seed` is the one
+/// the `customers` rows were populated with. `scratch` is reused for the key or tuple so
+/// that steady state does not allocate.
 pub fn encode_operation(
     out: &mut Vec<u8>,
     scratch: &mut Vec<u8>,
     operation: Operation,
+    seed: u64,
     sync: u64,
     key: u64,
 ) {
     scratch.clear();
+    let select_ge = |space_id, index_id, limit, key: &[u8], out: &mut Vec<u8>| {
+        let select = Select {
+            space_id,
+            index_id,
+            limit,
+            offset: 0,
+            iterator: ITERATOR_GE,
+            key,
+            fetch_position: false,
+            after_position: None,
+            after_tuple: None,
+        };
+        encode_select(out, sync, &select);
+    };
     match operation {
         Operation::Get => encode_get(out, sync, key),
         Operation::SelectRange { limit } => {
             write_key(scratch, key);
-            let select = Select {
-                space_id: KV_SPACE_ID,
-                index_id: 0,
+            select_ge(KV_SPACE_ID, 0, limit, scratch, out);
+        }
+        Operation::SelectSecondary { limit } => {
+            write_customer_prefix(scratch, seed, key);
+            select_ge(
+                CUSTOMERS_SPACE_ID,
+                CUSTOMERS_COMPOSITE_INDEX_ID,
                 limit,
-                offset: 0,
-                iterator: ITERATOR_GE,
-                key: scratch,
-                fetch_position: false,
-                after_position: None,
-                after_tuple: None,
-            };
-            encode_select(out, sync, &select);
+                scratch,
+                out,
+            );
         }
         Operation::Replace => {
             write_tuple(scratch, key);
@@ -260,13 +310,16 @@ mod tests {
             Operation::Update,
             Operation::Delete,
             Operation::SelectRange { limit: 10 },
+            Operation::SelectSecondary { limit: 10 },
         ] {
             out.clear();
-            encode_operation(&mut out, &mut scratch, operation, 77, 12345);
+            encode_operation(&mut out, &mut scratch, operation, 3, 77, 12345);
             let (sync, text) = decode(&out);
             assert_eq!(sync, 77);
             let expected = match operation {
-                Operation::Get | Operation::SelectRange { .. } => "Select",
+                Operation::Get
+                | Operation::SelectRange { .. }
+                | Operation::SelectSecondary { .. } => "Select",
                 Operation::Replace => "Replace",
                 Operation::Update => "Update",
                 Operation::Delete => "Delete",
@@ -306,10 +359,86 @@ mod tests {
         }
     }
 
+    fn decode_request(bytes: &[u8]) -> Request<'_> {
+        let FrameLen::Complete {
+            prefix_len,
+            packet_len,
+        } = parse_frame_len(bytes)
+        else {
+            panic!("incomplete");
+        };
+        decode_packet(&bytes[prefix_len..prefix_len + packet_len])
+            .unwrap()
+            .1
+    }
+
+    #[test]
+    fn select_secondary_starts_at_the_drawn_rows_a_and_b() {
+        use tarn::msgpack::{read_value, Value};
+        let (mut row, mut out, mut scratch) = (Vec::new(), Vec::new(), Vec::new());
+        write_customer(&mut row, 9, 1234);
+        // [id, bucket_id, a, b, ...]: the key is the row's third and fourth fields.
+        let mut fields = &row[..];
+        assert!(matches!(read_value(&mut fields).unwrap(), Value::Array(7)));
+        let mut next = || match read_value(&mut fields).unwrap() {
+            Value::Uint(value) => value,
+            other => panic!("{other:?}"),
+        };
+        let (_, _, a, b) = (next(), next(), next(), next());
+        let mut expected_key = Vec::new();
+        write_array_len(&mut expected_key, 2);
+        write_uint(&mut expected_key, a);
+        write_uint(&mut expected_key, b);
+        let operation = Operation::SelectSecondary { limit: 10 };
+        encode_operation(&mut out, &mut scratch, operation, 9, 5, 1234);
+        let Request::Select(select) = decode_request(&out) else {
+            panic!("not a select");
+        };
+        assert_eq!(
+            (
+                select.space_id,
+                select.index_id,
+                select.iterator,
+                select.limit
+            ),
+            (CUSTOMERS_SPACE_ID, 1, ITERATOR_GE, 10)
+        );
+        assert_eq!(select.key, &expected_key[..]);
+    }
+
+    #[test]
+    fn populating_writes_the_rows_the_operation_reads() {
+        let (mut out, mut scratch) = (Vec::new(), Vec::new());
+        encode_populate(
+            &mut out,
+            &mut scratch,
+            Operation::SelectSecondary { limit: 1 },
+            9,
+            42,
+        );
+        let Request::Replace(replace) = decode_request(&out) else {
+            panic!("not a replace");
+        };
+        let mut row = Vec::new();
+        write_customer(&mut row, 9, 42);
+        assert_eq!(
+            (replace.space_id, replace.tuple),
+            (CUSTOMERS_SPACE_ID, &row[..])
+        );
+        out.clear();
+        encode_populate(&mut out, &mut scratch, Operation::Get, 9, 42);
+        let Request::Replace(replace) = decode_request(&out) else {
+            panic!("not a replace");
+        };
+        let mut tuple = Vec::new();
+        write_tuple(&mut tuple, 42);
+        assert_eq!((replace.space_id, replace.tuple), (KV_SPACE_ID, &tuple[..]));
+    }
+
     #[test]
     fn update_ops_add_one_to_bucket_id() {
         let (mut out, mut scratch) = (Vec::new(), Vec::new());
-        encode_operation(&mut out, &mut scratch, Operation::Update, 1, 5);
+        encode_operation(&mut out, &mut scratch, Operation::Update, 3, 1, 5);
         let FrameLen::Complete {
             prefix_len,
             packet_len,
