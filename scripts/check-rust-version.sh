@@ -22,7 +22,7 @@ if [[ -z $declared ]]; then
 fi
 
 # `name version rust-version` of every package in the resolved graph, highest last.
-highest=$(cargo metadata --format-version 1 --locked --offline \
+highest=$(cargo metadata --format-version 1 --locked \
     --filter-platform x86_64-unknown-linux-gnu 2>/dev/null | python3 -c '
 import json, sys
 metadata = json.load(sys.stdin)
