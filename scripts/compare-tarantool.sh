@@ -24,6 +24,11 @@
 #   LOADS        which loads, space-separated (default "get replace select-range
 #                select-secondary")
 #   CUSTOMERS    customers rows populated in each server for select-secondary (default 200000)
+#   SHAPES       which conns x in flight shapes, space-separated (default "1x1 16x128")
+#   ROUNDS       runs of each load and shape per server, alternating tarn and Tarantool
+#                (default 1); the table gives the median tps and p99 of each server's runs
+#                and the median of the per-round ratios, which holds when the host's speed
+#                drifts between rounds (these shared machines drift by tens of percent)
 #
 # Loads: get, replace, select-range (SELECT GE on kv's primary key, limit 10: on several
 # shards a fan-out to every shard, merged) and select-secondary (SELECT GE limit 10 on
@@ -102,7 +107,8 @@ for server in tarn tarantool; do
             --select-secondary 10 >"$work/populate-customers-$server.log"
     fi
 done
-shapes=("1x1" "16x128")
+read -r -a shapes <<<"${SHAPES:-1x1 16x128}"
+rounds=${ROUNDS:-1}
 for name in "${load_names[@]}"; do
     case $name in
         get) flag="" ;;
@@ -121,14 +127,17 @@ for name in "${load_names[@]}"; do
         # 15% more CPU per request idling for it; Tarantool, whose one transaction thread
         # is saturated either way, was unchanged).
         smp=$((conns < client_smp ? conns : client_smp))
-        for server in tarn tarantool; do
-            addr_var=${server}_addr
-            echo "$name $shape on $server for ${duration}s..." >&2
-            # shellcheck disable=SC2086 # $flag is zero to two words
-            "$perf_bin" --connect "${!addr_var}" --smp "$smp" --conns "$conns" \
-                --pipeline "$pipeline" --partitions "$rows" --no-populate \
-                --duration "$duration" --random-seed 42 $flag \
-                --json-result "$work/$name-$shape-$server.json" >"$work/$name-$shape-$server.log"
+        for ((round = 1; round <= rounds; round++)); do
+            for server in tarn tarantool; do
+                addr_var=${server}_addr
+                echo "$name $shape on $server for ${duration}s (round $round of $rounds)..." >&2
+                # shellcheck disable=SC2086 # $flag is zero to two words
+                "$perf_bin" --connect "${!addr_var}" --smp "$smp" --conns "$conns" \
+                    --pipeline "$pipeline" --partitions "$rows" --no-populate \
+                    --duration "$duration" --random-seed 42 $flag \
+                    --json-result "$work/$name-$shape-$server-$round.json" \
+                    >"$work/$name-$shape-$server-$round.log"
+            done
         done
     done
 done
@@ -136,30 +145,36 @@ done
 echo
 echo "wal_mode $wal_mode on both servers; tarn ($tarn_addr, --shards $shards${TARN_FLAGS:+ $TARN_FLAGS}) vs Tarantool $(tarantool --version | head -n 1 | cut -d' ' -f2) ($tarantool_addr, net_msg_max $TARANTOOL_NET_MSG_MAX);" \
     "$partitions keys ($customers customers rows), ${duration}s per load, client --smp $client_smp (at most one per connection), $(nproc) cores shared"
-python3 - "$work" "${load_names[@]}" <<'PY'
-import json, sys, os
-work = sys.argv[1]
+python3 - "$work" "$rounds" "${shapes[*]}" "${load_names[@]}" <<'PY'
+import json, sys, os, statistics
+work, rounds, shapes = sys.argv[1], int(sys.argv[2]), sys.argv[3].split()
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
 rows = []
-for name in sys.argv[2:]:
-    for shape in ("1x1", "16x128"):
-        r = {}
-        for server in ("tarn", "tarantool"):
-            with open(os.path.join(work, f"{name}-{shape}-{server}.json")) as f:
-                doc = json.load(f)
-            tps = (doc["summary"]["tps"] or {}).get("median")
-            p99 = (doc["latency_ns"] or {}).get("p99")
-            r[server] = (tps, p99, doc["errors"])
-        rows.append((name, shape, r))
+for name in sys.argv[4:]:
+    for shape in shapes:
+        runs = {"tarn": [], "tarantool": []}
+        for round_ in range(1, rounds + 1):
+            for server in runs:
+                with open(os.path.join(work, f"{name}-{shape}-{server}-{round_}.json")) as f:
+                    doc = json.load(f)
+                runs[server].append(((doc["summary"]["tps"] or {}).get("median"),
+                                     (doc["latency_ns"] or {}).get("p99"), doc["errors"]))
+        ratios = [t[0] / r[0] for t, r in zip(runs["tarn"], runs["tarantool"]) if t[0] and r[0]]
+        summary = {server: (median(r[0] for r in rs), median(r[1] for r in rs), sum(r[2] for r in rs))
+                   for server, rs in runs.items()}
+        rows.append((name, shape, summary, median(ratios), ratios))
 def fmt_tps(x):
     return "n/a" if x is None else f"{x:,.0f}"
 def fmt_us(ns):
     return "n/a" if ns is None else f"{ns / 1000:,.1f}"
 header = ("operation", "conns x in flight", "tarn tps", "Tarantool tps", "ratio", "tarn p99 us", "Tarantool p99 us", "errors")
 table = [header]
-for name, shape, r in rows:
+for name, shape, r, ratio, ratios in rows:
     (t_tps, t_p99, t_err), (r_tps, r_p99, r_err) = r["tarn"], r["tarantool"]
-    ratio = "n/a" if not t_tps or not r_tps else f"{t_tps / r_tps:.2f}x"
-    table.append((name, shape.replace("x", " x "), fmt_tps(t_tps), fmt_tps(r_tps), ratio,
+    shown = "n/a" if ratio is None else f"{ratio:.2f}x"
+    table.append((name, shape.replace("x", " x "), fmt_tps(t_tps), fmt_tps(r_tps), shown,
                   fmt_us(t_p99), fmt_us(r_p99), f"{t_err}/{r_err}"))
 widths = [max(len(row[i]) for row in table) for i in range(len(header))]
 for i, row in enumerate(table):
@@ -167,5 +182,10 @@ for i, row in enumerate(table):
     if i == 0:
         print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
 print()
-print("tps: median of the per-second samples; ratio: tarn / Tarantool; errors: tarn/Tarantool error replies")
+if rounds > 1:
+    for name, shape, _, _, ratios in rows:
+        print(f"{name} {shape}: ratio per round " + ", ".join(f"{x:.2f}" for x in ratios))
+    print()
+print(f"tps: median of the per-second samples (with ROUNDS={rounds}: the median of the rounds' medians); "
+      "ratio: tarn / Tarantool, the median of the per-round ratios; errors: tarn/Tarantool error replies, all rounds")
 PY
