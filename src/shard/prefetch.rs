@@ -119,10 +119,11 @@ pub struct LookupPipeline {
     enabled: bool,
 }
 
-/// Below this many bytes of tuples a shard's data stays in the last-level cache (32 MiB
-/// on these machines, shared), lookups hit it anyway, and fetching ahead is not worth its
-/// instructions (about 700 per request).
-const FETCH_AHEAD_FROM_BYTES: u64 = 32 << 20;
+/// Below this many bytes of tuples a shard's data stays in cache, lookups hit it anyway,
+/// and fetching ahead is not worth its instructions (about 700 per request). The last-level
+/// cache (32 MiB here) is shared by every shard and, on a VM, by the neighbours: at 1M keys
+/// on two shards, about 20 MiB each, fetching ahead made gets 47% faster in process.
+const FETCH_AHEAD_FROM_BYTES: u64 = 4 << 20;
 
 impl LookupPipeline {
     /// A pipeline for one run of requests on `shard`.

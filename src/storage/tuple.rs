@@ -238,13 +238,18 @@ impl Tuple {
         prefetch_slice(self.allocation());
     }
 
-    /// Starts fetching the bytes a reply copies: the field map and the first lines of the
-    /// data (a point reply copies the whole tuple; most tuples fit in four lines).
+    /// Starts fetching the tuple's first lines, which a reply copies: the header, the field
+    /// map and the start of the data (most tuples fit in them). Reads nothing: the header
+    /// gives the tuple's length, and reading it would wait for the very miss this starts (a
+    /// fetch-ahead walk that did so spent a fifth of its time waiting there).
     #[inline]
     pub fn prefetch_for_read(&self) {
-        const READ_AHEAD_BYTES: usize = 256;
-        let bytes = self.allocation();
-        prefetch_slice(&bytes[..bytes.len().min(READ_AHEAD_BYTES)]);
+        const HEAD_BYTES: usize = 128;
+        let start = self.0.as_ptr().cast_const();
+        prefetch_line(start);
+        prefetch_line(start.wrapping_add(HEAD_BYTES / 2));
+        // A tuple that starts late in its line reaches into a third one.
+        prefetch_line(start.wrapping_add(HEAD_BYTES - 1));
     }
 
     pub fn ptr_eq(a: &Tuple, b: &Tuple) -> bool {
