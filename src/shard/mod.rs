@@ -13,6 +13,8 @@ use crate::protocol::reply::DataReply;
 use crate::protocol::request::{Request, Select};
 use crate::shard::prefetch::PointTarget;
 use crate::shard::undo::UndoLog;
+use crate::storage::index::IndexKey;
+use crate::storage::tuple::Tuple;
 use crate::storage::{Change, Engine, Result, StorageError};
 use crate::wal::{Commit, RowKind, WalError, WalWriter};
 use bumpalo::Bump;
@@ -44,17 +46,6 @@ pub struct ShardArena {
 }
 
 impl ShardArena {
-    /// A growable byte buffer in the arena with room for `capacity` bytes.
-    pub fn bytes_with_capacity(&self, capacity: usize) -> ArenaBytes<'_> {
-        if capacity > 0 {
-            self.allocations.set(self.allocations.get() + 1);
-        }
-        ArenaBytes {
-            bytes: bumpalo::collections::Vec::with_capacity_in(capacity, &self.bump),
-            allocations: &self.allocations,
-        }
-    }
-
     /// A vector with room for `capacity` items, allocated at once.
     pub fn vec_with_capacity<T>(&self, capacity: usize) -> bumpalo::collections::Vec<'_, T> {
         if capacity > 0 && std::mem::size_of::<T>() > 0 {
@@ -74,18 +65,46 @@ impl ShardArena {
     }
 }
 
-/// A byte buffer in a [`ShardArena`] that counts each time it (re)allocates.
-pub struct ArenaBytes<'a> {
-    bytes: bumpalo::collections::Vec<'a, u8>,
-    allocations: &'a Cell<u64>,
+/// What one shard scans of a select every shard runs a part of: the select's range, and at
+/// most `limit` entries of it (its offset plus its limit: the merge skips the offset).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScanPart<'a> {
+    pub space_id: u32,
+    pub index_id: u32,
+    /// The raw iterator number, checked by storage as a select's is.
+    pub iterator: u32,
+    /// The search key, a msgpack array.
+    pub key: &'a [u8],
+    pub limit: u32,
 }
 
-impl std::ops::Deref for ArenaBytes<'_> {
-    type Target = [u8];
-
-    fn deref(&self) -> &[u8] {
-        &self.bytes
+impl<'a> ScanPart<'a> {
+    /// Each shard's part of `select`.
+    pub fn of(select: &Select<'a>) -> ScanPart<'a> {
+        ScanPart {
+            space_id: select.space_id,
+            index_id: select.index_id,
+            iterator: select.iterator,
+            key: select.key,
+            limit: select.offset.saturating_add(select.limit),
+        }
     }
+}
+
+/// Entries a scan walks ahead of the one it copies (see [`Shard::scan`]): enough to
+/// overlap a tuple's miss with a few copies, few enough that the lines do not crowd out
+/// each other.
+const SCAN_AHEAD: usize = 4;
+
+/// Appends one scan entry, `[key length u32 LE][key][tuple length u32 LE][tuple]`, with one
+/// capacity check.
+#[inline]
+fn put_scan_entry(out: &mut Vec<u8>, key: &[u8], tuple: &[u8]) {
+    out.reserve(8 + key.len() + tuple.len());
+    out.extend_from_slice(&scan_length(key.len()));
+    out.extend_from_slice(key);
+    out.extend_from_slice(&scan_length(tuple.len()));
+    out.extend_from_slice(tuple);
 }
 
 /// A key's or a tuple's length in a scan entry.
@@ -94,26 +113,6 @@ fn scan_length(len: usize) -> [u8; 4] {
     u32::try_from(len)
         .expect("keys and tuples are bounded by the row limit, under 4 GiB")
         .to_le_bytes()
-}
-
-/// Where [`Shard::scan`] writes its entries: a heap buffer or the shard's arena.
-pub trait ScanSink {
-    fn put(&mut self, bytes: &[u8]);
-}
-
-impl ScanSink for Vec<u8> {
-    fn put(&mut self, bytes: &[u8]) {
-        self.extend_from_slice(bytes);
-    }
-}
-
-impl ScanSink for ArenaBytes<'_> {
-    fn put(&mut self, bytes: &[u8]) {
-        if self.bytes.len() + bytes.len() > self.bytes.capacity() {
-            self.allocations.set(self.allocations.get() + 1);
-        }
-        self.bytes.extend_from_slice(bytes);
-    }
 }
 
 /// What the reply [`Shard::execute`] wrote waits on before it may leave. `#[must_use]`: the
@@ -435,18 +434,31 @@ impl Shard {
     /// The part of a fanned-out select this shard contributes: up to `limit` entries in
     /// index order, as `[key length u32 LE][key][tuple length u32 LE][tuple]`, for the
     /// accepting core to merge (the lengths spare it decoding the tuples to find them).
-    pub fn scan(&self, select: &Select<'_>, limit: usize, out: &mut impl ScanSink) -> Result<()> {
-        let space = self.engine.space(select.space_id)?;
-        for (key, tuple) in space
-            .select(select.index_id, select.iterator, select.key)?
+    ///
+    /// A scan waits on memory, not on instructions: each entry's tuple (and a long key,
+    /// which lives on the heap) is a cache miss at a million rows. So the walk runs
+    /// [`SCAN_AHEAD`] entries ahead of the copy, each entry's lines loading from when the
+    /// walk reaches it, and the misses of a scan overlap instead of adding up.
+    pub fn scan(&self, part: &ScanPart<'_>, out: &mut Vec<u8>) -> Result<()> {
+        let space = self.engine.space(part.space_id)?;
+        let limit = usize::try_from(part.limit).unwrap_or(usize::MAX);
+        let mut entries = space
+            .select(part.index_id, part.iterator, part.key)?
             .take(limit)
-        {
-            let key = key.as_bytes();
-            out.put(&scan_length(key.len()));
-            out.put(key);
-            let tuple = tuple.data();
-            out.put(&scan_length(tuple.len()));
-            out.put(tuple);
+            .inspect(|(key, tuple)| {
+                key.prefetch();
+                tuple.prefetch_for_read();
+            });
+        // A ring: `ahead[at]` is the oldest entry walked and not yet copied.
+        let mut ahead: [Option<(IndexKey<'_>, &Tuple)>; SCAN_AHEAD] = [None; SCAN_AHEAD];
+        for slot in &mut ahead {
+            *slot = entries.next();
+        }
+        let mut at = 0;
+        while let Some((key, tuple)) = ahead[at].take() {
+            ahead[at] = entries.next();
+            put_scan_entry(out, key.as_bytes(), tuple.data());
+            at = (at + 1) % SCAN_AHEAD;
         }
         Ok(())
     }

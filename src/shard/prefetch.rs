@@ -13,7 +13,7 @@
 //! caller says which requests are local point requests and what their keys are).
 
 use crate::protocol::RequestTarget;
-use crate::shard::Shard;
+use crate::shard::{ScanPart, Shard};
 use crate::storage::btree::LookupCursor;
 use crate::storage::Engine;
 
@@ -57,6 +57,14 @@ impl PointTarget {
             RequestTarget::NoData | RequestTarget::Procedure => return None,
         };
         Some(PointTarget::new(space_id, index_id, key))
+    }
+
+    /// Where a scan part starts, when it starts from an unsigned key: its walk fetches the
+    /// path to that place, which the scan then finds in cache.
+    #[inline]
+    pub fn of_scan(part: &ScanPart<'_>) -> Option<PointTarget> {
+        let key = crate::msgpack::single_uint_array(part.key)?;
+        Some(PointTarget::new(part.space_id, part.index_id, key))
     }
 
     pub fn new(space_id: u32, index_id: u32, key: u64) -> PointTarget {

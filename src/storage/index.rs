@@ -82,6 +82,15 @@ impl IndexKey<'_> {
             IndexKey::Unsigned(bytes) => bytes,
         }
     }
+
+    /// Starts loading the key's bytes, where they are elsewhere than the entry (a long
+    /// key on the heap); an unsigned key is already in hand.
+    #[inline]
+    pub fn prefetch(&self) {
+        if let IndexKey::Bytes(bytes) = self {
+            prefetch_slice(bytes);
+        }
+    }
 }
 
 /// How many entries ahead a bulk build's gather asks for the keys and tuples it will read.
@@ -255,6 +264,28 @@ impl Index {
             IndexData::Tree(_) | IndexData::Hash(_) => return None,
         };
         Some(found.map(|tuple| (IndexKey::Unsigned(key.to_be_bytes()), tuple)))
+    }
+
+    /// The entries of a TREE index keyed by one unsigned part from `key` on, in the
+    /// direction of `iterator` (GE, GT, LE or LT): a scan from a whole unsigned key, found
+    /// without encoding it or working out byte bounds. `None` for any other index or
+    /// iterator, which the general path serves.
+    #[inline]
+    pub fn range_unsigned(&self, iterator: IteratorType, key: u64) -> Option<IndexIter<'_>> {
+        let IndexData::TreeUnsigned(map) = &self.data else {
+            return None;
+        };
+        let (start, end) = match iterator {
+            IteratorType::Ge => (Bound::Included(&key), Bound::Unbounded),
+            IteratorType::Gt => (Bound::Excluded(&key), Bound::Unbounded),
+            IteratorType::Le => (Bound::Unbounded, Bound::Included(&key)),
+            IteratorType::Lt => (Bound::Unbounded, Bound::Excluded(&key)),
+            _ => return None,
+        };
+        Some(IndexIter::TreeUnsigned {
+            entries: map.range(start, end),
+            descending: iterator.is_descending(),
+        })
     }
 
     /// Starts fetching ahead the lookup of the unsigned `key`, for a request that runs a

@@ -274,6 +274,11 @@ impl Space {
                 index.check_iterator(iterator, 1, &self.name)?;
                 return Ok(IndexIter::One(found));
             }
+        } else if let Some(entries) =
+            msgpack::single_uint_array(key).and_then(|key| index.range_unsigned(iterator, key))
+        {
+            // A whole unsigned key in a TREE keyed by it: every check below passes.
+            return Ok(entries);
         }
         let key_def = &index.def.key_def;
         index.check_partial_key(iterator, key_def.search_key_part_count(key)?)?;

@@ -9,8 +9,9 @@
 //! [kind u8][ticket u32 LE][limit u32 LE][packet length u32 LE][packet]
 //! ```
 //!
-//! The packet is an IPROTO packet (header+body), except for [`Kind::CrudPoint`] and
-//! [`Kind::CrudOps`], whose "packet" is a crud point or ops payload.
+//! The packet is an IPROTO packet (header+body) for [`Kind::Execute`] and [`Kind::CrudPart`];
+//! for [`Kind::Scan`] a scan payload ([`push_scan`]), and for [`Kind::CrudPoint`] and
+//! [`Kind::CrudOps`] a crud point or ops payload.
 //!
 //! Reply batch, one entry per request of the batch it answers, in the same order:
 //!
@@ -32,13 +33,16 @@
 //! [ticket u32 LE][u32::MAX][reply's size u64 LE]
 //! ```
 
+use crate::shard::ScanPart;
+
 /// What the owner does with a request entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub enum Kind {
     /// Execute the packet (a point request) and answer with the IPROTO reply.
     Execute = 0,
-    /// Scan the SELECT packet's range, at most `limit` entries, and answer with the entries.
+    /// Scan the range of the scan payload, at most `limit` entries, and answer with the
+    /// entries.
     Scan = 1,
     /// Run the crud point payload (a point op this core owns, as the accepting core planned
     /// it) and answer with the IPROTO reply.
@@ -123,6 +127,42 @@ pub fn push_request_with(
          than the packet it was planned from",
     );
     batch[length_at..length_at + 4].copy_from_slice(&packet_len.to_le_bytes());
+}
+
+/// Bytes of a scan payload before its key.
+const SCAN_HEADER_BYTES: usize = 4 + 4 + 4;
+
+/// Appends a [`Kind::Scan`] entry for `part`: the entry's limit is the part's, and its
+/// payload the rest of it, decoded where it lies ([`scan_part`]), so the owner neither
+/// decodes the client's packet again nor routes it:
+///
+/// ```text
+/// [space id u32 LE][index id u32 LE][iterator u32 LE][key: msgpack array]
+/// ```
+pub fn push_scan(batch: &mut Vec<u8>, ticket: u32, part: &ScanPart<'_>) {
+    push_request_with(batch, Kind::Scan, ticket, part.limit, |payload| {
+        payload.reserve(SCAN_HEADER_BYTES + part.key.len());
+        payload.extend_from_slice(&part.space_id.to_le_bytes());
+        payload.extend_from_slice(&part.index_id.to_le_bytes());
+        payload.extend_from_slice(&part.iterator.to_le_bytes());
+        payload.extend_from_slice(part.key);
+    });
+}
+
+/// The scan part a [`Kind::Scan`] entry carries (see [`push_scan`]).
+pub fn scan_part<'a>(entry: &RequestEntry<'a>) -> ScanPart<'a> {
+    assert!(
+        entry.kind == Kind::Scan && entry.packet.len() >= SCAN_HEADER_BYTES,
+        "a torn scan payload"
+    );
+    let payload = entry.packet;
+    ScanPart {
+        space_id: read_u32(payload),
+        index_id: read_u32(&payload[4..]),
+        iterator: read_u32(&payload[8..]),
+        key: &payload[SCAN_HEADER_BYTES..],
+        limit: entry.limit,
+    }
 }
 
 /// The entries of a request batch. A malformed batch is a bug of this module: it asserts.
@@ -306,6 +346,27 @@ mod tests {
         assert!(entries[1].packet.is_empty());
         assert_eq!(entries[2].ticket, u32::MAX);
         assert_eq!(entries[2].packet.len(), 300);
+    }
+
+    #[test]
+    fn a_scan_part_round_trips_between_point_requests() {
+        let part = ScanPart {
+            space_id: 513,
+            index_id: 2,
+            iterator: 6,
+            key: &[0x92, 0x05, 0xcd, 0x12, 0x34],
+            limit: u32::MAX,
+        };
+        let mut batch = Vec::new();
+        push_request(&mut batch, Kind::Execute, 1, 0, b"get");
+        push_scan(&mut batch, 2, &part);
+        push_scan(&mut batch, 3, &ScanPart { key: &[0x90], ..part });
+        let entries: Vec<_> = requests(&batch).collect();
+        assert_eq!(entries.len(), 3);
+        assert_eq!((entries[1].kind, entries[1].ticket), (Kind::Scan, 2));
+        assert_eq!(scan_part(&entries[1]), part);
+        assert_eq!(scan_part(&entries[2]).key, &[0x90]);
+        assert_eq!(entries[0].packet, b"get");
     }
 
     #[test]

@@ -36,7 +36,7 @@ use crate::server::mesh::batch::{self, Kind};
 use crate::server::mesh::inbox::Inbox;
 use crate::server::schema;
 use crate::server::{ServerError, Shared};
-use crate::shard::Shard;
+use crate::shard::{ScanPart, Shard};
 use glommio::channels::channel_mesh::{Full, MeshBuilder, Receivers, Senders};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
@@ -318,6 +318,14 @@ impl Core {
     ) -> u32 {
         self.queue_entry(peer, inbox, |batch, ticket| {
             batch::push_request_with(batch, kind, ticket, 0, write_packet)
+        })
+    }
+
+    /// Queues `part` of a select every core scans for core `peer` (see
+    /// [`batch::push_scan`]); returns its reply's slot in `inbox`.
+    pub fn queue_scan(self: &Rc<Core>, peer: usize, part: &ScanPart<'_>, inbox: &Rc<Inbox>) -> u32 {
+        self.queue_entry(peer, inbox, |batch, ticket| {
+            batch::push_scan(batch, ticket, part)
         })
     }
 

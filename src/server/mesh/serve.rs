@@ -41,6 +41,11 @@ impl Core {
             for (at, entry) in batch::requests(&requests).enumerate() {
                 let lookup = pipeline.before_running(&shard, at, |_| match ahead.next() {
                     None => Ahead::End,
+                    // A scan: its walk fetches where the scan starts.
+                    Some((_, entry)) if entry.kind == Kind::Scan => {
+                        let part = batch::scan_part(&entry);
+                        PointTarget::of_scan(&part).map_or(Ahead::Other, Ahead::Lookup)
+                    }
                     Some((_, entry)) if entry.kind != Kind::Execute => Ahead::Other,
                     Some((entry_at, entry)) => {
                         let decoded = decode_packet(entry.packet);
@@ -104,7 +109,8 @@ impl Core {
     }
 
     /// Runs one request entry on this core's shard and appends its reply bytes; returns the
-    /// sync its reply answers for and what the reply waits on. `decoded` is its packet, if
+    /// sync its reply answers for and what the reply waits on (`None`: nothing, as for a
+    /// scan part). `decoded` is its packet, if
     /// decoded already; `fetched`, its lookup walked ahead.
     fn serve_entry<'p>(
         &self,
@@ -119,7 +125,12 @@ impl Core {
                 return Some((0, serve_crud_ops(shard, &self.crud, entry.packet, replies)))
             }
             Kind::CrudPoint => return Some(self.serve_crud_point(shard, entry.packet, replies)),
-            _ => {}
+            Kind::Scan => {
+                // The accepting core scanned the same part, so it cannot fail here.
+                let _ = shard.scan(&batch::scan_part(entry), replies);
+                return None;
+            }
+            Kind::Execute | Kind::CrudPart => {}
         }
         let decoded = decoded.unwrap_or_else(|| decode_packet(entry.packet));
         // The accepting core decoded the same bytes before sending them.
@@ -132,11 +143,6 @@ impl Core {
             (Kind::Execute, request) => {
                 self.debug_assert_owned(request);
                 shard.execute(header.sync, SCHEMA_VERSION, request, fetched, replies)
-            }
-            (Kind::Scan, Request::Select(select)) => {
-                // The accepting core checked the same scan, so it cannot fail here.
-                let _ = shard.scan(select, entry.limit as usize, replies);
-                Executed::default()
             }
             (Kind::CrudPart, Request::Call(call)) => self.serve_crud_part(shard, call, replies),
             _ => {

@@ -10,6 +10,7 @@ use crate::server::mesh::batch::{EntryTooLong, Kind};
 use crate::server::mesh::crud_payloads as wire;
 use crate::server::schema::SCHEMA_VERSION;
 use crate::shard::errors::{encode_log_refused, encode_storage_error};
+use crate::shard::ScanPart;
 use crate::storage::IteratorType;
 use crate::wal::{Commit, WalError};
 use smallvec::SmallVec;
@@ -157,20 +158,15 @@ impl Session {
     /// [`SCAN_BYTES_HELD_MAX`].
     pub(super) fn fan_out_select(
         &mut self,
-        packet: &[u8],
         select: &Select<'_>,
         sync: u64,
         out: &mut Vec<u8>,
     ) -> Option<Wait> {
-        let wanted = select.offset.saturating_add(select.limit);
+        let part = ScanPart::of(select);
         // This core's part first: a scan this shard refuses (no such space or index, a bad
         // key) is refused by every shard alike, so nothing is sent and the error answers.
         let local_start = self.scans.len();
-        let scanned = self
-            .core
-            .shard
-            .borrow()
-            .scan(select, wanted as usize, &mut self.scans);
+        let scanned = self.core.shard.borrow().scan(&part, &mut self.scans);
         if let Err(error) = scanned {
             self.scans.truncate(local_start);
             encode_storage_error(out, sync, SCHEMA_VERSION, &error);
@@ -179,9 +175,7 @@ impl Session {
         let me = self.core.id();
         let mut first_slot = None;
         for peer in (0..self.core.shard_count).filter(|&peer| peer != me) {
-            let slot = self
-                .core
-                .queue(peer, Kind::Scan, wanted, packet, &self.inbox);
+            let slot = self.core.queue_scan(peer, &part, &self.inbox);
             // The inbox hands out slots in order: the peers' parts are `first_slot..`.
             first_slot.get_or_insert(slot);
         }
@@ -271,28 +265,34 @@ pub(super) fn merge(
     let mut data = DataReply::begin(out, sync, SCHEMA_VERSION);
     let mut skipped = 0u32;
     while data.count() < order.limit {
-        let best = streams
-            .iter()
-            .enumerate()
-            .filter_map(|(at, stream)| stream.peek().map(|(key, _)| (at, key)))
-            .reduce(|a, b| {
-                if (b.1 < a.1) != order.descending && b.1 != a.1 {
-                    b
-                } else {
-                    a
-                }
-            });
-        let Some((at, _)) = best else { break };
-        let Some((_, tuple)) = streams[at].next() else {
+        let Some(next) = next_stream(streams, order.descending) else {
+            break;
+        };
+        let Some(entry) = streams[next].next() else {
             break;
         };
         if skipped < order.offset {
             skipped += 1;
             continue;
         }
-        data.push_raw(out, tuple);
+        data.push_raw(out, entry.tuple);
     }
     data.finish(out);
+}
+
+/// The stream whose head comes first in the merge's order; on equal keys (which distinct
+/// entries do not have) the first such stream. `None` once every stream is spent.
+#[inline]
+fn next_stream(streams: &[ScanEntries<'_>], descending: bool) -> Option<usize> {
+    let mut best: Option<(usize, &ScanEntry<'_>)> = None;
+    for (at, stream) in streams.iter().enumerate() {
+        let Some(head) = &stream.head else { continue };
+        match best {
+            Some((_, leader)) if !head.precedes(leader, descending) => {}
+            _ => best = Some((at, head)),
+        }
+    }
+    best.map(|(at, _)| at)
 }
 
 /// Puts one core's outcomes (in the order of its ops) back at the ops' positions.
@@ -307,10 +307,53 @@ fn put_back(
     }
 }
 
+/// One entry of a scan part: its key (the index's order-preserving encoding) with the
+/// key's first eight bytes as a number, which decides most comparisons in one instruction,
+/// and the tuple.
+pub(super) struct ScanEntry<'a> {
+    prefix: u64,
+    key: &'a [u8],
+    tuple: &'a [u8],
+}
+
+impl ScanEntry<'_> {
+    /// Whether this entry comes before `other` in the merge: by key, descending or not.
+    /// Keys compare as bytes; the prefixes, zero-padded first eight bytes, order two keys
+    /// the same way whenever they differ (a shorter key padded with zeros is below any
+    /// longer key that differs from it in those bytes), so only equal prefixes need the
+    /// bytes.
+    #[inline]
+    fn precedes(&self, other: &ScanEntry<'_>, descending: bool) -> bool {
+        let order = self
+            .prefix
+            .cmp(&other.prefix)
+            .then_with(|| self.key.cmp(other.key));
+        if descending {
+            order.is_gt()
+        } else {
+            order.is_lt()
+        }
+    }
+}
+
+/// The zero-padded first eight bytes of `key`, big-endian: its order among prefixes is the
+/// order of the keys wherever the prefixes differ.
+#[inline]
+fn key_prefix(key: &[u8]) -> u64 {
+    match key.first_chunk::<8>() {
+        Some(first) => u64::from_be_bytes(*first),
+        None => {
+            let mut padded = [0u8; 8];
+            padded[..key.len()].copy_from_slice(key);
+            u64::from_be_bytes(padded)
+        }
+    }
+}
+
 /// Reads the `[key length u32 LE][key][tuple length u32 LE][tuple]` entries written by
 /// `Shard::scan`, its next entry read ahead once (the merge compares it many times).
 pub(super) struct ScanEntries<'a> {
-    head: Option<(&'a [u8], &'a [u8])>,
+    head: Option<ScanEntry<'a>>,
     rest: &'a [u8],
 }
 
@@ -324,19 +367,21 @@ impl<'a> ScanEntries<'a> {
         entries
     }
 
-    fn peek(&self) -> Option<(&'a [u8], &'a [u8])> {
-        self.head
-    }
-
     /// Reads one entry off `rest`; `None` at the end (a torn entry ends the stream: both
     /// ends are this build, so it is a bug, asserted in debug builds).
-    fn read(&mut self) -> Option<(&'a [u8], &'a [u8])> {
+    #[inline]
+    fn read(&mut self) -> Option<ScanEntry<'a>> {
         if self.rest.is_empty() {
             return None;
         }
         let entry = take_sized(&mut self.rest).zip(take_sized(&mut self.rest));
         debug_assert!(entry.is_some(), "a torn scan entry");
-        entry
+        let (key, tuple) = entry?;
+        Some(ScanEntry {
+            prefix: key_prefix(key),
+            key,
+            tuple,
+        })
     }
 }
 
@@ -351,9 +396,10 @@ fn take_sized<'a>(rest: &mut &'a [u8]) -> Option<&'a [u8]> {
 }
 
 impl<'a> Iterator for ScanEntries<'a> {
-    type Item = (&'a [u8], &'a [u8]);
+    type Item = ScanEntry<'a>;
 
-    fn next(&mut self) -> Option<Self::Item> {
+    #[inline]
+    fn next(&mut self) -> Option<ScanEntry<'a>> {
         let head = self.head.take()?;
         self.head = self.read();
         Some(head)
@@ -415,5 +461,25 @@ impl PartFailures {
             return false;
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    proptest::proptest! {
+        /// Comparing prefixes first, then bytes, orders keys exactly as comparing bytes
+        /// does, short keys and keys with zero bytes included.
+        #[test]
+        fn prefixes_then_bytes_order_keys_as_bytes_do(
+            a in proptest::collection::vec(proptest::sample::select(vec![0u8, 1, 0x7f, 0xff]), 0..12),
+            b in proptest::collection::vec(proptest::sample::select(vec![0u8, 1, 0x7f, 0xff]), 0..12),
+        ) {
+            let entry = |key| ScanEntry { prefix: key_prefix(key), key, tuple: &[] };
+            let (a_entry, b_entry) = (entry(&a), entry(&b));
+            proptest::prop_assert_eq!(a_entry.precedes(&b_entry, false), a < b);
+            proptest::prop_assert_eq!(a_entry.precedes(&b_entry, true), a > b);
+        }
     }
 }

@@ -272,7 +272,7 @@ impl Session {
                     Destination::Here => self.here(request, sync, fetched, out),
                     Destination::Owner(owner) => self.hop(owner, packet, request, out),
                     Destination::EveryCore => match request {
-                        Request::Select(select) => self.fan_out_select(packet, select, sync, out),
+                        Request::Select(select) => self.fan_out_select(select, sync, out),
                         _ => {
                             debug_assert!(false, "only a select is routed to every core");
                             self.here(request, sync, fetched, out)
@@ -372,10 +372,14 @@ impl Session {
             };
             let packet_decoded = decode(packet);
             let (route, target) = self.route(&packet_decoded);
-            // Only a request run here looks up this core's shard.
+            // Only a request run here looks up this core's shard: a point request, or this
+            // core's part of a scan every core runs (its walk fetches the path to where the
+            // scan starts).
             let lookup = match route {
-                Destination::Here => PointTarget::of(&target, &shard.engine),
-                Destination::Owner(_) | Destination::EveryCore => None,
+                Destination::Here | Destination::EveryCore => {
+                    PointTarget::of(&target, &shard.engine)
+                }
+                Destination::Owner(_) => None,
             };
             let routed = Routed {
                 decoded: packet_decoded,
