@@ -5,12 +5,14 @@
 //! 2-shard server must be byte for byte the 1-shard server's. On two shards most of those
 //! selects fan out and are merged while later writes of the same pipeline are already
 //! queued behind them, so this checks the merge (rows, order, offset/limit, ties in a
-//! non-unique index) and that a fan-out sees exactly the writes before it.
+//! non-unique index) and that a fan-out sees exactly the writes before it. crud's reads
+//! (crud.select, crud.count, crud.len), which every core answers a part of, are pipelined
+//! the same way and are in the stream too.
 
 use crate::common;
 
 use common::{kv_key, kv_tuple, Client, KV};
-use tarn::msgpack::{read_value, write_array_len, write_str, write_uint, Value};
+use tarn::msgpack::{read_value, write_array_len, write_map_len, write_str, write_uint, Value};
 use tarn::protocol::client::{self, decode_reply};
 use tarn::protocol::request::Select;
 
@@ -120,7 +122,50 @@ fn encode_random_select(out: &mut Vec<u8>, random: &mut Random, sync: u64) {
     client::encode_select(out, sync, &select);
 }
 
-/// One pipeline: writes to both spaces (replaces and deletes) interleaved with selects.
+/// A random crud read: crud.select with a condition on a primary or secondary index and a
+/// `first` limit, crud.count with a condition, or crud.len.
+fn encode_random_crud_read(out: &mut Vec<u8>, random: &mut Random, sync: u64) {
+    let (space, index, bound) = match random.below(3) {
+        0 => ("kv", "primary", KV_IDS),
+        1 => ("customers", "primary", CUSTOMER_IDS),
+        _ => ("customers", "composite", FIELD_VALUES),
+    };
+    let operator: &[u8] = match random.below(4) {
+        0 => b"==",
+        1 => b">=",
+        2 => b"<",
+        _ => b">",
+    };
+    let mut args = Vec::new();
+    let function = match random.below(10) {
+        0 => {
+            write_array_len(&mut args, 1);
+            write_str(&mut args, space.as_bytes());
+            "crud.len"
+        }
+        1..=3 => "crud.count",
+        _ => "crud.select",
+    };
+    if function != "crud.len" {
+        let with_first = function == "crud.select";
+        write_array_len(&mut args, 2 + u32::from(with_first));
+        write_str(&mut args, space.as_bytes());
+        write_array_len(&mut args, 1);
+        write_array_len(&mut args, 3);
+        write_str(&mut args, operator);
+        write_str(&mut args, index.as_bytes());
+        write_uint(&mut args, random.below(bound));
+        if with_first {
+            write_map_len(&mut args, 1);
+            write_str(&mut args, b"first");
+            write_uint(&mut args, 1 + random.below(12));
+        }
+    }
+    client::encode_call(out, sync, function, &args);
+}
+
+/// One pipeline: writes to both spaces (replaces and deletes) interleaved with selects and
+/// crud reads.
 fn encode_pipeline(out: &mut Vec<u8>, random: &mut Random, first_sync: u64) {
     for sync in first_sync..first_sync + REQUESTS_PER_PIPELINE {
         match random.below(100) {
@@ -139,6 +184,7 @@ fn encode_pipeline(out: &mut Vec<u8>, random: &mut Random, first_sync: u64) {
                 let key = kv_key(random.below(CUSTOMER_IDS));
                 client::encode_delete(out, sync, CUSTOMERS, 0, &key);
             }
+            55..=64 => encode_random_crud_read(out, random, sync),
             _ => encode_random_select(out, random, sync),
         }
     }
@@ -156,7 +202,7 @@ fn pipelined_fan_outs_answer_exactly_what_one_shard_answers() {
     let two = common::Server::start(2, "");
     let (mut single, mut sharded) = (Client::connect(&one), Client::connect(&two));
     let mut random = Random(0x5EED_FA40);
-    let (mut requests, mut many_row_replies) = (Vec::new(), 0usize);
+    let (mut requests, mut many_row_replies, mut crud_rows) = (Vec::new(), 0usize, 0usize);
     for pipeline in 0..PIPELINES {
         requests.clear();
         let first_sync = pipeline * REQUESTS_PER_PIPELINE + 1;
@@ -182,6 +228,9 @@ fn pipelined_fan_outs_answer_exactly_what_one_shard_answers() {
             if matches!(read_value(&mut data), Ok(Value::Array(rows)) if rows > 1) {
                 many_row_replies += 1;
             }
+            if crud_select_rows(reply.data().unwrap_or_default()) > 1 {
+                crud_rows += 1;
+            }
         }
     }
     // Only selects return more than one row; most must, or the comparison proved little.
@@ -189,4 +238,33 @@ fn pipelined_fan_outs_answer_exactly_what_one_shard_answers() {
         many_row_replies > 1000,
         "only {many_row_replies} replies carried more than one row"
     );
+    assert!(
+        crud_rows > 100,
+        "only {crud_rows} crud.select replies carried more than one row"
+    );
+}
+
+/// The rows of a crud.select reply's result object (`[{metadata = ..., rows = [...]}, nil]`);
+/// 0 for any other reply.
+fn crud_select_rows(mut data: &[u8]) -> u32 {
+    let (Ok(Value::Array(2)), Ok(Value::Map(fields))) =
+        (read_value(&mut data), read_value(&mut data))
+    else {
+        return 0;
+    };
+    for _ in 0..fields {
+        let Ok(Value::Str(name)) = read_value(&mut data) else {
+            return 0;
+        };
+        if name == b"rows" {
+            return match read_value(&mut data) {
+                Ok(Value::Array(rows)) => rows,
+                _ => 0,
+            };
+        }
+        if tarn::msgpack::skip_value(&mut data).is_err() {
+            return 0;
+        }
+    }
+    0
 }

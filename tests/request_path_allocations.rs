@@ -6,7 +6,8 @@
 //! * Cross-core path (2 shards): requests pipelined from core 0 to keys owned by core 1 cost
 //!   far less than one allocation and one batch per request on either core (batch buffers
 //!   are recycled; one mesh message carries a whole pipeline). So do selects that every
-//!   core scans (a fan-out GE on the primary key), merged on core 0.
+//!   core scans (a fan-out GE on the primary key), merged on core 0; and a pipeline of them,
+//!   or of crud reads every core answers a part of (crud.count), travels in one batch.
 //!
 //! No timing anywhere: only counts.
 
@@ -96,6 +97,21 @@ fn select_packet(sync: u64, iterator: u32, id: u64, limit: u32) -> Vec<u8> {
             after_tuple: None,
         },
     );
+    unframed(&framed)
+}
+
+/// `crud.count('kv', {{'>=', 'primary', id}})`: a crud read every core answers a part of.
+fn crud_count_packet(sync: u64, id: u64) -> Vec<u8> {
+    let mut args = Vec::new();
+    write_array_len(&mut args, 2);
+    write_str(&mut args, b"kv");
+    write_array_len(&mut args, 1);
+    write_array_len(&mut args, 3);
+    write_str(&mut args, b">=");
+    write_str(&mut args, b"primary");
+    write_uint(&mut args, id);
+    let mut framed = Vec::new();
+    client::encode_call(&mut framed, sync, "crud.count", &args);
     unframed(&framed)
 }
 
@@ -202,6 +218,8 @@ struct CrossCounts {
     requests_sent: u64,
     request_batches_sent: u64,
     flusher_runs: u64,
+    fan_out_batches_sent: u64,
+    crud_read_batches_sent: u64,
 }
 
 const PIPELINE_DEPTH: u64 = 100;
@@ -279,6 +297,14 @@ async fn drive(core: Rc<Core>) -> CrossCounts {
     let stats = core.stats();
     let (driver_fan_out_allocations, owner_fan_out_allocations) =
         measure(&mut session, &fan_outs, &mut out).await;
+    let fan_out_stats = core.stats();
+    let crud_counts: Vec<Vec<u8>> = remote_ids
+        .iter()
+        .enumerate()
+        .map(|(sync, &id)| crud_count_packet(sync as u64, id))
+        .collect();
+    measure(&mut session, &crud_counts, &mut out).await;
+    let crud_stats = core.stats();
     for packets in [&gets, &fan_outs] {
         pipeline(&mut session, packets, &mut out).await;
         check_replies(&out, 0..PIPELINE_DEPTH, |sync| {
@@ -296,6 +322,9 @@ async fn drive(core: Rc<Core>) -> CrossCounts {
         requests_sent: stats.requests_sent - stats_before.requests_sent,
         request_batches_sent: stats.request_batches_sent - stats_before.request_batches_sent,
         flusher_runs: stats.flusher_runs - stats_before.flusher_runs,
+        fan_out_batches_sent: fan_out_stats.request_batches_sent - stats.request_batches_sent,
+        crud_read_batches_sent: crud_stats.request_batches_sent
+            - fan_out_stats.request_batches_sent,
     }
 }
 
@@ -333,6 +362,10 @@ fn cross_core_requests_travel_in_batches_with_recycled_buffers() {
     // One batch, and one flusher wake-up, per pipeline.
     assert_eq!(counts.request_batches_sent, 2 * ROUNDS);
     assert_eq!(counts.flusher_runs, 2 * ROUNDS);
+    // Fan-outs are pipelined too: a pipeline's selects and crud reads each wait for none
+    // before the next, so each pipeline's parts for core 1 travel in one batch.
+    assert_eq!(counts.fan_out_batches_sent, ROUNDS);
+    assert_eq!(counts.crud_read_batches_sent, ROUNDS);
     // Neither core allocates per request (batch buffers are recycled), except the owner's
     // new tuples. What remains is glommio's reactor, a few allocations each time a core
     // parks to wait (its preemption timer sources): per batch, not per request. Measured

@@ -130,6 +130,31 @@ pub enum Plan<'a> {
     },
 }
 
+impl<'a> Plan<'a> {
+    /// Splits off the plan of a call every core answers a part of without writing (select,
+    /// count, min/max, len), as a value that borrows nothing of the CALL: it can wait
+    /// beside the session for the parts while the connection reads on.
+    pub fn into_fan_out(self) -> FanOutPlan<'a> {
+        match self {
+            Plan::Select(planned) => FanOutPlan::Read(Plan::Select(planned)),
+            Plan::Count(plan) => FanOutPlan::Read(Plan::Count(plan)),
+            Plan::Border { plan, columns } => FanOutPlan::Read(Plan::Border { plan, columns }),
+            Plan::Len { space_id } => FanOutPlan::Read(Plan::Len { space_id }),
+            other @ (Plan::Reply(_) | Plan::Point(_) | Plan::Many(_) | Plan::Truncate { .. }) => {
+                FanOutPlan::Other(other)
+            }
+        }
+    }
+}
+
+/// A plan split by [`Plan::into_fan_out`].
+pub enum FanOutPlan<'a> {
+    /// A call every core answers a part of without writing, owning all it needs.
+    Read(Plan<'static>),
+    /// Any other plan, as it was: one that writes (truncate), or no fan-out at all.
+    Other(Plan<'a>),
+}
+
 /// One op on the owner shard of its key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PointPlan<'a> {

@@ -360,7 +360,14 @@ mod tests {
         let mut batch = Vec::new();
         push_request(&mut batch, Kind::Execute, 1, 0, b"get");
         push_scan(&mut batch, 2, &part);
-        push_scan(&mut batch, 3, &ScanPart { key: &[0x90], ..part });
+        push_scan(
+            &mut batch,
+            3,
+            &ScanPart {
+                key: &[0x90],
+                ..part
+            },
+        );
         let entries: Vec<_> = requests(&batch).collect();
         assert_eq!(entries.len(), 3);
         assert_eq!((entries[1].kind, entries[1].ticket), (Kind::Scan, 2));

@@ -2,8 +2,8 @@
 //! planned here and run here, on their owner, or on every core.
 
 use super::admit::access_denied;
-use super::{Pending, PendingReply, Session, Unacknowledged};
-use crate::crud::{self, CrudReply, Plan};
+use super::{Pending, PendingReply, Session, Unacknowledged, Wait};
+use crate::crud::{self, CrudReply, FanOutPlan, Plan};
 use crate::msgpack::{write_str, write_uint};
 use crate::placement::{self, Destination};
 use crate::protocol::reply;
@@ -118,7 +118,14 @@ impl Session {
                 self.crud_here(&plan, sync, out)
             }
             Plan::Many(_) => self.crud_many(&plan, sync, out).await,
-            _ => self.crud_fan_out(packet, &plan, sync, out).await,
+            _ => match plan.into_fan_out() {
+                FanOutPlan::Read(read) => {
+                    if let Some(Wait::Finish) = self.start_crud_read(packet, read, sync, out) {
+                        self.finish(out).await;
+                    }
+                }
+                FanOutPlan::Other(writing) => self.crud_fan_out(packet, &writing, sync, out).await,
+            },
         }
     }
 

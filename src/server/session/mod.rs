@@ -18,8 +18,9 @@
 //!
 //! A crud CALL (`crud.*`) is planned here and routed the same way: a point op to its owner
 //! as its plan (which the owner runs without planning again; its reply is spliced like any
-//! forwarded request's), a `*_many` call and a fan-out (select, count, ...)
-//! awaited in place after the queued requests finish.
+//! forwarded request's), a call every core answers without writing (select, count, min/max,
+//! len) pipelined like a scan (`crud_fan_out`), and a `*_many` call and a truncate awaited in
+//! place after the queued requests finish.
 //!
 //! The packets of one socket read go through as a [`Run`]: each is decoded and routed once,
 //! a few packets before its turn, so that its lookup is fetched ahead
@@ -33,6 +34,7 @@
 
 mod admit;
 mod call;
+mod crud_fan_out;
 mod fan_out;
 mod order;
 mod route;
@@ -126,6 +128,8 @@ enum PendingReply {
     Slot(u32),
     /// The merge of a fan-out's parts: `fan_outs[i]`.
     FanOut(u32),
+    /// The merge of a crud read's parts: `crud_reads[i]`.
+    CrudRead(u32),
 }
 
 pub struct Session {
@@ -144,7 +148,12 @@ pub struct Session {
     fan_outs: Vec<fan_out::FanOut>,
     /// This core's parts of `fan_outs`.
     scans: Vec<u8>,
-    /// The merged replies of `fan_outs`, in `finish`.
+    /// crud calls every core answers a part of without writing, in flight, in request
+    /// order.
+    crud_reads: Vec<crud_fan_out::CrudRead>,
+    /// About the bytes the local parts of `crud_reads` hold.
+    crud_read_bytes: usize,
+    /// The merged replies of `fan_outs` and `crud_reads`, in `finish`.
     merged: Vec<u8>,
 }
 
@@ -161,6 +170,8 @@ impl Session {
             key_checks: Vec::new(),
             fan_outs: Vec::new(),
             scans: Vec::new(),
+            crud_reads: Vec::new(),
+            crud_read_bytes: 0,
             merged: Vec::new(),
         }
     }

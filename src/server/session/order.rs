@@ -1,6 +1,7 @@
 //! Reply order: the replies of a session's queued requests (other cores', and local writes
 //! waiting for their commit) put into their places in `out`, in request order.
 
+use super::crud_fan_out::CrudRead;
 use super::fan_out::FanOut;
 use super::{KeyCheck, Pending, PendingReply, Session, Unacknowledged};
 use crate::server::mesh::inbox::Replies;
@@ -22,16 +23,21 @@ impl Session {
         if !self.fan_outs.is_empty() {
             self.merge_fan_outs();
         }
+        if !self.crud_reads.is_empty() {
+            self.merge_crud_reads();
+        }
         {
             let sources = ReplySources {
                 inbox: &self.inbox.replies(),
                 fan_outs: &self.fan_outs,
+                crud_reads: &self.crud_reads,
                 merged: &self.merged,
             };
             splice_replies(out, &self.pending, &sources);
         }
         self.pending.clear();
         self.fan_outs.clear();
+        self.crud_reads.clear();
         self.scans.clear();
         self.merged.clear();
         self.inbox.clear();
@@ -113,6 +119,7 @@ impl Session {
             + self.unacknowledged.capacity() * std::mem::size_of::<Unacknowledged>()
             + self.key_checks.capacity() * std::mem::size_of::<KeyCheck>()
             + self.fan_outs.capacity() * std::mem::size_of::<FanOut>()
+            + self.crud_reads.capacity() * std::mem::size_of::<CrudRead>()
             + self.scans.capacity()
             + self.merged.capacity()
             + self.inbox.capacity_bytes()
@@ -134,6 +141,10 @@ impl Session {
         if self.key_checks.is_empty() {
             self.key_checks.shrink_to(0);
         }
+        if self.crud_reads.is_empty() {
+            self.crud_reads
+                .shrink_to(kept_bytes / std::mem::size_of::<CrudRead>());
+        }
         if self.fan_outs.is_empty() {
             self.fan_outs
                 .shrink_to(kept_bytes / std::mem::size_of::<FanOut>());
@@ -148,6 +159,7 @@ impl Session {
 pub(super) struct ReplySources<'a> {
     pub(super) inbox: &'a Replies<'a>,
     pub(super) fan_outs: &'a [FanOut],
+    pub(super) crud_reads: &'a [CrudRead],
     pub(super) merged: &'a [u8],
 }
 
@@ -156,6 +168,7 @@ impl ReplySources<'_> {
         match reply {
             PendingReply::Slot(slot) => self.inbox.get(slot),
             PendingReply::FanOut(at) => &self.merged[self.fan_outs[at as usize].merged.clone()],
+            PendingReply::CrudRead(at) => &self.merged[self.crud_reads[at as usize].merged.clone()],
         }
     }
 }
@@ -202,6 +215,7 @@ mod tests {
         let sources = ReplySources {
             inbox: &inbox.replies(),
             fan_outs: &[],
+            crud_reads: &[],
             merged: &[],
         };
         splice_replies(&mut out, &pending, &sources);
