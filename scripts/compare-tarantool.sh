@@ -104,17 +104,14 @@ for server in tarn tarantool; do
         echo "populating $customers customers rows in $server..." >&2
         "$perf_bin" --connect "${!addr_var}" --smp 1 --conns 16 --pipeline 1 \
             --partitions "$customers" --operations-per-shard 1 --random-seed 42 \
-            --select-secondary 10 >"$work/populate-customers-$server.log"
+            --op select-secondary >"$work/populate-customers-$server.log"
     fi
 done
 read -r -a shapes <<<"${SHAPES:-1x1 16x128}"
 rounds=${ROUNDS:-1}
 for name in "${load_names[@]}"; do
     case $name in
-        get) flag="" ;;
-        replace) flag="--write" ;;
-        select-range) flag="--select-range 10" ;;
-        select-secondary) flag="--select-secondary 10" ;;
+        get | replace | select-range | select-secondary) flag="--op $name --limit 10" ;;
         *) echo "unknown load '$name' in LOADS (get, replace, select-range, select-secondary)" >&2; exit 2 ;;
     esac
     rows=$partitions
@@ -131,7 +128,7 @@ for name in "${load_names[@]}"; do
             for server in tarn tarantool; do
                 addr_var=${server}_addr
                 echo "$name $shape on $server for ${duration}s (round $round of $rounds)..." >&2
-                # shellcheck disable=SC2086 # $flag is zero to two words
+                # shellcheck disable=SC2086 # $flag is four words
                 "$perf_bin" --connect "${!addr_var}" --smp "$smp" --conns "$conns" \
                     --pipeline "$pipeline" --partitions "$rows" --no-populate \
                     --duration "$duration" --random-seed 42 $flag \

@@ -125,11 +125,7 @@ top_functions() {
 
 for name in $loads; do
     case $name in
-        get) flags=() ;;
-        replace) flags=(--write) ;;
-        update) flags=(--update) ;;
-        select-range) flags=(--select-range 10) ;;
-        select-secondary) flags=(--select-secondary 10) ;;
+        get | replace | update | select-range | select-secondary) flags=(--op "$name") ;;
         *) echo "unknown load '$name' in LOADS" >&2; exit 2 ;;
     esac
     ir1=$(fewest "$work/$name-$n1.out" "${mode_args[@]}" --operations-per-shard "$n1" "${flags[@]}")

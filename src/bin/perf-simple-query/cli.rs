@@ -56,6 +56,16 @@ pub struct LoadArguments {
     #[arg(long, group = "operation", value_name = "LIMIT")]
     pub select_secondary: Option<u32>,
 
+    /// The operation by name: get (the default), replace, update, delete, select-range
+    /// (SELECT GE limit --limit on kv's primary key) or select-secondary (SELECT GE limit
+    /// --limit on customers' 5-part non-unique index). The same as the flag of that name.
+    #[arg(long, group = "operation", value_enum, value_name = "NAME")]
+    pub op: Option<OpName>,
+
+    /// The LIMIT of `--op select-range` and `--op select-secondary`.
+    #[arg(long, default_value_t = 10, value_name = "ROWS")]
+    pub limit: u32,
+
     /// Every operation uses the same key (0) instead of a uniformly drawn one.
     #[arg(long)]
     pub query_single_key: bool,
@@ -125,6 +135,17 @@ pub struct LoadArguments {
     /// Rows depend only on --random-seed and the id.
     #[arg(long, value_name = "N")]
     pub load_customers: Option<u64>,
+}
+
+/// The operations by name, for `--op`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OpName {
+    Get,
+    Replace,
+    Update,
+    Delete,
+    SelectRange,
+    SelectSecondary,
 }
 
 /// What each operation does; exactly one per run.
@@ -214,6 +235,16 @@ impl LoadConfig {
 
 impl LoadArguments {
     pub fn operation(&self) -> Operation {
+        if let Some(op) = self.op {
+            return match op {
+                OpName::Get => Operation::Get,
+                OpName::Replace => Operation::Replace,
+                OpName::Update => Operation::Update,
+                OpName::Delete => Operation::Delete,
+                OpName::SelectRange => Operation::SelectRange { limit: self.limit },
+                OpName::SelectSecondary => Operation::SelectSecondary { limit: self.limit },
+            };
+        }
         if self.write {
             Operation::Replace
         } else if self.update {
@@ -249,6 +280,9 @@ impl LoadArguments {
         }
         if self.select_secondary == Some(0) {
             return Err("--select-secondary must be at least 1".into());
+        }
+        if self.limit == 0 {
+            return Err("--limit must be at least 1".into());
         }
         let budget = match self.operations_per_shard {
             Some(0) => return Err("--operations-per-shard must be at least 1".into()),
@@ -376,6 +410,27 @@ mod tests {
             Operation::SelectRange { limit: 10 }
         );
         assert_eq!(parse(&["--delete"]).unwrap().operation, Operation::Delete);
+    }
+
+    #[test]
+    fn an_operation_can_be_named_with_its_limit() {
+        assert_eq!(
+            parse(&["--op", "select-range"]).unwrap().operation,
+            Operation::SelectRange { limit: 10 }
+        );
+        assert_eq!(
+            parse(&["--op", "select-secondary", "--limit", "3"])
+                .unwrap()
+                .operation,
+            Operation::SelectSecondary { limit: 3 }
+        );
+        assert_eq!(
+            parse(&["--op", "replace"]).unwrap().operation,
+            Operation::Replace
+        );
+        assert!(parse(&["--op", "replace", "--write"]).is_err());
+        assert!(parse(&["--op", "select-range", "--limit", "0"]).is_err());
+        assert!(parse(&["--op", "scan"]).is_err());
     }
 
     #[test]
