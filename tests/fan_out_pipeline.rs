@@ -7,7 +7,7 @@
 //! queued behind them, so this checks the merge (rows, order, offset/limit, ties in a
 //! non-unique index) and that a fan-out sees exactly the writes before it. crud's reads
 //! (crud.select, crud.count, crud.len), which every core answers a part of, are pipelined
-//! the same way and are in the stream too.
+//! the same way and are in the stream too, with crud.replace among the writes.
 
 use crate::common;
 
@@ -185,6 +185,18 @@ fn encode_pipeline(out: &mut Vec<u8>, random: &mut Random, first_sync: u64) {
                 client::encode_delete(out, sync, CUSTOMERS, 0, &key);
             }
             55..=64 => encode_random_crud_read(out, random, sync),
+            65..=69 => {
+                // crud.replace('kv', {id, nil, value}): a write run where the fan-outs
+                // before it also scan (crud fills in bucket_id).
+                let mut args = Vec::new();
+                write_array_len(&mut args, 2);
+                write_str(&mut args, b"kv");
+                write_array_len(&mut args, 3);
+                write_uint(&mut args, random.below(KV_IDS));
+                args.push(0xc0);
+                write_str(&mut args, format!("c{}", random.below(1000)).as_bytes());
+                client::encode_call(out, sync, "crud.replace", &args);
+            }
             _ => encode_random_select(out, random, sync),
         }
     }
