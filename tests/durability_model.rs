@@ -642,7 +642,9 @@ fn no_acknowledged_write_is_lost_and_no_refused_write_comes_back() {
         eprintln!("what the cases exercised: {coverage:?}");
         assert!(coverage.refused.get() > 1000, "{coverage:?}");
         assert!(coverage.refused_behind_a_flush.get() > 50, "{coverage:?}");
-        assert!(coverage.resumed.get() > 200, "{coverage:?}");
+        // Seeds differ run to run: measured 169-254 over six runs of 2026-12-07 (the bound
+        // was 200, and failed one run in three).
+        assert!(coverage.resumed.get() > 100, "{coverage:?}");
         assert!(coverage.recovered_crashes.get() > 200, "{coverage:?}");
         assert!(coverage.snapshots_written.get() > 200, "{coverage:?}");
         assert!(coverage.snapshots_not_written.get() > 20, "{coverage:?}");
