@@ -250,6 +250,7 @@ fn measure_proto(name: &str, shard: &mut Shard, packets: Vec<Vec<u8>>) {
 fn main() {
     // As the server runs: with its heap on huge pages where the kernel offers them.
     tarn::server::os::heap::restart_with_huge_pages();
+    tarn::server::os::heap::tuple_regions_from_the_kernel();
     let tuples = arg_after("--tuples").map_or(100_000, |n| n as u64);
     let (warmup_count, timed_count) = iterations();
     let total = warmup_count + timed_count;

@@ -15,11 +15,13 @@
 //!   = 100,000 distinct 4-part prefixes, about 10 rows each at 1,000,000 rows.
 //!
 //! A counting global allocator (this binary only) reports allocation calls and bytes per
-//! operation, and the live-bytes difference across loading gives memory per tuple.
+//! operation (a tuple's slot in its space's slab is not one: the slab's regions come from
+//! the kernel). Memory per tuple is reported twice: what the space holds after a bulk load
+//! (its slab's pages and its index's nodes, `Space::memory`, what the quota counts), and
+//! the growth of the process's RSS while tuples are replaced one by one.
 
 mod common;
 
-use common::live_bytes;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::hint::black_box;
@@ -201,9 +203,9 @@ fn customer_tuple(id: u64, rng: &mut StdRng) -> Vec<u8> {
 
 /// The growth of the process's RSS per tuple while `tuples` are replaced one by one into a
 /// fresh kv space, in key order and then (into another) in a random order: what the
-/// server holds for them, allocator headers and index node slack included. Both spaces
-/// live until both are measured: memory the first freed would be reused by the second
-/// without showing in RSS.
+/// server holds for them, slab pages and index node slack included. Both spaces live until
+/// both are measured: memory the first freed would be reused by the second without
+/// showing in RSS.
 fn rss_per_inserted_tuple(tuples: &[Vec<u8>]) -> (f64, f64) {
     let mut order: Vec<usize> = (0..tuples.len()).collect();
     let fill = |order: &[usize]| {
@@ -228,6 +230,7 @@ fn rss_per_inserted_tuple(tuples: &[Vec<u8>]) -> (f64, f64) {
 fn main() {
     // As the server runs: with its heap on huge pages where the kernel offers them.
     tarn::server::os::heap::restart_with_huge_pages();
+    tarn::server::os::heap::tuple_regions_from_the_kernel();
     let config = Config::from_args();
     let n = config.tuple_count;
     let total = config.warmup_iterations + config.iterations;
@@ -244,12 +247,11 @@ fn main() {
     let tuples: Vec<Vec<u8>> = (0..n).map(|id| kv_tuple(id, &mut rng)).collect();
     let rss_inserted = selected("memory_rss").then(|| rss_per_inserted_tuple(&tuples));
     let mut kv = kv_space();
-    let live_before = live_bytes();
     let load_start = Instant::now();
     kv.bulk_load(tuples.iter().map(Vec::as_slice))
         .expect("kv loads");
     let load_elapsed = load_start.elapsed();
-    let live_after = live_bytes();
+    let loaded = kv.memory();
     drop(tuples);
     assert_eq!(kv.len() as u64, n);
 
@@ -367,17 +369,20 @@ fn main() {
         found as f64 / tuple_count
     );
 
-    let live_per_tuple = (live_after - live_before) as f64 / n as f64;
+    let loaded_index: usize = loaded.index_bytes.iter().map(|(_, bytes)| bytes).sum();
     println!(
-        "memory per tuple: {:.1} bytes (tuple + all index entries), kv space, {} tuples, bulk_load {:.2} s",
-        live_per_tuple,
+        "memory per tuple: {:.1} bytes ({:.1} slab pages + {:.1} index nodes, what the quota \
+         counts), kv space, {} tuples, bulk_load {:.2} s",
+        (loaded.tuple_bytes + loaded_index) as f64 / n as f64,
+        loaded.tuple_bytes as f64 / n as f64,
+        loaded_index as f64 / n as f64,
         n,
         load_elapsed.as_secs_f64()
     );
     if let Some((ascending, random)) = rss_inserted {
         println!(
             "RSS per tuple: {ascending:.1} bytes inserting {n} kv tuples one by one in key order, \
-             {random:.1} in random order (growth of VmRSS; tuples, index nodes, malloc headers)"
+             {random:.1} in random order (growth of VmRSS; slab pages, index nodes and their slack)"
         );
     }
     let memory = kv.memory();

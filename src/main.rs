@@ -9,6 +9,7 @@ use tarn::config::{self, settings::describe_bytes, CliArgs, Config};
 fn main() -> ExitCode {
     tarn::server::os::heap::restart_with_huge_pages();
     tarn::server::os::heap::grow_in_large_steps();
+    tarn::server::os::heap::tuple_regions_from_the_kernel();
     let args = CliArgs::parse();
     let config = match config::load(&args) {
         Ok(config) => config,

@@ -2,7 +2,8 @@
 //! allocator with per-thread counters (each core is one thread).
 //!
 //! * Local path (1 shard): a GET (select EQ on the primary key) allocates nothing and a
-//!   REPLACE of an existing key allocates exactly once (the new tuple), in steady state.
+//!   REPLACE of an existing key at most once (the new tuple; since tuples live in their
+//!   space's slab, whose pages are reused, none at all in steady state).
 //! * Cross-core path (2 shards): requests pipelined from core 0 to keys owned by core 1 cost
 //!   far less than one allocation and one batch per request on either core (batch buffers
 //!   are recycled; one mesh message carries a whole pipeline). So do selects that every
@@ -200,10 +201,9 @@ fn a_local_get_allocates_nothing_and_a_replace_only_its_tuple() {
         "local path, {MEASURED_OPS} ops each: get {gets} allocations, replace {replaces} allocations"
     );
     assert_eq!(gets, 0, "allocations for {MEASURED_OPS} gets");
-    assert_eq!(
-        replaces, MEASURED_OPS,
-        "allocations for {MEASURED_OPS} replaces"
-    );
+    // The new tuple takes the slot the one it displaced gave back to the slab: no heap
+    // allocation (it was one malloc per replace before the slab; at most one is the bound).
+    assert_eq!(replaces, 0, "allocations for {MEASURED_OPS} replaces");
 }
 
 /// What core 0 saw while it drove pipelines of requests owned by core 1.
@@ -366,9 +366,10 @@ fn cross_core_requests_travel_in_batches_with_recycled_buffers() {
     // before the next, so each pipeline's parts for core 1 travel in one batch.
     assert_eq!(counts.fan_out_batches_sent, ROUNDS);
     assert_eq!(counts.crud_read_batches_sent, ROUNDS);
-    // Neither core allocates per request (batch buffers are recycled), except the owner's
-    // new tuples. What remains is glommio's reactor, a few allocations each time a core
-    // parks to wait (its preemption timer sources): per batch, not per request. Measured
+    // Neither core allocates per request (batch buffers are recycled; the owner's new
+    // tuples take slots of their space's slab). What remains is glommio's reactor, a few
+    // allocations each time a core parks to wait (its preemption timer sources): per
+    // batch, not per request. Measured
     // 4.9-6.5 per batch on each core here, 9 on a loaded CI machine; 9-13 before glommio's
     // timer processing stopped allocating on turns with no timer due. One allocation per
     // request would add PIPELINE_DEPTH (100) per batch, far above this bound.
@@ -395,9 +396,8 @@ fn cross_core_requests_travel_in_batches_with_recycled_buffers() {
         counts.owner_fan_out_allocations <= per_batch_max * ROUNDS,
         "{counts:?}"
     );
-    assert!(counts.owner_replace_allocations >= ops, "{counts:?}");
     assert!(
-        counts.owner_replace_allocations - ops <= per_batch_max * ROUNDS,
+        counts.owner_replace_allocations <= per_batch_max * ROUNDS,
         "{counts:?}"
     );
 }

@@ -51,7 +51,6 @@ const LONG_FUNCTIONS: &[&str] = &[
     "src/server/listen.rs::serve_clients",
     "src/server/mesh/serve.rs::serve_batch",
     "src/shard/mod.rs::execute",
-    "src/storage/space.rs::put",
     "src/storage/space_tests.rs::tree_iterators_match_tarantools_table",
     "src/storage/tuple.rs::check_tuple",
     "src/storage/update/tests.rs::several_ops_in_one_field_reshape_it_as_tarantool",

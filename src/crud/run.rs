@@ -303,7 +303,7 @@ fn truncate_logged(shard: &mut Shard, space_id: u32) -> Result<Option<Commit>, W
     };
     let deleted: Vec<Tuple> = match shard.wal.is_some() {
         true => match space.select(0, IteratorType::All as u32, &[0x90]) {
-            Ok(entries) => entries.map(|(_, tuple)| tuple.clone()).collect(),
+            Ok(entries) => entries.map(|(_, tuple)| tuple.to_tuple()).collect(),
             Err(_) => Vec::new(),
         },
         false => Vec::new(),

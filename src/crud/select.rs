@@ -22,7 +22,7 @@ use crate::storage::index::{Index, IndexIter, IndexKey};
 use crate::storage::key::{prefix_successor, KeyBuf, SearchKeyBuf};
 use crate::storage::range::{flags, KeyRange};
 use crate::storage::{
-    Collation, Engine, FieldType, IndexKind, IteratorType, KeyPart, Space, StorageError, Tuple,
+    Collation, Engine, FieldType, IndexKind, IteratorType, KeyPart, Space, StorageError, TupleRef,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -530,8 +530,8 @@ fn past_after(plan: &SelectPlan, key: &[u8]) -> bool {
 /// (plus the rows filters reject).
 pub fn matching<'p, 's: 'p>(
     plan: &'p SelectPlan,
-    entries: impl Iterator<Item = (IndexKey<'s>, &'s Tuple)> + 'p,
-) -> impl Iterator<Item = (IndexKey<'s>, &'s Tuple)> + 'p {
+    entries: impl Iterator<Item = (IndexKey<'s>, TupleRef<'s>)> + 'p,
+) -> impl Iterator<Item = (IndexKey<'s>, TupleRef<'s>)> + 'p {
     let limit = plan
         .limit
         .map_or(usize::MAX, |limit| limit.min(usize::MAX as u64) as usize);

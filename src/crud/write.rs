@@ -430,7 +430,7 @@ fn apply_with(space: &mut Space, op: &PointOp, keep_undo: bool) -> Result<Applie
             }
         }
         PointOp::Get { key } => Applied {
-            row: space.get(0, &key.bytes())?.cloned(),
+            row: space.get(0, &key.bytes())?.map(|tuple| tuple.to_tuple()),
             undo: Undo::Nothing,
             change: Change::NONE,
         },

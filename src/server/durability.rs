@@ -222,7 +222,7 @@ pub async fn take_snapshot(
             .flat_map(|space| {
                 space.indexes()[0]
                     .entries()
-                    .map(move |(_, tuple)| (space.id, tuple.clone()))
+                    .map(move |(_, tuple)| (space.id, tuple.to_tuple()))
             })
             .collect();
         (lsn, tuples, applied)

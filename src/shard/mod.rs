@@ -14,7 +14,7 @@ use crate::protocol::request::{Request, Select};
 use crate::shard::prefetch::PointTarget;
 use crate::shard::undo::UndoLog;
 use crate::storage::index::IndexKey;
-use crate::storage::tuple::Tuple;
+use crate::storage::tuple::TupleRef;
 use crate::storage::{Change, Engine, Result, StorageError};
 use crate::wal::{Commit, RowKind, WalError, WalWriter};
 use bumpalo::Bump;
@@ -386,6 +386,18 @@ impl Shard {
         }
     }
 
+    /// Lets go of every tuple the shard holds only in case a write is refused: the undo
+    /// records of durable writes and the retired ring. Their slots (and the quota's bytes
+    /// for them) come back now rather than over the next writes: for a quiet moment, and
+    /// for tests that compare what a shard holds with a shard that never logged.
+    pub fn release_settled_writes(&mut self) {
+        if let Some(wal) = &self.wal {
+            self.undo
+                .release_all_durable(wal.lsn_durable_last(), &mut self.engine);
+        }
+        self.engine.free_retired();
+    }
+
     /// Undoes every write whose row is not durable (LSN after `lsn_durable_last`), newest
     /// first: the log refused the flush that carried the oldest of them, and with it every
     /// row queued behind. Called by the WAL writer's failure path before any of those
@@ -450,7 +462,7 @@ impl Shard {
                 tuple.prefetch_for_read();
             });
         // A ring: `ahead[at]` is the oldest entry walked and not yet copied.
-        let mut ahead: [Option<(IndexKey<'_>, &Tuple)>; SCAN_AHEAD] = [None; SCAN_AHEAD];
+        let mut ahead: [Option<(IndexKey<'_>, TupleRef<'_>)>; SCAN_AHEAD] = [None; SCAN_AHEAD];
         for slot in &mut ahead {
             *slot = entries.next();
         }

@@ -65,6 +65,17 @@ impl UndoLog {
         }
     }
 
+    /// Forgets every write whose row is durable (LSN up to `lsn_durable_last`), at once.
+    pub fn release_all_durable(&mut self, lsn_durable_last: u64, engine: &mut Engine) {
+        while self
+            .records
+            .front()
+            .is_some_and(|oldest| oldest.lsn <= lsn_durable_last)
+        {
+            self.release_durable(lsn_durable_last, engine);
+        }
+    }
+
     /// Undoes every write after `lsn_durable_last`, newest first; returns how many.
     pub fn roll_back_after(&mut self, lsn_durable_last: u64, engine: &mut Engine) -> usize {
         let mut undone = 0;

@@ -38,10 +38,11 @@ impl Change {
 const RETIRED_TUPLES: usize = 16;
 
 /// Tuples that writes displaced, freed a few writes later. Freeing a tuple touches its
-/// reference count and the allocator's header, cold lines by the time a write finds the
-/// tuple in the tree; prefetched at retirement, they are warm at the free, which takes a
-/// cache miss off the end of every replace, update and upsert. The quota has already been
-/// given these bytes back; at most `RETIRED_TUPLES` tuples wait.
+/// reference count and its page's header, cold lines by the time a write finds the tuple
+/// in the tree; prefetched at retirement, they are warm at the free, which takes a cache
+/// miss off the end of every replace, update and upsert. Their slots are still held (and
+/// counted by the quota, with their pages) until then; at most `RETIRED_TUPLES` tuples
+/// wait.
 #[derive(Default)]
 pub struct RetiredTuples {
     slots: [Option<Tuple>; RETIRED_TUPLES],

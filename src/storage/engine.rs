@@ -145,6 +145,12 @@ impl Engine {
     pub fn quota(&self) -> &MemoryQuota {
         &self.quota
     }
+
+    /// Frees the tuples waiting in the retired ring now (see [`RetiredTuples`]): their
+    /// slots, and the quota's bytes for them, come back at once.
+    pub fn free_retired(&mut self) {
+        self.retired = RetiredTuples::default();
+    }
 }
 
 /// `a == b`, for the short names looked up on every request (a space's, a field's): two

@@ -14,7 +14,8 @@ use crate::storage::field_type::FieldType;
 use crate::storage::key::{KeyBuf, KeyDef, KeyPart, SearchKeyBuf};
 use crate::storage::prefetch::{prefetch_line, prefetch_slice};
 use crate::storage::range::{IteratorType, KeyRange};
-use crate::storage::tuple::{FieldMap, SpaceFormat, Tuple};
+use crate::storage::slab::TupleSlab;
+use crate::storage::tuple::{ArenaTuples, FieldMap, SpaceFormat, Tuple, TupleRef};
 use smallvec::{Array, SmallVec};
 use std::collections::{btree_map, hash_map, BTreeMap, HashMap};
 use std::ops::Bound;
@@ -99,16 +100,19 @@ const GATHER_PREFETCH_DISTANCE: usize = 16;
 /// Keys longer than this leave the entry for the heap (`KeyBuf`'s inline capacity).
 const INLINE_KEY_BYTES: usize = 16;
 
-/// Unique indexes on one non-nullable unsigned part — most primary keys — keep the key as
-/// a `u64`: its order is the order of its encoding, a comparison is one instruction
-/// instead of a `memcmp` call, and an entry is 24 bytes instead of 40, so more of the
-/// tree fits in cache; its tree is this crate's wide-node B+tree, which point lookups
-/// and replaces on the primary key are dominated by. Every other key definition uses the
-/// encoded bytes, in std's map: the B+tree measured slower there, since its binary search
-/// follows each spilled key to the heap (a 5-part secondary walk took three times longer).
+/// Unique indexes on one non-nullable unsigned part — most primary keys — are this
+/// crate's wide-node B+tree keyed by `u64`: its order is the order of the key's encoding,
+/// and a leaf entry is 8 bytes, a 32-bit hint of the key and the tuple's 32-bit arena
+/// handle (see [`crate::storage::btree`]), so more of the tree fits in cache; point
+/// lookups and replaces on the primary key are dominated by it. Every other key
+/// definition uses the encoded bytes, in std's map: the B+tree measured slower there,
+/// since its binary search followed each spilled key to the heap (a 5-part secondary walk
+/// took three times longer). `repr(u8)`: a tag of its own, so a match is one jump (in
+/// the niches of the tree's fields it took three instructions more, on every lookup).
+#[repr(u8)]
 enum IndexData {
     Tree(BTreeMap<KeyBuf, Tuple>),
-    TreeUnsigned(BTree<u64, Tuple>),
+    TreeUnsigned(BTree<ArenaTuples>),
     Hash(HashMap<KeyBuf, Tuple, ahash::RandomState>),
     HashUnsigned(HashMap<u64, Tuple, ahash::RandomState>),
 }
@@ -162,22 +166,33 @@ fn spilled_len(key: &[u8]) -> usize {
 }
 
 impl Index {
-    pub fn new(def: IndexDef, primary_key_def: &KeyDef) -> Index {
+    /// An empty index of `def` in a space whose primary key is `primary_key_def`, whose
+    /// tuples have `field_map` and live in `slab`.
+    pub fn new(
+        def: IndexDef,
+        primary_key_def: &KeyDef,
+        field_map: &FieldMap,
+        slab: &TupleSlab,
+    ) -> Index {
         let mut entry_key_def = def.key_def.clone();
         if !def.unique {
             entry_key_def
                 .parts
                 .extend(primary_key_def.parts.iter().copied());
         }
-        let unsigned = matches!(
-            entry_key_def.parts.as_slice(),
-            [part] if part.field_type == FieldType::Unsigned && !part.is_nullable
-        );
-        let data = match (def.kind, unsigned) {
-            (IndexKind::Tree, false) => IndexData::Tree(BTreeMap::new()),
-            (IndexKind::Tree, true) => IndexData::TreeUnsigned(BTree::new()),
-            (IndexKind::Hash, false) => IndexData::Hash(HashMap::default()),
-            (IndexKind::Hash, true) => IndexData::HashUnsigned(HashMap::default()),
+        let unsigned_slot = match entry_key_def.parts.as_slice() {
+            [part] if part.field_type == FieldType::Unsigned && !part.is_nullable => {
+                field_map.slot_of(part.field_no)
+            }
+            _ => None,
+        };
+        let data = match (def.kind, unsigned_slot) {
+            (IndexKind::Tree, None) => IndexData::Tree(BTreeMap::new()),
+            (IndexKind::Tree, Some(slot)) => {
+                IndexData::TreeUnsigned(BTree::new(ArenaTuples::new(slab, slot)))
+            }
+            (IndexKind::Hash, None) => IndexData::Hash(HashMap::default()),
+            (IndexKind::Hash, Some(_)) => IndexData::HashUnsigned(HashMap::default()),
         };
         Index {
             def,
@@ -213,36 +228,37 @@ impl Index {
     }
 
     #[inline]
-    pub fn get(&self, key: &[u8]) -> Option<&Tuple> {
+    pub fn get(&self, key: &[u8]) -> Option<TupleRef<'_>> {
         match &self.data {
-            IndexData::Tree(map) => map.get(key),
-            IndexData::TreeUnsigned(map) => map.get(&unsigned_key(key)?),
-            IndexData::Hash(map) => map.get(key),
-            IndexData::HashUnsigned(map) => map.get(&unsigned_key(key)?),
+            IndexData::Tree(map) => map.get(key).map(TupleRef::from),
+            IndexData::TreeUnsigned(map) => map.get(unsigned_key(key)?),
+            IndexData::Hash(map) => map.get(key).map(TupleRef::from),
+            IndexData::HashUnsigned(map) => map.get(&unsigned_key(key)?).map(TupleRef::from),
         }
     }
 
     /// [`Index::get`] for a write about to change what it finds (`BTree::get_for_write`).
     #[inline]
-    pub fn get_for_write(&self, key: &[u8]) -> Option<&Tuple> {
+    pub fn get_for_write(&self, key: &[u8]) -> Option<TupleRef<'_>> {
         match &self.data {
-            IndexData::TreeUnsigned(map) => map.get_for_write(&unsigned_key(key)?),
+            IndexData::TreeUnsigned(map) => map.get_for_write(unsigned_key(key)?),
             _ => self.get(key),
         }
     }
 
     /// The entry with exactly `key`, as a walk would yield it.
     #[inline]
-    pub fn get_entry(&self, key: &[u8]) -> Option<(IndexKey<'_>, &Tuple)> {
+    pub fn get_entry(&self, key: &[u8]) -> Option<(IndexKey<'_>, TupleRef<'_>)> {
         match &self.data {
-            IndexData::Tree(map) => map.get_key_value(key).map(|(k, t)| (IndexKey::Bytes(k), t)),
-            IndexData::Hash(map) => map.get_key_value(key).map(|(k, t)| (IndexKey::Bytes(k), t)),
-            IndexData::TreeUnsigned(map) => map
-                .get_key_value(&unsigned_key(key)?)
-                .map(|(k, t)| (IndexKey::Unsigned(k.to_be_bytes()), t)),
+            IndexData::Tree(map) => map.get_key_value(key).map(bytes_entry),
+            IndexData::Hash(map) => map.get_key_value(key).map(bytes_entry),
+            IndexData::TreeUnsigned(map) => {
+                let k = unsigned_key(key)?;
+                map.get(k).map(|t| (IndexKey::Unsigned(k.to_be_bytes()), t))
+            }
             IndexData::HashUnsigned(map) => map
                 .get_key_value(&unsigned_key(key)?)
-                .map(|(k, t)| (IndexKey::Unsigned(k.to_be_bytes()), t)),
+                .map(|(k, t)| (IndexKey::Unsigned(k.to_be_bytes()), TupleRef::from(t))),
         }
     }
 
@@ -255,12 +271,12 @@ impl Index {
         &self,
         key: u64,
         fetched: Option<&LookupCursor>,
-    ) -> Option<Option<(IndexKey<'_>, &Tuple)>> {
+    ) -> Option<Option<(IndexKey<'_>, TupleRef<'_>)>> {
         let found = match &self.data {
             IndexData::TreeUnsigned(map) => fetched
-                .and_then(|cursor| map.found_at(&key, cursor))
-                .or_else(|| map.get(&key)),
-            IndexData::HashUnsigned(map) => map.get(&key),
+                .and_then(|cursor| map.found_at(key, cursor))
+                .or_else(|| map.get(key)),
+            IndexData::HashUnsigned(map) => map.get(&key).map(TupleRef::from),
             IndexData::Tree(_) | IndexData::Hash(_) => return None,
         };
         Some(found.map(|tuple| (IndexKey::Unsigned(key.to_be_bytes()), tuple)))
@@ -276,10 +292,10 @@ impl Index {
             return None;
         };
         let (start, end) = match iterator {
-            IteratorType::Ge => (Bound::Included(&key), Bound::Unbounded),
-            IteratorType::Gt => (Bound::Excluded(&key), Bound::Unbounded),
-            IteratorType::Le => (Bound::Unbounded, Bound::Included(&key)),
-            IteratorType::Lt => (Bound::Unbounded, Bound::Excluded(&key)),
+            IteratorType::Ge => (Bound::Included(key), Bound::Unbounded),
+            IteratorType::Gt => (Bound::Excluded(key), Bound::Unbounded),
+            IteratorType::Le => (Bound::Unbounded, Bound::Included(key)),
+            IteratorType::Lt => (Bound::Unbounded, Bound::Excluded(key)),
             _ => return None,
         };
         Some(IndexIter::TreeUnsigned {
@@ -311,7 +327,7 @@ impl Index {
     #[inline]
     pub fn prefetch_step(&self, key: u64, cursor: &mut LookupCursor) {
         if let IndexData::TreeUnsigned(map) = &self.data {
-            if let Some(tuple) = map.prefetch_step(&key, cursor) {
+            if let Some(tuple) = map.prefetch_step(key, cursor) {
                 tuple.prefetch_for_read();
             }
         }
@@ -368,9 +384,9 @@ impl Index {
     /// Always inlined: each of `Space`'s two leaf writers (bytes, pieces) keeps the descent
     /// in its own frame, as the one writer did.
     #[inline(always)]
-    pub fn unsigned_leaf(&mut self, key: u64) -> Option<btree::LeafHandle<'_, u64, Tuple>> {
+    pub fn unsigned_leaf(&mut self, key: u64) -> Option<btree::LeafHandle<'_, ArenaTuples>> {
         match &mut self.data {
-            IndexData::TreeUnsigned(map) => map.leaf_for_write(&key),
+            IndexData::TreeUnsigned(map) => map.leaf_for_write(key),
             _ => None,
         }
     }
@@ -380,7 +396,7 @@ impl Index {
     #[inline]
     pub fn prefetch_unsigned(&self, key: u64) {
         if let IndexData::TreeUnsigned(map) = &self.data {
-            map.prefetch_leaf(&key);
+            map.prefetch_leaf(key);
         }
     }
 
@@ -388,7 +404,7 @@ impl Index {
         let removed = match &mut self.data {
             IndexData::Tree(map) => map.remove(key),
             IndexData::Hash(map) => map.remove(key),
-            IndexData::TreeUnsigned(map) => map.remove(&unsigned_key(key)?),
+            IndexData::TreeUnsigned(map) => map.remove(unsigned_key(key)?),
             IndexData::HashUnsigned(map) => map.remove(&unsigned_key(key)?),
         };
         if removed.is_some() {
@@ -456,17 +472,18 @@ impl Index {
             }
         }
         debug_assert!(entries.windows(2).all(|pair| pair[0].0 < pair[1].0));
-        let entry_bytes = entries.len() * std::mem::size_of::<UnsignedEntry>();
         self.spilled_key_bytes = 0;
-        self.data = match self.data {
-            IndexData::TreeUnsigned(_) => IndexData::TreeUnsigned(BTree::from_sorted(entries)),
+        self.data = match &self.data {
+            IndexData::TreeUnsigned(map) => {
+                IndexData::TreeUnsigned(BTree::from_sorted(map.store().clone(), entries))
+            }
             _ => {
                 let mut map = HashMap::with_capacity_and_hasher(entries.len(), Default::default());
                 map.extend(entries);
                 IndexData::HashUnsigned(map)
             }
         };
-        Ok(entry_bytes)
+        Ok(self.allocated_bytes())
     }
 
     /// [`Index::bulk_build`] for keys kept as bytes. The keys are encoded into one buffer
@@ -529,7 +546,7 @@ impl Index {
             }
         };
         self.spilled_key_bytes = spilled_key_bytes;
-        Ok(tuples.len() * std::mem::size_of::<Entry>() + spilled_key_bytes)
+        Ok(self.allocated_bytes())
     }
 
     fn duplicate(&self, space_name: &str, old: &Tuple, new: &Tuple) -> StorageError {
@@ -541,37 +558,26 @@ impl Index {
         }
     }
 
-    /// Bytes held by the index itself (entries and spilled keys; tuples are counted by
-    /// the space): tarn's B+tree counts its nodes; for std's maps the node slack is
-    /// estimated at one third of the entries.
+    /// Bytes held by the index itself (nodes, entries and spilled keys; tuples are counted
+    /// by the space's slab): tarn's B+tree counts its nodes as it makes and frees them, O(1);
+    /// for std's maps the node slack is estimated at one third of the entries.
+    #[inline]
     pub fn allocated_bytes(&self) -> usize {
-        if let IndexData::TreeUnsigned(map) = &self.data {
-            return map.node_bytes();
-        }
-        let entry_bytes = self.len() * self.entry_size_bytes();
-        let overhead = match self.def.kind {
-            IndexKind::Tree => entry_bytes / 3,
-            IndexKind::Hash => self.len() * 2,
+        let (entry_size, overhead_per_entry) = match &self.data {
+            IndexData::TreeUnsigned(map) => return map.node_bytes(),
+            IndexData::Tree(_) => (
+                std::mem::size_of::<Entry>(),
+                std::mem::size_of::<Entry>() / 3,
+            ),
+            IndexData::Hash(_) => (std::mem::size_of::<Entry>(), 2),
+            IndexData::HashUnsigned(_) => (std::mem::size_of::<UnsignedEntry>(), 2),
         };
-        entry_bytes + overhead + self.spilled_key_bytes
-    }
-
-    fn entry_size_bytes(&self) -> usize {
-        match self.data {
-            IndexData::TreeUnsigned(_) | IndexData::HashUnsigned(_) => {
-                std::mem::size_of::<UnsignedEntry>()
-            }
-            IndexData::Tree(_) | IndexData::Hash(_) => std::mem::size_of::<Entry>(),
-        }
-    }
-
-    /// Bytes one entry with this key costs, for the quota.
-    pub fn entry_bytes(&self, key: &[u8]) -> usize {
-        self.entry_size_bytes() + spilled_len(key)
+        self.len() * (entry_size + overhead_per_entry) + self.spilled_key_bytes
     }
 
     /// Validates an iterator and key against this index's type, the checks Tarantool makes
     /// before iterating; `parts` is the number of key parts given.
+    #[inline]
     pub fn check_iterator(&self, iterator: IteratorType, parts: u32, space: &str) -> Result<()> {
         self.check_partial_key(iterator, parts)?;
         self.check_iterator_supported(iterator, space)
@@ -597,6 +603,7 @@ impl Index {
 
     /// 112 for an iterator this index's type does not offer: Tarantool finds that when it
     /// creates the iterator, after every check of the key.
+    #[inline]
     pub fn check_iterator_supported(&self, iterator: IteratorType, space: &str) -> Result<()> {
         let supported = match self.def.kind {
             IndexKind::Tree => matches!(
@@ -648,14 +655,15 @@ impl Index {
                 };
                 let (start, end) = (unsigned_bound(start, true), unsigned_bound(end, false));
                 IndexIter::TreeUnsigned {
-                    entries: map.range(start.as_ref(), end.as_ref()),
+                    entries: map.range(start, end),
                     descending,
                 }
             }
             IndexData::Hash(map) => match hash_iterator {
-                IteratorType::Eq => {
-                    IndexIter::One(map.get_key_value(key).map(|(k, t)| (IndexKey::Bytes(k), t)))
-                }
+                IteratorType::Eq => IndexIter::One(
+                    map.get_key_value(key)
+                        .map(|(k, t)| (IndexKey::Bytes(k), TupleRef::from(t))),
+                ),
                 IteratorType::Gt if !key.is_empty() => {
                     let mut entries = map.iter();
                     // Deprecated HASH GT: the entries after the key's place in hash order.
@@ -672,7 +680,7 @@ impl Index {
                     IteratorType::Eq => IndexIter::One(
                         wanted
                             .and_then(|k| map.get_key_value(&k))
-                            .map(|(k, t)| (IndexKey::Unsigned(k.to_be_bytes()), t)),
+                            .map(|(k, t)| (IndexKey::Unsigned(k.to_be_bytes()), TupleRef::from(t))),
                     ),
                     IteratorType::Gt if !key.is_empty() => {
                         let mut entries = map.iter();
@@ -691,6 +699,11 @@ impl Index {
     pub fn entries(&self) -> IndexIter<'_> {
         self.iter(&KeyRange::ALL, IteratorType::All, &[])
     }
+}
+
+/// An entry of a map keyed by bytes, as a walk yields it.
+fn bytes_entry<'a>((key, tuple): (&'a KeyBuf, &'a Tuple)) -> (IndexKey<'a>, TupleRef<'a>) {
+    (IndexKey::Bytes(key), TupleRef::from(tuple))
 }
 
 /// The `u64` of a key this index encoded itself; anything else is a bug in the caller.
@@ -747,16 +760,16 @@ pub enum IndexIter<'a> {
         descending: bool,
     },
     TreeUnsigned {
-        entries: btree::Range<'a, u64, Tuple>,
+        entries: btree::Range<'a, ArenaTuples>,
         descending: bool,
     },
-    One(Option<(IndexKey<'a>, &'a Tuple)>),
+    One(Option<(IndexKey<'a>, TupleRef<'a>)>),
     Hash(hash_map::Iter<'a, KeyBuf, Tuple>),
     HashUnsigned(hash_map::Iter<'a, u64, Tuple>),
 }
 
 impl<'a> Iterator for IndexIter<'a> {
-    type Item = (IndexKey<'a>, &'a Tuple);
+    type Item = (IndexKey<'a>, TupleRef<'a>);
 
     #[inline]
     fn next(&mut self) -> Option<Self::Item> {
@@ -771,7 +784,7 @@ impl<'a> Iterator for IndexIter<'a> {
                 } else {
                     entries.next()?
                 };
-                Some((IndexKey::Bytes(key), tuple))
+                Some((IndexKey::Bytes(key), TupleRef::from(tuple)))
             }
             IndexIter::TreeUnsigned {
                 entries,
@@ -785,10 +798,12 @@ impl<'a> Iterator for IndexIter<'a> {
                 Some((IndexKey::Unsigned(key.to_be_bytes()), tuple))
             }
             IndexIter::One(entry) => entry.take(),
-            IndexIter::Hash(entries) => entries.next().map(|(k, t)| (IndexKey::Bytes(k), t)),
+            IndexIter::Hash(entries) => entries
+                .next()
+                .map(|(k, t)| (IndexKey::Bytes(k), TupleRef::from(t))),
             IndexIter::HashUnsigned(entries) => entries
                 .next()
-                .map(|(k, t)| (IndexKey::Unsigned(k.to_be_bytes()), t)),
+                .map(|(k, t)| (IndexKey::Unsigned(k.to_be_bytes()), TupleRef::from(t))),
         }
     }
 }

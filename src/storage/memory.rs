@@ -1,14 +1,30 @@
-//! The shard's memory quota: a byte budget that writes reserve from and deletes return to.
+//! The shard's memory: a byte budget that writes reserve from and deletes return to, and
+//! the arena its tuples live in ([`crate::storage::slab`]), whose pages it counts.
 //!
-//! Single-threaded by design (one per shard), hence `Cell`. Knows nothing of what the bytes
-//! are; spaces and indexes report their own usage.
+//! What is charged is what the process holds for the shard's data: every page a space's
+//! slab holds (whole, 64 KiB, whatever is in it), every large tuple's allocation, and the
+//! nodes of the indexes (see `Space`). A write is refused when the page its tuple needs
+//! does not fit, or when the budget is already spent.
+//!
+//! Single-threaded by design (one per shard), hence `Cell`.
 
+use crate::storage::slab::Arena;
 use std::cell::Cell;
 
-#[derive(Debug)]
 pub struct MemoryQuota {
     limit_bytes: u64,
     used_bytes: Cell<u64>,
+    arena: Arena,
+}
+
+impl std::fmt::Debug for MemoryQuota {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryQuota")
+            .field("limit_bytes", &self.limit_bytes)
+            .field("used_bytes", &self.used_bytes.get())
+            .field("arena", &self.arena.census())
+            .finish()
+    }
 }
 
 impl MemoryQuota {
@@ -16,7 +32,20 @@ impl MemoryQuota {
         MemoryQuota {
             limit_bytes,
             used_bytes: Cell::new(0),
+            arena: Arena::new(),
         }
+    }
+
+    /// The arena the shard's tuples live in.
+    pub fn arena(&self) -> &Arena {
+        &self.arena
+    }
+
+    /// Whether more is charged than the limit: what was charged past it (index nodes,
+    /// charged after the write that made them) refuses the writes that follow.
+    #[inline]
+    pub fn is_over_limit(&self) -> bool {
+        self.used_bytes.get() > self.limit_bytes
     }
 
     pub fn unlimited() -> MemoryQuota {

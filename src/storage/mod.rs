@@ -11,7 +11,9 @@
 //! * [`space`] applies insert/replace/update/upsert/delete/select, each write returning
 //!   the [`change`] it made (what undoing it needs); [`update`] the ops.
 //! * [`bulk`] sorts the keys of bulk index builds.
-//! * [`memory`] is the shard's byte quota; [`text`] prints values in error messages.
+//! * [`slab`] is where tuples live: the shard's arena of pages, a slab of size classes per
+//!   space; [`memory`] is the shard's byte quota, which holds the arena and counts its pages.
+//! * [`text`] prints values in error messages.
 
 #[allow(unsafe_code)]
 pub mod btree;
@@ -27,6 +29,8 @@ pub mod memory;
 #[allow(unsafe_code)]
 pub mod prefetch;
 pub mod range;
+#[allow(unsafe_code)]
+pub mod slab;
 pub mod space;
 pub mod text;
 #[allow(unsafe_code)]
@@ -42,4 +46,4 @@ pub use key::{Collation, KeyDef, KeyPart};
 pub use memory::MemoryQuota;
 pub use range::IteratorType;
 pub use space::{Space, SpaceDef};
-pub use tuple::{FieldDef, SpaceFormat, Tuple};
+pub use tuple::{FieldDef, SpaceFormat, Tuple, TupleRef};

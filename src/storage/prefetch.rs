@@ -29,6 +29,25 @@ pub fn prefetch_slice<T>(items: &[T]) {
     }
 }
 
+/// Starts fetching every cache line of `object`, whose size the compiler knows: a fetch
+/// every line's width from its start and one of its last byte, unrolled, where
+/// [`prefetch_slice`] loops over lines it works out at run time (a 256-byte array: five
+/// prefetches and nothing else, against some thirty instructions).
+#[inline(always)]
+pub fn prefetch_object<T>(object: &T) {
+    let start = (object as *const T).cast::<u8>();
+    let size = std::mem::size_of::<T>();
+    let mut offset = 0;
+    while offset < size {
+        prefetch_line(start.wrapping_add(offset));
+        offset += CACHE_LINE_BYTES;
+    }
+    if size > 0 {
+        // The line an object that starts mid-line ends in (for an aligned one, a repeat).
+        prefetch_line(start.wrapping_add(size - 1));
+    }
+}
+
 /// The address of each cache line that `len_bytes` bytes from `start_address` touch. Not
 /// steps of a line from `start_address`: an object that starts mid-line ends in a line
 /// such steps miss (a 35-byte tuple at offset 48 of its line ends 19 bytes into the next).

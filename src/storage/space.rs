@@ -15,8 +15,9 @@ use crate::storage::index::{Index, IndexDef, IndexIter, IndexKey, IndexKind};
 use crate::storage::key::{prefix_successor, KeyBuf, SearchKeyBuf};
 use crate::storage::memory::MemoryQuota;
 use crate::storage::range::{IteratorType, KeyRange};
+use crate::storage::slab::TupleSlab;
 use crate::storage::text::msgpack_to_text;
-use crate::storage::tuple::{FieldMap, SpaceFormat, Tuple};
+use crate::storage::tuple::{out_of_memory, FieldMap, SpaceFormat, Tuple, TupleRef};
 use crate::storage::update::UpdateOps;
 use smallvec::SmallVec;
 use std::rc::Rc;
@@ -33,6 +34,7 @@ pub struct SpaceDef {
 /// Bytes a space holds, by kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpaceMemory {
+    /// The pages of the space's slab, whole, and its large tuples' allocations.
     pub tuple_bytes: usize,
     /// `(index id, bytes)` for every index.
     pub index_bytes: SmallVec<[(u32, usize); 4]>,
@@ -48,9 +50,11 @@ pub struct Space {
     field_map: FieldMap,
     indexes: Vec<Index>,
     quota: Rc<MemoryQuota>,
-    tuple_bytes: usize,
-    /// What this space has taken from the shard quota: its tuples and index entries.
-    quota_bytes: usize,
+    /// Where the space's tuples live; it charges the quota for its pages itself.
+    slab: TupleSlab,
+    /// What this space has taken from the shard quota for its indexes: their
+    /// `allocated_bytes` after its last write (see [`Space::settle_index_bytes`]).
+    index_bytes: usize,
     /// Reused buffer for the new tuple of an update, so updates do not allocate twice.
     update_scratch: Vec<u8>,
     /// `double_fields[n]`: field `n` is typed `double` (by the format or an index part), so
@@ -115,10 +119,11 @@ impl Space {
         );
         let primary_key_def = primary.key_def.clone();
         let double_fields = double_fields(&def.format, &def.indexes);
+        let slab = TupleSlab::new(quota.clone());
         let indexes = def
             .indexes
             .into_iter()
-            .map(|index_def| Index::new(index_def, &primary_key_def))
+            .map(|index_def| Index::new(index_def, &primary_key_def, &field_map, &slab))
             .collect();
         Ok(Space {
             id: def.id,
@@ -127,8 +132,8 @@ impl Space {
             field_map,
             indexes,
             quota,
-            tuple_bytes: 0,
-            quota_bytes: 0,
+            slab,
+            index_bytes: 0,
             update_scratch: Vec::new(),
             double_fields,
             instance: NEXT_INSTANCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
@@ -153,6 +158,11 @@ impl Space {
 
     pub fn indexes(&self) -> &[Index] {
         &self.indexes
+    }
+
+    /// The slab the space's tuples live in.
+    pub fn slab(&self) -> &TupleSlab {
+        &self.slab
     }
 
     pub fn index(&self, index_id: u32) -> Result<&Index> {
@@ -193,7 +203,7 @@ impl Space {
         index: &'s Index,
         key: &[u8],
         fetched: Option<(u64, &LookupCursor)>,
-    ) -> Option<Option<(IndexKey<'s>, &'s Tuple)>> {
+    ) -> Option<Option<(IndexKey<'s>, TupleRef<'s>)>> {
         if !index.def.unique {
             return None;
         }
@@ -240,7 +250,7 @@ impl Space {
     }
 
     /// The tuple with exactly `key` in a unique index.
-    pub fn get(&self, index_id: u32, key: &[u8]) -> Result<Option<&Tuple>> {
+    pub fn get(&self, index_id: u32, key: &[u8]) -> Result<Option<TupleRef<'_>>> {
         let index = self.index(index_id)?;
         if let Some(found) = Self::lookup_unsigned(index, key, None) {
             return Ok(found.map(|(_, tuple)| tuple));
@@ -303,7 +313,7 @@ impl Space {
             return written;
         }
         self.prefetch_primary_entry(data);
-        let tuple = self.format.build_tuple(&self.field_map, data)?;
+        let tuple = self.build_tuple(data)?;
         self.put(tuple, WriteMode::Insert)
     }
 
@@ -313,7 +323,7 @@ impl Space {
             return written;
         }
         self.prefetch_primary_entry(data);
-        let tuple = self.format.build_tuple(&self.field_map, data)?;
+        let tuple = self.build_tuple(data)?;
         self.put(tuple, WriteMode::Replace)
     }
 
@@ -336,14 +346,14 @@ impl Space {
         mode: WriteMode,
     ) -> Result<Change> {
         let first = pieces.first().copied().unwrap_or_default();
-        let build = |format: &SpaceFormat, field_map: &FieldMap| {
-            format.build_tuple_from_pieces(field_map, pieces)
+        let build = |format: &SpaceFormat, slab: &TupleSlab, field_map: &FieldMap| {
+            format.build_tuple_from_pieces(slab, field_map, pieces)
         };
         if let Some(written) = self.put_in_unsigned_leaf_with(first, mode, build) {
             return written;
         }
         self.prefetch_primary_entry(first);
-        let tuple = build(&self.format, &self.field_map)?;
+        let tuple = build(&self.format, &self.slab, &self.field_map)?;
         self.put(tuple, mode)
     }
 
@@ -367,7 +377,10 @@ impl Space {
         let position = self.index_position(index_id)?;
         let mut encoded = SearchKeyBuf::new();
         self.encode_exact_key(&self.indexes[position], key, &mut encoded)?;
-        let Some(old) = self.indexes[position].get_for_write(&encoded).cloned() else {
+        let Some(old) = self.indexes[position]
+            .get_for_write(&encoded)
+            .map(TupleRef::to_tuple)
+        else {
             return Ok(Change::NONE);
         };
         self.remove_from_all_indexes(&old)?;
@@ -390,7 +403,10 @@ impl Space {
         let position = self.index_position(index_id)?;
         let mut encoded = SearchKeyBuf::new();
         self.encode_exact_key(&self.indexes[position], key, &mut encoded)?;
-        let Some(old) = self.indexes[position].get_for_write(&encoded).cloned() else {
+        let Some(old) = self.indexes[position]
+            .get_for_write(&encoded)
+            .map(TupleRef::to_tuple)
+        else {
             return Ok(Change::NONE);
         };
         let format = &self.format;
@@ -398,7 +414,7 @@ impl Space {
         let mut scratch = std::mem::take(&mut self.update_scratch);
         scratch.clear();
         let applied = ops.apply(old.data(), &mut scratch, &self.double_fields);
-        let built = applied.and_then(|()| self.format.build_tuple(&self.field_map, &scratch));
+        let built = applied.and_then(|()| self.build_tuple(&scratch));
         self.update_scratch = scratch;
         let new = built?;
         if !self.same_primary_key(&old, &new)? {
@@ -418,7 +434,7 @@ impl Space {
             .ok()
             .and_then(|()| primary.get(&key));
         match holder {
-            Some(holder) => self.duplicate(primary, holder, new),
+            Some(holder) => self.duplicate(primary, &holder, new),
             None => StorageError::CantUpdatePrimaryKey {
                 space: self.name.clone(),
                 new_tuple: new.data().into(),
@@ -450,13 +466,13 @@ impl Space {
             .is_err()
         {
             // Let the tuple path name the field the way insert would (23 / 39).
-            let candidate = self.format.build_checked(data, &offsets);
+            let candidate = self.format.build_checked(&self.slab, data, &offsets)?;
             let mut key = KeyBuf::new();
             primary.encode_tuple_key(&candidate, &self.field_map, &self.format, &mut key)?;
             primary_key = SearchKeyBuf::from_slice(&key);
         }
-        let Some(old) = self.indexes[0].get(&primary_key).cloned() else {
-            let candidate = self.format.build_checked(data, &offsets);
+        let Some(old) = self.indexes[0].get(&primary_key).map(TupleRef::to_tuple) else {
+            let candidate = self.format.build_checked(&self.slab, data, &offsets)?;
             return self.put(candidate, WriteMode::Insert);
         };
         let mut scratch = std::mem::take(&mut self.update_scratch);
@@ -470,7 +486,7 @@ impl Space {
                 tracing::warn!(space = %space_name, %error, "UPSERT operation skipped");
             },
         );
-        let built = applied.and_then(|()| self.format.build_tuple(&self.field_map, &scratch));
+        let built = applied.and_then(|()| self.build_tuple(&scratch));
         self.update_scratch = scratch;
         let new = built?;
         if !self.same_primary_key(&old, &new)? {
@@ -503,14 +519,40 @@ impl Space {
         }
     }
 
-    /// Removes every tuple, returning their memory to the quota.
+    /// Removes every tuple, returning their memory to the quota (a tuple's slot goes back
+    /// when its last reference does).
     pub fn truncate(&mut self) {
         for index in &mut self.indexes {
             index.clear();
         }
-        self.quota.release(self.quota_bytes as u64);
-        self.quota_bytes = 0;
-        self.tuple_bytes = 0;
+        self.settle_index_bytes();
+    }
+
+    /// Charges the quota with what the indexes hold now, or gives back what they no longer
+    /// do: after every change to them. Never refused (the bytes are held already): a write
+    /// is refused before it starts when the quota is over its limit (see
+    /// [`Space::refuse_when_over_limit`]), so the limit is passed by at most one write's
+    /// index nodes.
+    #[inline]
+    fn settle_index_bytes(&mut self) {
+        let now: usize = self.indexes.iter().map(Index::allocated_bytes).sum();
+        if now > self.index_bytes {
+            self.quota
+                .reserve_past_limit((now - self.index_bytes) as u64);
+        } else {
+            self.quota.release((self.index_bytes - now) as u64);
+        }
+        self.index_bytes = now;
+    }
+
+    /// ER_MEMORY_ISSUE for a write of `new` when the quota is already past its limit (index
+    /// nodes are charged after the write that made them).
+    #[inline]
+    fn refuse_when_over_limit(&self, new: &Tuple) -> Result<()> {
+        if self.quota.is_over_limit() {
+            return Err(out_of_memory(new.allocated_bytes()));
+        }
+        Ok(())
     }
 
     /// Replaces the contents with `tuples` (msgpack arrays): validates each, then sorts once
@@ -524,31 +566,35 @@ impl Space {
     }
 
     /// A stored tuple of this space from `data` (a msgpack array), checked against the
-    /// format: the first half of [`Space::bulk_load`], for callers that hold the data only
-    /// a part at a time.
+    /// format, in the space's slab (refused when its memory does not fit the quota): the
+    /// first half of [`Space::bulk_load`], for callers that hold the data only a part at a
+    /// time.
     pub fn build_tuple(&self, data: &[u8]) -> Result<Tuple> {
-        self.format.build_tuple(&self.field_map, data)
+        self.format.build_tuple(&self.slab, &self.field_map, data)
     }
 
-    /// The second half of [`Space::bulk_load`], over tuples [`Space::build_tuple`] made.
+    /// The second half of [`Space::bulk_load`], over tuples [`Space::build_tuple`] made (of
+    /// this space, or of a space of the same definition in another engine: those are
+    /// copied into this one's slab). Refused when the indexes take the quota past its
+    /// limit.
     pub fn bulk_load_built(&mut self, built: Vec<Tuple>) -> Result<()> {
         self.truncate();
-        let mut bytes: usize = built.iter().map(Tuple::allocated_bytes).sum();
+        let built = built
+            .into_iter()
+            .map(|tuple| tuple.adopted_by(&self.slab))
+            .collect::<Result<Vec<Tuple>>>()?;
         for position in 0..self.indexes.len() {
-            match self.build_index(position, &built) {
-                Ok(entry_bytes) => bytes += entry_bytes,
-                Err(error) => {
-                    self.truncate();
-                    return Err(error);
-                }
+            if let Err(error) = self.build_index(position, &built) {
+                self.truncate();
+                return Err(error);
             }
         }
-        if !self.quota.try_reserve(bytes as u64) {
+        self.settle_index_bytes();
+        if self.quota.is_over_limit() {
+            let index_bytes = self.index_bytes;
             self.truncate();
-            return Err(self.out_of_memory(bytes));
+            return Err(self.out_of_memory(index_bytes));
         }
-        self.tuple_bytes = built.iter().map(Tuple::allocated_bytes).sum();
-        self.quota_bytes = bytes;
         Ok(())
     }
 
@@ -573,7 +619,10 @@ impl Space {
         // The field map may gain slots, so existing tuples are rebuilt with the new map.
         let tuples = self.indexes[0]
             .entries()
-            .map(|(_, tuple)| self.format.build_tuple(&field_map, tuple.data()))
+            .map(|(_, tuple)| {
+                self.format
+                    .build_tuple(&self.slab, &field_map, tuple.data())
+            })
             .collect::<Result<Vec<Tuple>>>()?;
         let primary_key_def = self.indexes[0].def.key_def.clone();
         let old_field_map = std::mem::replace(&mut self.field_map, field_map);
@@ -584,7 +633,8 @@ impl Space {
                 self.indexes.iter().map(|index| &index.def).chain([&def]),
             ),
         );
-        self.indexes.push(Index::new(def, &primary_key_def));
+        let index = Index::new(def, &primary_key_def, &self.field_map, &self.slab);
+        self.indexes.push(index);
         let mut result = Ok(0);
         for position in 0..self.indexes.len() {
             result = self.build_index(position, &tuples);
@@ -592,12 +642,10 @@ impl Space {
                 break;
             }
         }
-        let new_index_bytes = match result {
-            Ok(bytes) if self.quota.try_reserve(bytes as u64) => {
-                self.quota_bytes += bytes;
-                return Ok(());
-            }
-            Ok(bytes) => self.out_of_memory(bytes),
+        self.settle_index_bytes();
+        let refusal = match result {
+            Ok(_) if !self.quota.is_over_limit() => return Ok(()),
+            Ok(_) => self.out_of_memory(self.index_bytes),
             Err(error) => error,
         };
         self.indexes.pop();
@@ -605,13 +653,18 @@ impl Space {
         self.double_fields = old_double_fields;
         let tuples: Vec<Tuple> = tuples
             .iter()
-            .filter_map(|t| self.format.build_tuple(&self.field_map, t.data()).ok())
+            .filter_map(|t| {
+                self.format
+                    .build_tuple(&self.slab, &self.field_map, t.data())
+                    .ok()
+            })
             .collect();
         for position in 0..self.indexes.len() {
             // These tuples were valid in these indexes a moment ago.
             self.build_index(position, &tuples)?;
         }
-        Err(new_index_bytes)
+        self.settle_index_bytes();
+        Err(refusal)
     }
 
     /// Rebuilds the index at `position` from `tuples`; returns the bytes of its entries.
@@ -622,29 +675,13 @@ impl Space {
     /// Bytes held by the tuples and by each index.
     pub fn memory(&self) -> SpaceMemory {
         SpaceMemory {
-            tuple_bytes: self.tuple_bytes,
+            tuple_bytes: self.slab.held_bytes(),
             index_bytes: self
                 .indexes
                 .iter()
                 .map(|index| (index.def.id, index.allocated_bytes()))
                 .collect(),
         }
-    }
-
-    /// Quota bytes a stored tuple costs: the tuple and one entry per index (`keys` in
-    /// index order).
-    fn footprint_bytes<'k>(
-        &self,
-        tuple: &Tuple,
-        keys: impl IntoIterator<Item = &'k KeyBuf>,
-    ) -> usize {
-        let entries: usize = self
-            .indexes
-            .iter()
-            .zip(keys)
-            .map(|(index, key)| index.entry_bytes(key))
-            .sum();
-        tuple.allocated_bytes() + entries
     }
 
     fn tuple_keys(&self, tuple: &Tuple) -> Result<TupleKeys> {
@@ -676,11 +713,7 @@ impl Space {
     }
 
     fn out_of_memory(&self, size_bytes: usize) -> StorageError {
-        StorageError::MemoryIssue {
-            size_bytes: size_bytes as u64,
-            allocator: "slab allocator",
-            purpose: "memtx_tuple",
-        }
+        out_of_memory(size_bytes)
     }
 
     /// Stores `new`, replacing the tuple with the same primary key if `mode` allows. All
@@ -690,7 +723,7 @@ impl Space {
             return self.put_primary_only(new, mode);
         }
         let keys = self.tuple_keys(&new)?;
-        let old = self.indexes[0].get(&keys[0]).cloned();
+        let old = self.indexes[0].get(&keys[0]).map(TupleRef::to_tuple);
         if let (WriteMode::Insert, Some(old)) = (&mode, &old) {
             return Err(self.duplicate(&self.indexes[0], old, &new));
         }
@@ -700,9 +733,9 @@ impl Space {
             }
             if let Some(existing) = index.get(key) {
                 let is_the_replaced_tuple =
-                    old.as_ref().is_some_and(|o| Tuple::ptr_eq(o, existing));
+                    old.as_ref().is_some_and(|o| Tuple::ptr_eq(o, &existing));
                 if !is_the_replaced_tuple {
-                    return Err(self.duplicate(index, existing, &new));
+                    return Err(self.duplicate(index, &existing, &new));
                 }
             }
         }
@@ -718,26 +751,7 @@ impl Space {
                 .collect::<Result<_>>()?,
             None => TupleKeys::new(),
         };
-        let old_footprint = match &old {
-            Some(old) => {
-                self.footprint_bytes(old, std::iter::once(&keys[0]).chain(&old_secondary_keys))
-            }
-            None => 0,
-        };
-        let new_footprint = self.footprint_bytes(&new, &keys);
-        if new_footprint > old_footprint
-            && !self
-                .quota
-                .try_reserve((new_footprint - old_footprint) as u64)
-        {
-            return Err(self.out_of_memory(new.allocated_bytes()));
-        }
-        if new_footprint < old_footprint {
-            self.quota.release((old_footprint - new_footprint) as u64);
-        }
-        self.quota_bytes = self.quota_bytes + new_footprint - old_footprint;
-        self.tuple_bytes += new.allocated_bytes();
-        self.tuple_bytes -= old.as_ref().map_or(0, Tuple::allocated_bytes);
+        self.refuse_when_over_limit(&new)?;
 
         let mut keys = keys.into_iter();
         let primary_key = keys.next().expect("a space has a primary index");
@@ -755,6 +769,7 @@ impl Space {
             .indexes
             .iter()
             .all(|index| index.len() == self.indexes[0].len()));
+        self.settle_index_bytes();
         Ok(Change {
             old,
             new: Some(new),
@@ -762,9 +777,8 @@ impl Space {
     }
 
     /// `put` for a space with no secondary index: one walk of the tree instead of a
-    /// lookup and then an insert. The new tuple goes in first; a duplicate or a quota
-    /// refusal puts the old one back, so a failure still changes nothing. Nothing here
-    /// reads the old tuple: its size is in its pointer.
+    /// lookup and then an insert. The new tuple goes in first; a duplicate puts the old one
+    /// back, so a failure still changes nothing. Nothing here reads the old tuple.
     fn put_primary_only(&mut self, new: Tuple, mode: WriteMode) -> Result<Change> {
         let primary = &self.indexes[0];
         let key = match primary.unsigned_tuple_key(&new, &self.field_map) {
@@ -775,37 +789,15 @@ impl Space {
                 PrimaryKey::Encoded(key)
             }
         };
-        let entry_bytes = key.entry_bytes(primary);
+        self.refuse_when_over_limit(&new)?;
         let old = key.put(&mut self.indexes[0], new.clone());
-        let refusal = match (&mode, &old) {
-            (WriteMode::Insert, Some(old)) => Some(self.duplicate(&self.indexes[0], old, &new)),
-            _ => None,
-        };
-        let old_footprint = old
-            .as_ref()
-            .map_or(0, |old| old.allocated_bytes() + entry_bytes);
-        let new_footprint = new.allocated_bytes() + entry_bytes;
-        let refusal = refusal.or_else(|| {
-            let grows = new_footprint > old_footprint;
-            (grows
-                && !self
-                    .quota
-                    .try_reserve((new_footprint - old_footprint) as u64))
-            .then(|| self.out_of_memory(new.allocated_bytes()))
-        });
-        if let Some(error) = refusal {
-            match old {
-                Some(old) => key.put(&mut self.indexes[0], old),
-                None => key.remove(&mut self.indexes[0]),
-            };
+        if let (WriteMode::Insert, Some(old)) = (&mode, &old) {
+            let error = self.duplicate(&self.indexes[0], old, &new);
+            key.put(&mut self.indexes[0], old.clone());
+            self.settle_index_bytes();
             return Err(error);
         }
-        if new_footprint < old_footprint {
-            self.quota.release((old_footprint - new_footprint) as u64);
-        }
-        self.quota_bytes = self.quota_bytes + new_footprint - old_footprint;
-        self.tuple_bytes += new.allocated_bytes();
-        self.tuple_bytes -= old.as_ref().map_or(0, Tuple::allocated_bytes);
+        self.settle_index_bytes();
         Ok(Change {
             old,
             new: Some(new),
@@ -819,8 +811,8 @@ impl Space {
     /// failure changes nothing. `None` (nothing done) when the space, the tree or the
     /// request is of another shape.
     fn put_in_unsigned_leaf(&mut self, data: &[u8], mode: WriteMode) -> Option<Result<Change>> {
-        self.put_in_unsigned_leaf_with(data, mode, |format, field_map| {
-            format.build_tuple(field_map, data)
+        self.put_in_unsigned_leaf_with(data, mode, |format, slab, field_map| {
+            format.build_tuple(slab, field_map, data)
         })
     }
 
@@ -831,7 +823,7 @@ impl Space {
         &mut self,
         data: &[u8],
         mode: WriteMode,
-        build: impl FnOnce(&SpaceFormat, &FieldMap) -> Result<Tuple>,
+        build: impl FnOnce(&SpaceFormat, &TupleSlab, &FieldMap) -> Result<Tuple>,
     ) -> Option<Result<Change>> {
         let [primary] = self.indexes.as_slice() else {
             return None;
@@ -841,16 +833,16 @@ impl Space {
         };
         let field_no = part.field_no;
         let key = unvalidated_uint_field(data, field_no)?;
-        let entry_bytes = primary.entry_bytes(&key.to_be_bytes());
         let Space {
             indexes,
             format,
             field_map,
             quota,
+            slab,
             ..
         } = self;
         let leaf = indexes[0].unsigned_leaf(key)?;
-        let new = match build(format, field_map) {
+        let new = match build(format, slab, field_map) {
             Ok(new) => new,
             Err(error) => return Some(Err(error)),
         };
@@ -865,32 +857,26 @@ impl Space {
             // Only a key of another type gets here; the general path names the error.
             return Some(self.put(new, mode));
         }
-        let leaf = leaf.search(&key);
-        let old = leaf.value();
-        let old_footprint = old.map_or(0, |old| old.allocated_bytes() + entry_bytes);
-        let new_footprint = new.allocated_bytes() + entry_bytes;
-        let refused_as_duplicate = match (&mode, old) {
-            (WriteMode::Insert, Some(old)) => Some(old.clone()),
+        let leaf = leaf.search(key);
+        let refused_as_duplicate = match (&mode, leaf.value()) {
+            (WriteMode::Insert, Some(old)) => Some(old.to_tuple()),
             _ => None,
         };
         if let Some(old) = refused_as_duplicate {
             return Some(Err(self.duplicate(&self.indexes[0], &old, &new)));
         }
-        if new_footprint > old_footprint
-            && !quota.try_reserve((new_footprint - old_footprint) as u64)
-        {
-            return Some(Err(self.out_of_memory(new.allocated_bytes())));
-        }
-        if new_footprint < old_footprint {
-            quota.release((old_footprint - new_footprint) as u64);
+        if quota.is_over_limit() {
+            return Some(Err(out_of_memory(new.allocated_bytes())));
         }
         let old = match leaf.put(key, new.clone()) {
             Ok(old) => old,
-            Err((key, new)) => indexes[0].insert_unsigned(key, new),
+            Err((key, new)) => {
+                // The leaf is full: the tree splits it, and holds a node more.
+                let old = indexes[0].insert_unsigned(key, new);
+                self.settle_index_bytes();
+                old
+            }
         };
-        self.quota_bytes = self.quota_bytes + new_footprint - old_footprint;
-        self.tuple_bytes += new.allocated_bytes();
-        self.tuple_bytes -= old.as_ref().map_or(0, Tuple::allocated_bytes);
         Some(Ok(Change {
             old,
             new: Some(new),
@@ -901,14 +887,14 @@ impl Space {
     /// leaves every index and the old one returns. For writes the log refused, undone
     /// newest first, so `change` is always the latest write still standing in this space:
     /// the new tuple is where the write put it and the old tuple's keys are free again.
-    /// Never refused for memory: the old tuple's bytes were the space's a moment ago, so
-    /// the quota takes them back even past its limit.
+    /// Never refused for memory: the old tuple is held already, and the index nodes it
+    /// takes are charged even past the limit.
     pub fn undo(&mut self, change: Change) -> Result<()> {
         if let Some(new) = &change.new {
             debug_assert!(
                 self.indexes[0]
                     .get(&self.tuple_keys(new)?[0])
-                    .is_some_and(|stored| Tuple::ptr_eq(stored, new)),
+                    .is_some_and(|stored| Tuple::ptr_eq(&stored, new)),
                 "undo of a write that is not the latest for its key"
             );
             self.remove_from_all_indexes(new)?;
@@ -922,28 +908,33 @@ impl Space {
     /// Stores a tuple that was in this space a moment ago and whose keys are free.
     fn put_back(&mut self, old: Tuple) -> Result<()> {
         let keys = self.tuple_keys(&old)?;
-        let footprint = self.footprint_bytes(&old, &keys);
-        self.quota.reserve_past_limit(footprint as u64);
-        self.quota_bytes += footprint;
-        self.tuple_bytes += old.allocated_bytes();
         for (index, key) in self.indexes.iter_mut().zip(keys) {
             let displaced = index.insert(key, old.clone());
             debug_assert!(displaced.is_none(), "a key taken by another tuple");
         }
+        self.settle_index_bytes();
         Ok(())
     }
 
     fn remove_from_all_indexes(&mut self, old: &Tuple) -> Result<()> {
         let keys = self.tuple_keys(old)?;
-        let footprint = self.footprint_bytes(old, &keys);
-        self.quota.release(footprint as u64);
-        self.quota_bytes -= footprint;
-        self.tuple_bytes -= old.allocated_bytes();
         for (index, key) in self.indexes.iter_mut().zip(&keys) {
             let removed = index.remove(key);
             debug_assert!(removed.is_some_and(|t| Tuple::ptr_eq(&t, old)));
         }
+        self.settle_index_bytes();
         Ok(())
+    }
+}
+
+impl Drop for Space {
+    /// Gives the quota back what the indexes held; the tuples give back their pages as
+    /// their last references go.
+    fn drop(&mut self) {
+        for index in &mut self.indexes {
+            index.clear();
+        }
+        self.quota.release(self.index_bytes as u64);
     }
 }
 
@@ -955,26 +946,12 @@ enum PrimaryKey {
 }
 
 impl PrimaryKey {
-    fn entry_bytes(&self, index: &Index) -> usize {
-        match self {
-            PrimaryKey::Unsigned(key) => index.entry_bytes(&key.to_be_bytes()),
-            PrimaryKey::Encoded(key) => index.entry_bytes(key),
-        }
-    }
-
     /// Stores `tuple` under this key; returns the tuple it displaced.
     #[inline]
     fn put(&self, index: &mut Index, tuple: Tuple) -> Option<Tuple> {
         match self {
             PrimaryKey::Unsigned(key) => index.insert_unsigned(*key, tuple),
             PrimaryKey::Encoded(key) => index.insert(key.clone(), tuple),
-        }
-    }
-
-    fn remove(&self, index: &mut Index) -> Option<Tuple> {
-        match self {
-            PrimaryKey::Unsigned(key) => index.remove(&key.to_be_bytes()),
-            PrimaryKey::Encoded(key) => index.remove(key),
         }
     }
 }

@@ -5,7 +5,12 @@ use super::*;
 use crate::msgpack;
 use crate::storage::field_type::FieldType;
 use crate::storage::key::{KeyDef, KeyPart};
+use crate::storage::slab::SUB_PAGE_BYTES;
 use crate::storage::tuple::FieldDef;
+
+/// What a space with only an unsigned TREE primary key of `entries` entries holds for
+/// them, when they fit one leaf: the leaf's malloc chunk.
+const ONE_LEAF_BYTES: u64 = 528;
 
 /// Builds msgpack from a tiny literal language: numbers, "strings", nil, arrays.
 #[derive(Clone, Debug)]
@@ -40,7 +45,7 @@ fn mp(items: &[Literal]) -> Vec<u8> {
     out
 }
 
-fn text(tuple: &Tuple) -> String {
+fn text(tuple: impl std::ops::Deref<Target = Tuple>) -> String {
     msgpack_to_text(tuple.data())
 }
 
@@ -562,6 +567,10 @@ fn delete_removes_from_every_index() {
         space.delete(0, &mp(&[])).unwrap_err().to_string(),
         "Invalid key part count in an exact match (expected 1, got 0)"
     );
+    // The deleted tuple keeps its page while it is held (by the change, here), and gives
+    // it back with its last reference.
+    assert_eq!(space.memory().tuple_bytes, SUB_PAGE_BYTES);
+    drop(deleted);
     assert_eq!(space.memory().tuple_bytes, 0);
 }
 
@@ -578,13 +587,16 @@ fn quota_refuses_writes_that_do_not_fit_and_changes_nothing() {
             vec![KeyPart::new(0, FieldType::Unsigned)],
         )],
     };
-    let quota = Rc::new(MemoryQuota::new(120));
+    // Room for one sub-page of tuples (a size class's first page) and the one leaf of
+    // their index.
+    let quota = Rc::new(MemoryQuota::new(SUB_PAGE_BYTES as u64 + ONE_LEAF_BYTES));
     let mut space = Space::new(def, quota.clone()).unwrap();
     space
         .insert(&mp(&[Literal::U(1), Literal::S("x")]))
         .unwrap();
     let used = quota.used_bytes();
-    assert!(used > 0 && used <= 120, "{used}");
+    assert_eq!(used, SUB_PAGE_BYTES as u64 + ONE_LEAF_BYTES);
+    // A tuple of another size class needs a page of its own, and there is no room for it.
     let err = space
         .insert(&mp(&[
             Literal::U(2),
@@ -595,7 +607,14 @@ fn quota_refuses_writes_that_do_not_fit_and_changes_nothing() {
     assert!(err.to_string().starts_with("Failed to allocate "), "{err}");
     assert_eq!(space.len(), 1);
     assert_eq!(quota.used_bytes(), used);
+    // One of the same class takes a slot of the page it has.
+    space
+        .insert(&mp(&[Literal::U(3), Literal::S("y")]))
+        .unwrap();
+    assert_eq!(quota.used_bytes(), used);
     space.delete(0, &mp(&[Literal::U(1)])).unwrap();
+    assert_eq!(quota.used_bytes(), used);
+    space.delete(0, &mp(&[Literal::U(3)])).unwrap();
     assert_eq!(quota.used_bytes(), 0);
 }
 
@@ -762,7 +781,9 @@ fn primary_only_space_refuses_duplicates_and_quota_without_changes() {
             [KeyPart::new(0, FieldType::Unsigned)],
         )],
     };
-    let quota = Rc::new(MemoryQuota::new(100));
+    // Room for one sub-page of tuples (a size class's first page) and the one leaf of
+    // their index.
+    let quota = Rc::new(MemoryQuota::new(SUB_PAGE_BYTES as u64 + ONE_LEAF_BYTES));
     let mut space = Space::new(def, quota.clone()).unwrap();
     space
         .insert(&mp(&[Literal::U(1), Literal::S("a")]))
@@ -780,7 +801,8 @@ fn primary_only_space_refuses_duplicates_and_quota_without_changes() {
         "[1, \"a\"]"
     );
     assert_eq!(quota.used_bytes(), used);
-    // A replace that grows past the quota leaves the old tuple in place.
+    // A replace into another size class, which has no page and no room for one, leaves the
+    // old tuple in place.
     let err = space
         .replace(&mp(&[
             Literal::U(1),
@@ -811,7 +833,7 @@ fn primary_only_space_refuses_duplicates_and_quota_without_changes() {
         .replace(&mp(&[Literal::U(1), Literal::S("z")]))
         .unwrap();
     assert_eq!(quota.used_bytes(), used);
-    assert_eq!(space.memory().tuple_bytes as u64 + 16, used);
+    assert_eq!(space.memory().tuple_bytes as u64 + ONE_LEAF_BYTES, used);
 }
 
 #[test]
@@ -908,13 +930,15 @@ proptest::proptest! {
     #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
 
     /// The one-leaf write path of a space with only an unsigned TREE primary key agrees
-    /// with a sorted map: outcomes, contents in order, and the quota to the byte, with a
-    /// quota small enough to refuse some writes.
+    /// with a sorted map: outcomes, contents in order, and the quota to the byte (the
+    /// slab's pages and the index's nodes), with a quota small enough to refuse some
+    /// writes: those whose tuple needs a page (a sub-page, mostly) the quota has no room
+    /// for, and every write while the index's nodes have taken the quota past its limit.
     #[test]
     fn primary_only_unsigned_space_agrees_with_a_map(
         writes in proptest::collection::vec(write_op(), 1..600)
     ) {
-        const LIMIT: u64 = 9_000;
+        const LIMIT: u64 = 5 * SUB_PAGE_BYTES as u64 + 3_000;
         let def = SpaceDef {
             id: 902,
             name: "kv".into(),
@@ -924,30 +948,31 @@ proptest::proptest! {
         let quota = Rc::new(MemoryQuota::new(LIMIT));
         let mut space = Space::new(def, quota.clone()).unwrap();
         let mut model: std::collections::BTreeMap<u64, Vec<u8>> = Default::default();
-        // An `Rc<[u8]>` of the one-slot tuple, rounded to 8, and a 24-byte entry.
-        // The tuple's glibc chunk (a 9-byte header; the key, field 0, takes no slot) and
-        // its (u64, tuple) entry.
-        let footprint = |data: &[u8]| ((9 + data.len() + 8).next_multiple_of(16).max(32) + 16) as u64;
-        let mut used = 0u64;
         let value = |len: usize| Literal::S(&"abcdefghijklmnopqrstuvwxyzabcdefghijklmnopqrstuvwxyzabcdefgh"[..len]);
         for write in writes {
+            let used = quota.used_bytes();
             match write {
                 Write::Insert(id, len) | Write::Replace(id, len) => {
                     let data = mp(&[Literal::U(id), value(len)]);
                     let insert = matches!(write, Write::Insert(..));
-                    let old = model.get(&id).map(|old| footprint(old)).unwrap_or(0);
-                    let new = footprint(&data);
+                    // A 5-byte header and the data: the key, field 0, takes no slot.
+                    let room = space.slab().room_for(5 + data.len());
                     let result = if insert { space.insert(&data) } else { space.replace(&data) };
-                    if insert && model.contains_key(&id) {
+                    // Tarantool's order: the tuple's memory, the duplicate, then the rest.
+                    if room.is_err_and(|page_bytes| used + page_bytes as u64 > LIMIT) {
+                        let refused = matches!(result, Err(StorageError::MemoryIssue { .. }));
+                        proptest::prop_assert!(refused, "no room for a page");
+                        proptest::prop_assert_eq!(quota.used_bytes(), used, "a refusal changes nothing");
+                    } else if insert && model.contains_key(&id) {
                         let refused = matches!(result, Err(StorageError::TupleFound { .. }));
                         proptest::prop_assert!(refused, "duplicate");
-                    } else if new > old && used + new - old > LIMIT {
+                    } else if used > LIMIT {
                         let refused = matches!(result, Err(StorageError::MemoryIssue { .. }));
-                        proptest::prop_assert!(refused, "quota");
+                        proptest::prop_assert!(refused, "over the limit");
+                        proptest::prop_assert_eq!(quota.used_bytes(), used, "a refusal changes nothing");
                     } else {
                         let stored = result.unwrap().new.unwrap();
                         proptest::prop_assert_eq!(stored.data(), &data[..]);
-                        used = used + new - old;
                         model.insert(id, data);
                     }
                 }
@@ -955,12 +980,12 @@ proptest::proptest! {
                     let deleted = space.delete(0, &mp(&[Literal::U(id)])).unwrap();
                     let expected = model.remove(&id);
                     proptest::prop_assert_eq!(deleted.old.as_ref().map(Tuple::data), expected.as_deref());
-                    used -= expected.map_or(0, |data| footprint(&data));
                 }
                 Write::ReplaceWithStringKey(id) => {
                     let err = space.replace(&mp(&[Literal::S("1"), Literal::U(id)])).unwrap_err();
                     let refused = matches!(err, StorageError::FieldType { .. });
                     proptest::prop_assert!(refused, "{}", err);
+                    proptest::prop_assert_eq!(quota.used_bytes(), used);
                 }
             }
             let stored: Vec<Vec<u8>> = space
@@ -971,7 +996,12 @@ proptest::proptest! {
             let expected: Vec<Vec<u8>> = model.values().cloned().collect();
             proptest::prop_assert_eq!(stored, expected);
             proptest::prop_assert_eq!(space.len(), model.len());
-            proptest::prop_assert_eq!(quota.used_bytes(), used);
+            let memory = space.memory();
+            let slots: usize = space.indexes()[0].entries().map(|(_, t)| t.allocated_bytes()).sum();
+            proptest::prop_assert!(memory.tuple_bytes >= slots);
+            proptest::prop_assert_eq!(memory.tuple_bytes == 0, model.is_empty());
+            let index_bytes: usize = memory.index_bytes.iter().map(|(_, bytes)| bytes).sum();
+            proptest::prop_assert_eq!(quota.used_bytes(), (memory.tuple_bytes + index_bytes) as u64);
         }
     }
 }

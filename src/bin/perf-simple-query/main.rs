@@ -47,6 +47,7 @@ fn main() -> ExitCode {
     // The shards in this process get the heap the server gives them.
     tarn::server::os::heap::restart_with_huge_pages();
     tarn::server::os::heap::grow_in_large_steps();
+    tarn::server::os::heap::tuple_regions_from_the_kernel();
     let config = match LoadArguments::parse().resolve() {
         Ok(config) => config,
         Err(text) => {

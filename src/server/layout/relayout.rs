@@ -193,9 +193,9 @@ fn read_old_shards(
                 let owner_new = new.owner(space_id, &key);
                 let shard_rows = &mut rows[owner_new];
                 if old.owner(space_id, &key) == shard_id {
-                    shard_rows.owned[position].push(tuple.clone());
+                    shard_rows.owned[position].push(tuple.to_tuple());
                 } else {
-                    shard_rows.misplaced.push((position, tuple.clone()));
+                    shard_rows.misplaced.push((position, tuple.to_tuple()));
                 }
                 counts.tuples += 1;
                 counts.tuples_moved += u64::from(owner_new != shard_id);
@@ -272,7 +272,7 @@ fn stage_new_shard(
         .flat_map(|space| {
             space.indexes()[0]
                 .entries()
-                .map(move |(_, tuple)| (space.id, tuple.clone()))
+                .map(move |(_, tuple)| (space.id, tuple))
         })
         .inspect(|_| progress.tick());
     wal::snapshot::write_snapshot_blocking(&dir, &meta, tuples)

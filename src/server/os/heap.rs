@@ -69,6 +69,79 @@ pub fn restart_with_huge_pages() {
     }
 }
 
+/// Makes the storage arenas take their tuple regions (2 MiB, aligned to 2 MiB) straight
+/// from the kernel rather than from malloc, and ask for huge pages for them when the heap
+/// has them (see [`restart_with_huge_pages`]). malloc's aligned allocation would write its
+/// chunk header in the huge page below each region, and with transparent huge pages that
+/// page is faulted in whole for its 16 bytes: a second 2 MiB per region. A region is
+/// mapped twice its size and trimmed to its aligned middle, so nothing outside it is
+/// mapped; freed, it is unmapped. Call first thing in `main`, before any engine is made.
+pub fn tuple_regions_from_the_kernel() {
+    #[cfg(target_os = "linux")]
+    {
+        HUGE_REGIONS.store(huge_pages_requested(), std::sync::atomic::Ordering::Relaxed);
+        crate::storage::slab::set_region_source(crate::storage::slab::RegionSource {
+            allocate: map_region,
+            free: unmap_region,
+        });
+    }
+}
+
+/// Whether regions are advised to be huge pages: as the heap is.
+#[cfg(target_os = "linux")]
+static HUGE_REGIONS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+#[cfg(target_os = "linux")]
+fn map_region() -> *mut u8 {
+    use crate::storage::slab::REGION_BYTES;
+    let span = 2 * REGION_BYTES;
+    // SAFETY: an anonymous private mapping at an address of the kernel's choosing touches
+    // no memory of the program.
+    let mapped = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            span,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if mapped == libc::MAP_FAILED {
+        return std::ptr::null_mut();
+    }
+    let start = mapped as usize;
+    let aligned = start.next_multiple_of(REGION_BYTES);
+    let (head, tail) = (aligned - start, start + span - aligned - REGION_BYTES);
+    // SAFETY: the head and the tail are the parts of this fresh mapping outside the
+    // aligned region, which nothing refers to; the region itself is advised only.
+    unsafe {
+        if head > 0 {
+            libc::munmap(mapped, head);
+        }
+        if tail > 0 {
+            libc::munmap((aligned + REGION_BYTES) as *mut libc::c_void, tail);
+        }
+        if HUGE_REGIONS.load(std::sync::atomic::Ordering::Relaxed) {
+            libc::madvise(
+                aligned as *mut libc::c_void,
+                REGION_BYTES,
+                libc::MADV_HUGEPAGE,
+            );
+        }
+    }
+    aligned as *mut u8
+}
+
+/// # Safety
+///
+/// `region` came from [`map_region`] and nothing uses it any more.
+#[cfg(target_os = "linux")]
+unsafe fn unmap_region(region: *mut u8) {
+    // SAFETY: the region is a mapping of REGION_BYTES of its own (the caller's).
+    unsafe { libc::munmap(region.cast(), crate::storage::slab::REGION_BYTES) };
+}
+
 /// Whether glibc's malloc was told to back the heap with huge pages, for the start-up log.
 pub fn huge_pages_requested() -> bool {
     std::env::var(TUNABLES_VAR).is_ok_and(|tunables| tunables.contains("glibc.malloc.hugetlb=1"))

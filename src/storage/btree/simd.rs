@@ -1,11 +1,12 @@
-//! The AVX2 form of [`count_in_blocks`](super::count_in_blocks) for `u64` keys.
+//! The AVX2 form of [`count_in_blocks`](super::count_in_blocks) for the `u64` separators
+//! of internal nodes (leaves search 32-bit hints, which baseline SSE2 compares).
 //!
 //! The binary is built for baseline x86_64, whose SSE2 has no 64-bit compare, so the
 //! scalar count spends most of a lookup's instructions. Fewer instructions per lookup let
 //! the out-of-order core hold the next lookup's loads in flight while this one waits on a
 //! cache miss. A CPU without AVX2 keeps the scalar count.
 //!
-//! Only [`BTree::get_key_value`](super::BTree::get_key_value) uses it, dispatching once per
+//! Only [`BTree::get`](super::BTree::get) uses it, dispatching once per
 //! lookup into a copy compiled for AVX2, into which this count is inlined: a check and a
 //! call per node cost more than the vector count saved. Measured on the storage bench
 //! (Zen 4): 457 → 303 instructions per `get` at 100,000 keys, about a sixth off a `get`
@@ -97,4 +98,46 @@ pub(super) fn count<const OR_EQUAL: bool, const CAP: usize>(
     let bits = |keys| _mm256_movemask_pd(_mm256_castsi256_pd(stops(keys))) as u32;
     let within = run(bits(low) | bits(high) << 4, 8);
     (start + within).min(len)
+}
+
+/// How many of a leaf's hints are below `hint`: the leaf count of
+/// [`Leaf::count_hints_less`](super::Leaf) in vectors. The same two steps: the last hint of
+/// each 16-hint block (one line) in one compare picks the block where the hints below end,
+/// then that block's two vectors are counted. Unused slots hold `u32::MAX`, below no hint,
+/// so the whole array is read and nothing is clamped; the hints below a probe are a prefix,
+/// so each count is the run of trailing lane bits.
+#[target_feature(enable = "avx2")]
+#[inline]
+pub(super) fn count_hints_less(hints: &[u32; 64], hint: u32) -> usize {
+    // Unsigned order is signed order with the sign bit flipped.
+    let flip = i32::MIN;
+    let probe = (hint as i32) ^ flip;
+    let ends = _mm_setr_epi32(
+        hints[15] as i32 ^ flip,
+        hints[31] as i32 ^ flip,
+        hints[47] as i32 ^ flip,
+        hints[63] as i32 ^ flip,
+    );
+    let ends_below = _mm_cmpgt_epi32(_mm_set1_epi32(probe), ends);
+    let ends_bits = _mm_movemask_ps(_mm_castsi128_ps(ends_below)) as u32;
+    // The fourth block is the last: a probe above every end still counts within it.
+    let block = (!ends_bits | 0b1000).trailing_zeros() as usize;
+    let window = &hints[block * 16..block * 16 + 16];
+    let flip = _mm256_set1_epi32(flip);
+    let probe = _mm256_set1_epi32(probe);
+    // SAFETY: `window` holds sixteen hints, two 256-bit loads; `loadu` needs no alignment.
+    let (low, high) = unsafe {
+        let window = window.as_ptr().cast::<__m256i>();
+        (
+            _mm256_loadu_si256(window),
+            _mm256_loadu_si256(window.add(1)),
+        )
+    };
+    let below = |keys: __m256i| {
+        let lanes = _mm256_cmpgt_epi32(probe, _mm256_xor_si256(keys, flip));
+        _mm256_movemask_ps(_mm256_castsi256_ps(lanes)) as u32
+    };
+    let bits = below(low) | below(high) << 8;
+    // Bits 16 and up of the complement are set: at most 16.
+    block * 16 + (!bits).trailing_zeros() as usize
 }
