@@ -15,6 +15,7 @@ use crate::storage::key::{KeyBuf, KeyDef, KeyPart, SearchKeyBuf};
 use crate::storage::prefetch::{prefetch_line, prefetch_slice};
 use crate::storage::range::{IteratorType, KeyRange};
 use crate::storage::slab::TupleSlab;
+use crate::storage::tree_key::{HeadedKey, KeyProbe, TreeKey};
 use crate::storage::tuple::{ArenaTuples, FieldMap, SpaceFormat, Tuple, TupleRef};
 use smallvec::{Array, SmallVec};
 use std::collections::{btree_map, hash_map, BTreeMap, HashMap};
@@ -64,6 +65,8 @@ impl IndexDef {
 
 /// An index entry as built: the encoded key and the shared tuple.
 pub type Entry = (KeyBuf, Tuple);
+/// An entry of a TREE index keyed as bytes.
+type TreeEntry = (TreeKey, Tuple);
 /// An entry of an index keyed by one unsigned part.
 pub type UnsignedEntry = (u64, Tuple);
 
@@ -111,7 +114,7 @@ const INLINE_KEY_BYTES: usize = 16;
 /// the niches of the tree's fields it took three instructions more, on every lookup).
 #[repr(u8)]
 enum IndexData {
-    Tree(BTreeMap<KeyBuf, Tuple>),
+    Tree(BTreeMap<TreeKey, Tuple>),
     TreeUnsigned(BTree<ArenaTuples>),
     Hash(HashMap<KeyBuf, Tuple, ahash::RandomState>),
     HashUnsigned(HashMap<u64, Tuple, ahash::RandomState>),
@@ -230,7 +233,7 @@ impl Index {
     #[inline]
     pub fn get(&self, key: &[u8]) -> Option<TupleRef<'_>> {
         match &self.data {
-            IndexData::Tree(map) => map.get(key).map(TupleRef::from),
+            IndexData::Tree(map) => map.get(KeyProbe::new(key).as_key()).map(TupleRef::from),
             IndexData::TreeUnsigned(map) => map.get(unsigned_key(key)?),
             IndexData::Hash(map) => map.get(key).map(TupleRef::from),
             IndexData::HashUnsigned(map) => map.get(&unsigned_key(key)?).map(TupleRef::from),
@@ -250,7 +253,9 @@ impl Index {
     #[inline]
     pub fn get_entry(&self, key: &[u8]) -> Option<(IndexKey<'_>, TupleRef<'_>)> {
         match &self.data {
-            IndexData::Tree(map) => map.get_key_value(key).map(bytes_entry),
+            IndexData::Tree(map) => map
+                .get_key_value(KeyProbe::new(key).as_key())
+                .map(|(k, t)| (IndexKey::Bytes(k.as_bytes()), TupleRef::from(t))),
             IndexData::Hash(map) => map.get_key_value(key).map(bytes_entry),
             IndexData::TreeUnsigned(map) => {
                 let k = unsigned_key(key)?;
@@ -337,7 +342,7 @@ impl Index {
     pub fn insert(&mut self, key: KeyBuf, tuple: Tuple) -> Option<Tuple> {
         let spilled = spilled_len(&key);
         let old = match &mut self.data {
-            IndexData::Tree(map) => map.insert(key, tuple),
+            IndexData::Tree(map) => map.insert(TreeKey::new(key), tuple),
             IndexData::Hash(map) => map.insert(key, tuple),
             IndexData::TreeUnsigned(map) => map.insert(expect_unsigned(&key), tuple),
             IndexData::HashUnsigned(map) => map.insert(expect_unsigned(&key), tuple),
@@ -402,7 +407,7 @@ impl Index {
 
     pub fn remove(&mut self, key: &[u8]) -> Option<Tuple> {
         let removed = match &mut self.data {
-            IndexData::Tree(map) => map.remove(key),
+            IndexData::Tree(map) => map.remove(KeyProbe::new(key).as_key()),
             IndexData::Hash(map) => map.remove(key),
             IndexData::TreeUnsigned(map) => map.remove(unsigned_key(key)?),
             IndexData::HashUnsigned(map) => map.remove(&unsigned_key(key)?),
@@ -538,7 +543,9 @@ impl Index {
             (KeyBuf::from_slice(key_of(position)), tuple)
         });
         self.data = match self.data {
-            IndexData::Tree(_) => IndexData::Tree(entries.collect()),
+            IndexData::Tree(_) => {
+                IndexData::Tree(entries.map(|(k, t)| (TreeKey::new(k), t)).collect())
+            }
             _ => {
                 let mut map = HashMap::with_capacity_and_hasher(tuples.len(), Default::default());
                 map.extend(entries);
@@ -566,8 +573,8 @@ impl Index {
         let (entry_size, overhead_per_entry) = match &self.data {
             IndexData::TreeUnsigned(map) => return map.node_bytes(),
             IndexData::Tree(_) => (
-                std::mem::size_of::<Entry>(),
-                std::mem::size_of::<Entry>() / 3,
+                std::mem::size_of::<TreeEntry>(),
+                std::mem::size_of::<TreeEntry>() / 3,
             ),
             IndexData::Hash(_) => (std::mem::size_of::<Entry>(), 2),
             IndexData::HashUnsigned(_) => (std::mem::size_of::<UnsignedEntry>(), 2),
@@ -644,10 +651,17 @@ impl Index {
         match &self.data {
             IndexData::Tree(map) => match range.std_bounds() {
                 None => IndexIter::Empty,
-                Some(bounds) => IndexIter::Tree {
-                    entries: map.range::<[u8], _>(bounds),
-                    descending,
-                },
+                Some((start, end)) => {
+                    let (start, end) = (start.map(KeyProbe::new), end.map(KeyProbe::new));
+                    let bounds: (Bound<&dyn HeadedKey>, Bound<&dyn HeadedKey>) = (
+                        start.as_ref().map(|probe| probe.as_key()),
+                        end.as_ref().map(|probe| probe.as_key()),
+                    );
+                    IndexIter::Tree {
+                        entries: map.range::<dyn HeadedKey, _>(bounds),
+                        descending,
+                    }
+                }
             },
             IndexData::TreeUnsigned(map) => {
                 let Some((start, end)) = range.std_bounds() else {
@@ -756,7 +770,7 @@ pub fn encode_tuple_key<A: Array<Item = u8>>(
 pub enum IndexIter<'a> {
     Empty,
     Tree {
-        entries: btree_map::Range<'a, KeyBuf, Tuple>,
+        entries: btree_map::Range<'a, TreeKey, Tuple>,
         descending: bool,
     },
     TreeUnsigned {
@@ -784,7 +798,7 @@ impl<'a> Iterator for IndexIter<'a> {
                 } else {
                     entries.next()?
                 };
-                Some((IndexKey::Bytes(key), TupleRef::from(tuple)))
+                Some((IndexKey::Bytes(key.as_bytes()), TupleRef::from(tuple)))
             }
             IndexIter::TreeUnsigned {
                 entries,
