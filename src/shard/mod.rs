@@ -17,8 +17,6 @@ use crate::storage::index::IndexKey;
 use crate::storage::tuple::TupleRef;
 use crate::storage::{Change, Engine, Result, StorageError};
 use crate::wal::{Commit, RowKind, WalError, WalWriter};
-use bumpalo::Bump;
-use std::cell::Cell;
 
 pub struct Shard {
     pub id: usize,
@@ -29,40 +27,6 @@ pub struct Shard {
     undo: UndoLog,
     /// Reused buffer for the primary key a delete row carries.
     key_scratch: Vec<u8>,
-    /// Scratch for the work of one batch or one merge (for example the streams of a
-    /// fanned-out select). Whoever uses it resets it when done; nothing in it outlives a
-    /// synchronous stretch of code, so no await ever sees it.
-    pub arena: ShardArena,
-}
-
-/// The shard's bump arena, counting the allocations made in it: perf-simple-query reports
-/// them per request (arena-allocs/op, the analogue of ScyllaDB's logallocs/op), so scratch
-/// that grows more often than expected shows. bumpalo keeps only chunk bytes, so the count
-/// is kept here, where every use of the arena goes through.
-#[derive(Default)]
-pub struct ShardArena {
-    bump: Bump,
-    allocations: Cell<u64>,
-}
-
-impl ShardArena {
-    /// A vector with room for `capacity` items, allocated at once.
-    pub fn vec_with_capacity<T>(&self, capacity: usize) -> bumpalo::collections::Vec<'_, T> {
-        if capacity > 0 && std::mem::size_of::<T>() > 0 {
-            self.allocations.set(self.allocations.get() + 1);
-        }
-        bumpalo::collections::Vec::with_capacity_in(capacity, &self.bump)
-    }
-
-    /// Frees everything allocated since the last reset (the chunks stay for reuse).
-    pub fn reset(&mut self) {
-        self.bump.reset();
-    }
-
-    /// Allocations made in the arena since the shard started.
-    pub fn allocations(&self) -> u64 {
-        self.allocations.get()
-    }
 }
 
 /// What one shard scans of a select every shard runs a part of: the select's range, and at
@@ -158,7 +122,6 @@ impl Shard {
             wal,
             undo: UndoLog::default(),
             key_scratch: Vec::new(),
-            arena: ShardArena::default(),
         }
     }
 
@@ -441,6 +404,12 @@ impl Shard {
         }
         data.finish(out);
         Ok(())
+    }
+
+    /// Objects allocated in this shard's tuple arena since it started (tuples, one per
+    /// write that stores one): perf-simple-query's arena-allocs/op.
+    pub fn arena_allocations(&self) -> u64 {
+        self.engine.quota().arena().allocations()
     }
 
     /// The part of a fanned-out select this shard contributes: up to `limit` entries in

@@ -88,7 +88,7 @@ pub struct WorkerProgress {
     pub errors: AtomicU64,
     /// Glommio task runs on this worker's executor (in-process only).
     pub tasks: AtomicU64,
-    /// Allocations in this worker's shard arena (in-process only).
+    /// Objects allocated in this worker's shard's tuple arena (in-process only).
     pub arena_allocations: AtomicU64,
 }
 

@@ -487,7 +487,7 @@ impl Load {
                 .operations
                 .fetch_add(operations as u64, Ordering::Relaxed);
             counts.tasks.fetch_add(tasks, Ordering::Relaxed);
-            let arena_allocations = self.session.core().shard.borrow().arena.allocations();
+            let arena_allocations = self.session.core().shard.borrow().arena_allocations();
             counts
                 .arena_allocations
                 .store(arena_allocations, Ordering::Relaxed);

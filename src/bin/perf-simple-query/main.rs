@@ -208,8 +208,8 @@ fn print_counter_notes(progress: &LoadProgress, scope: Scope) {
     }
     if scope == Scope::Process {
         println!(
-            "arena-allocs/op counts allocations in the shards' scratch arenas (used by \
-             fan-out selects; their chunks come from the heap, so they are in allocs/op too)"
+            "arena-allocs/op counts objects allocated in the shards' tuple arenas (a tuple \
+             each, in its space's slab; ScyllaDB's logallocs/op): 0 for a get, 1 for a replace"
         );
         println!(
             "tasks/op counts glommio task runs on the shard executors (executor_stats); \

@@ -20,7 +20,7 @@ pub struct Sample {
     pub operations: u64,
     pub errors: u64,
     pub allocations: u64,
-    /// Allocations in the shards' scratch arenas; `None` over the network.
+    /// Objects allocated in the shards' tuple arenas; `None` over the network.
     pub arena_allocations: Option<u64>,
     /// Glommio task runs on the shard executors; `None` where not counted (--connect).
     pub tasks: Option<u64>,
