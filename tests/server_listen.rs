@@ -113,6 +113,46 @@ fn a_second_server_on_the_same_port_fails_at_start() {
 }
 
 #[test]
+fn a_memory_quota_a_shard_cannot_hold_fails_at_start() {
+    let dir = tempfile::tempdir().expect("dir");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tarn"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--shards",
+            "2",
+            "--memory",
+            "40GiB",
+        ])
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start tarn");
+    // A server that starts anyway is stopped, and the test fails on its log.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while child.try_wait().expect("wait").is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let output = child.wait_with_output().expect("tarn's log");
+    let log = String::from_utf8_lossy(&output.stderr);
+    assert!(!log.contains("listening on"), "{log}");
+    assert!(
+        matches!(output.status.code(), Some(code) if code != 0),
+        "{:?}: {log}",
+        output.status
+    );
+    let message = "memory 42949672960 over 2 shards is 21474836480 bytes a shard, more than \
+                   the 16106127360 bytes of tuple pages a shard can hold: lower `memory` or \
+                   raise `shards`";
+    assert!(log.contains(message), "no `{message}` in:\n{log}");
+}
+
+#[test]
 fn port_zero_serves_on_every_shard() {
     const CONNECTIONS: u64 = 12;
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;

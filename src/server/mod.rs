@@ -158,6 +158,16 @@ pub enum ServerError {
         /// "pid N", as the owner wrote it into the lock file.
         owner: String,
     },
+    #[error(
+        "memory {memory_bytes} over {shard_count} shards is {per_shard} bytes a shard, more \
+         than the {max} bytes of tuple pages a shard can hold: lower `memory` or raise `shards`"
+    )]
+    MemoryPerShard {
+        memory_bytes: u64,
+        shard_count: usize,
+        per_shard: u64,
+        max: u64,
+    },
     #[error("another shard failed to start")]
     PeerFailed,
     #[error("recovery of shard {shard_id} failed: {reason}{hint}")]
@@ -324,6 +334,15 @@ fn placement_for(shard_count: usize) -> Result<PoolPlacement, ServerError> {
 /// Runs the server until SIGINT or SIGTERM.
 pub fn run(config: Config) -> Result<(), ServerError> {
     let shard_count = shard_count_for(&config);
+    let per_shard = config.memory_bytes / shard_count as u64;
+    if per_shard > crate::storage::slab::MAX_PAGE_BYTES {
+        return Err(ServerError::MemoryPerShard {
+            memory_bytes: config.memory_bytes,
+            shard_count,
+            per_shard,
+            max: crate::storage::slab::MAX_PAGE_BYTES,
+        });
+    }
     let shutdown = Arc::new(AtomicBool::new(false));
     for signal in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
         signal_hook::flag::register(signal, shutdown.clone()).map_err(ServerError::Signal)?;

@@ -121,6 +121,9 @@ const OFFSET_MASK: u32 = (1 << OFFSET_BITS) - 1;
 pub const LARGE_HANDLES_FROM: u32 = 0xF000_0000;
 /// Region ids are below this, so small handles stay below [`LARGE_HANDLES_FROM`].
 const MAX_REGIONS: usize = (LARGE_HANDLES_FROM >> OFFSET_BITS) as usize;
+/// The most memory of pages one shard's arena can hold (15 GiB): a quota above it cannot be
+/// reached, so the server refuses to start with one.
+pub const MAX_PAGE_BYTES: u64 = (MAX_REGIONS * REGION_BYTES) as u64;
 const MAX_LARGE_OBJECTS: usize = (u32::MAX - LARGE_HANDLES_FROM) as usize + 1;
 /// The header before a large object: its slab and its large id.
 const LARGE_HEADER_BYTES: usize = 16;

@@ -56,6 +56,7 @@ fn a_page_header_and_handles_fit_their_bits() {
     assert_eq!(MAX_REGIONS, 7680);
     // 15 GiB of pages per shard.
     assert_eq!(MAX_REGIONS * REGION_BYTES, 15 << 30);
+    assert_eq!(MAX_PAGE_BYTES, 15 << 30);
 }
 
 /// Fills an object with bytes derived from its id, so that any overlap shows.
