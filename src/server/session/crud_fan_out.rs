@@ -61,13 +61,13 @@ impl Session {
         }
         if !slots.is_empty() {
             self.inbox.wait().await;
+            let replies = self.inbox.replies();
             for &(peer, slot) in &slots {
-                match self.inbox.replies().part(slot).map(wire::decode_items) {
-                    Ok(Some(remote)) => put_back(&mut items, &positions[peer], remote),
-                    Ok(None) => failures.refused_elsewhere(),
-                    Err(error) => failures.too_long = Some(error),
+                if let Some(remote) = failures.peer_part(replies.part(slot), wire::decode_items) {
+                    put_back(&mut items, &positions[peer], remote);
                 }
             }
+            drop(replies);
             self.inbox.clear();
         }
         if failures.answered(commit, sync, out).await {
@@ -158,11 +158,7 @@ impl Session {
             parts.extend(read.local.take());
             let mut failures = PartFailures::default();
             for slot in read.first_slot..read.first_slot + peers {
-                match replies.part(slot).map(wire::decode_part) {
-                    Ok(Some(part)) => parts.push(part),
-                    Ok(None) => failures.refused_elsewhere(),
-                    Err(error) => failures.too_long = Some(error),
-                }
+                parts.extend(failures.peer_part(replies.part(slot), wire::decode_part));
             }
             if !failures.answered_now(read.sync, &mut self.merged) {
                 let values = crud::finish_parts(&shard.engine, &self.core.crud, &read.plan, parts);
@@ -204,13 +200,11 @@ impl Session {
             Ok(_) => debug_assert!(false, "a part answered with items"),
             Err(error) => failures.refused_here(error),
         }
+        let replies = self.inbox.replies();
         for slot in 0..(self.core.shard_count - 1) as u32 {
-            match self.inbox.replies().part(slot).map(wire::decode_part) {
-                Ok(Some(part)) => parts.push(part),
-                Ok(None) => failures.refused_elsewhere(),
-                Err(error) => failures.too_long = Some(error),
-            }
+            parts.extend(failures.peer_part(replies.part(slot), wire::decode_part));
         }
+        drop(replies);
         self.inbox.clear();
         if failures.answered(commit, sync, out).await {
             return;
@@ -291,21 +285,31 @@ impl PartFailures {
         self.refused_here.get_or_insert(error);
     }
 
-    fn refused_elsewhere(&mut self) {
-        self.refused = true;
+    /// A peer's part as it arrived in the inbox, decoded; `None`, and noted, when the
+    /// peer's log refused its share (it answered no part) or the part was too long to
+    /// cross cores.
+    fn peer_part<T>(
+        &mut self,
+        reply: Result<&[u8], EntryTooLong>,
+        decode: impl FnOnce(&[u8]) -> Option<T>,
+    ) -> Option<T> {
+        match reply.map(decode) {
+            Ok(Some(part)) => Some(part),
+            Ok(None) => {
+                self.refused = true;
+                None
+            }
+            Err(too_long) => {
+                self.too_long = Some(too_long);
+                None
+            }
+        }
     }
 
     /// [`PartFailures::answered`] for a call that wrote nothing here: no commit to wait for.
     fn answered_now(self, sync: u64, out: &mut Vec<u8>) -> bool {
         debug_assert!(self.refused_here.is_none(), "nothing was written here");
-        if self.refused {
-            encode_log_refused(out, sync, SCHEMA_VERSION, None);
-        } else if let Some(too_long) = &self.too_long {
-            too_long.encode_reply(out, sync, SCHEMA_VERSION);
-        } else {
-            return false;
-        }
-        true
+        self.encode_reply(sync, out)
     }
 
     /// Waits for this core's own `commit`, then writes the call's error reply if a part
@@ -317,6 +321,12 @@ impl PartFailures {
                 self.refused_here(error);
             }
         }
+        self.encode_reply(sync, out)
+    }
+
+    /// Writes the call's error reply if a part failed: a log refusal first (see
+    /// `encode_log_refused`), then a part too long. `true` when it did.
+    fn encode_reply(&self, sync: u64, out: &mut Vec<u8>) -> bool {
         if self.refused {
             encode_log_refused(out, sync, SCHEMA_VERSION, self.refused_here.as_ref());
         } else if let Some(too_long) = &self.too_long {
