@@ -517,11 +517,16 @@ pub fn open_scan<'s>(space: &'s Space, plan: &SelectPlan) -> Result<IndexIter<'s
 /// Whether an entry key lies strictly past `after` in walk direction (always true
 /// without `after`). [`open_scan`] already starts there; this keeps [`matching`] right
 /// for any iterator it is given.
-fn past_after(plan: &SelectPlan, key: &[u8]) -> bool {
-    match &plan.after {
-        None => true,
-        Some(after) if plan.walks_descending() => key < after.as_slice(),
-        Some(after) => key > after.as_slice(),
+fn past_after(plan: &SelectPlan, key: &IndexKey<'_>, tuple: &TupleRef<'_>) -> bool {
+    let Some(after) = &plan.after else {
+        return true;
+    };
+    let mut scratch = SearchKeyBuf::new();
+    let key = key.bytes(tuple, &mut scratch);
+    if plan.walks_descending() {
+        key < after.as_slice()
+    } else {
+        key > after.as_slice()
     }
 }
 
@@ -537,7 +542,7 @@ pub fn matching<'p, 's: 'p>(
         .map_or(usize::MAX, |limit| limit.min(usize::MAX as u64) as usize);
     entries
         .filter(move |(key, tuple)| {
-            past_after(plan, key.as_bytes())
+            past_after(plan, key, tuple)
                 && plan
                     .filters
                     .iter()
@@ -554,8 +559,12 @@ pub type ShardRows = Vec<(KeyBuf, Vec<u8>)>;
 pub fn scan_shard(engine: &Engine, plan: &SelectPlan) -> Result<ShardRows, StorageError> {
     let space = engine.space(plan.space_id)?;
     let entries = open_scan(space, plan)?;
+    let mut scratch = SearchKeyBuf::new();
     Ok(matching(plan, entries)
-        .map(|(key, tuple)| (KeyBuf::from_slice(key.as_bytes()), tuple.data().to_vec()))
+        .map(|(key, tuple)| {
+            let key = KeyBuf::from_slice(key.bytes(&tuple, &mut scratch));
+            (key, tuple.data().to_vec())
+        })
         .collect())
 }
 

@@ -7,6 +7,7 @@
 //! Knows nothing of formats or quotas; the space decides what goes in.
 
 use crate::msgpack::{self, Value};
+use crate::storage::btree::bytes::{self, BytesTree};
 use crate::storage::btree::{self, BTree, LookupCursor};
 use crate::storage::bulk;
 use crate::storage::error::{Result, StorageError};
@@ -15,10 +16,11 @@ use crate::storage::key::{KeyBuf, KeyDef, KeyPart, SearchKeyBuf};
 use crate::storage::prefetch::{prefetch_line, prefetch_slice};
 use crate::storage::range::{IteratorType, KeyRange};
 use crate::storage::slab::TupleSlab;
-use crate::storage::tree_key::{HeadedKey, KeyProbe, TreeKey};
-use crate::storage::tuple::{ArenaTuples, FieldMap, SpaceFormat, Tuple, TupleRef};
+use crate::storage::tuple::{
+    ArenaTuples, FieldMap, SpaceFormat, Tuple, TupleRef, UnsignedKeyedTuples,
+};
 use smallvec::{Array, SmallVec};
-use std::collections::{btree_map, hash_map, BTreeMap, HashMap};
+use std::collections::{hash_map, HashMap};
 use std::ops::Bound;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,25 +67,60 @@ impl IndexDef {
 
 /// An index entry as built: the encoded key and the shared tuple.
 pub type Entry = (KeyBuf, Tuple);
-/// An entry of a TREE index keyed as bytes.
-type TreeEntry = (TreeKey, Tuple);
 /// An entry of an index keyed by one unsigned part.
 pub type UnsignedEntry = (u64, Tuple);
 
-/// The key of an entry as a walk yields it: borrowed bytes, or the 8 big-endian bytes of
-/// an unsigned key (the same bytes `KeyPart::encode` writes for it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The key of an entry as a walk yields it: borrowed bytes (a HASH index's), an unsigned
+/// key (whose bytes are its 8 big-endian ones, as `KeyPart::encode` writes them), or, in a
+/// TREE index keyed as bytes, which keeps no keys, the key of the tuple beside it, written
+/// on request. Every payload is word-aligned: with the unsigned key as bytes, a walk copied
+/// a head through a misaligned 16-byte load that stalled on the store before it.
+#[derive(Clone, Copy)]
 pub enum IndexKey<'a> {
     Bytes(&'a [u8]),
-    Unsigned([u8; 8]),
+    Unsigned(u64),
+    OfTuple {
+        /// The key's first 16 bytes, zero-padded, as the leaf keeps them.
+        head: bytes::KeyHead,
+        keys: &'a TreeTuples,
+    },
 }
 
-impl IndexKey<'_> {
+impl<'a> IndexKey<'a> {
+    /// The key's bytes; `tuple` is the entry's, which holds the key of an `OfTuple` key,
+    /// written into `scratch`.
     #[inline]
-    pub fn as_bytes(&self) -> &[u8] {
+    pub fn bytes<'k>(&'k self, tuple: &Tuple, scratch: &'k mut SearchKeyBuf) -> &'k [u8] {
         match self {
             IndexKey::Bytes(bytes) => bytes,
-            IndexKey::Unsigned(bytes) => bytes,
+            IndexKey::Unsigned(key) => {
+                scratch.clear();
+                scratch.extend_from_slice(&key.to_be_bytes());
+                scratch
+            }
+            IndexKey::OfTuple { keys, .. } => {
+                scratch.clear();
+                keys.write(tuple, scratch);
+                scratch
+            }
+        }
+    }
+
+    /// The first 16 bytes of an `OfTuple` key, zero-padded: where two such heads differ
+    /// they order their keys (see [`bytes::head_of`]), and they are at hand, where the whole
+    /// key is written from the tuple. `None` for keys whose bytes are at hand.
+    #[inline]
+    pub fn head(&self) -> Option<[u8; 16]> {
+        match self {
+            IndexKey::OfTuple {
+                head: [high, low], ..
+            } => {
+                let mut bytes = [0u8; 16];
+                bytes[..8].copy_from_slice(&high.to_be_bytes());
+                bytes[8..].copy_from_slice(&low.to_be_bytes());
+                Some(bytes)
+            }
+            IndexKey::Bytes(_) | IndexKey::Unsigned(_) => None,
         }
     }
 
@@ -107,16 +144,15 @@ const INLINE_KEY_BYTES: usize = 16;
 /// crate's wide-node B+tree keyed by `u64`: its order is the order of the key's encoding,
 /// and a leaf entry is 8 bytes, a 32-bit hint of the key and the tuple's 32-bit arena
 /// handle (see [`crate::storage::btree`]), so more of the tree fits in cache; point
-/// lookups and replaces on the primary key are dominated by it. Every other key
-/// definition uses the encoded bytes, in std's map, each key with its first 16 bytes
-/// beside it as numbers ([`TreeKey`]), which order most pairs without reading the bytes
-/// (the B+tree of bytes measured slower: its binary search followed each spilled key to
-/// the heap, and a 5-part secondary walk took three times longer). `repr(u8)`: a tag of its own, so a match is one jump (in
-/// the niches of the tree's fields it took three instructions more, on every lookup).
+/// lookups and replaces on the primary key are dominated by it. Every other TREE index is
+/// the B+tree of byte keys ([`BytesTree`]): a leaf entry is the key's first 16 bytes and
+/// the tuple's handle, and the key itself is written from the tuple where those tie
+/// ([`TreeTuples`]). `repr(u8)`: a tag of its own, so a match is one jump (in the niches of
+/// the trees' fields it took three instructions more, on every lookup).
 #[repr(u8)]
 enum IndexData {
-    Tree(BTreeMap<TreeKey, Tuple>),
-    TreeUnsigned(BTree<ArenaTuples>),
+    Tree(BytesTree<TreeTuples>),
+    TreeUnsigned(BTree<UnsignedKeyedTuples>),
     Hash(HashMap<KeyBuf, Tuple, ahash::RandomState>),
     HashUnsigned(HashMap<u64, Tuple, ahash::RandomState>),
 }
@@ -127,7 +163,7 @@ pub struct Index {
     /// primary key's.
     entry_key_def: KeyDef,
     data: IndexData,
-    /// Heap bytes of keys too long to stay inline in their entry.
+    /// Heap bytes of a HASH index's keys too long to stay inline in their entry.
     spilled_key_bytes: usize,
 }
 
@@ -191,9 +227,13 @@ impl Index {
             _ => None,
         };
         let data = match (def.kind, unsigned_slot) {
-            (IndexKind::Tree, None) => IndexData::Tree(BTreeMap::new()),
+            (IndexKind::Tree, None) => IndexData::Tree(BytesTree::new(TreeTuples::new(
+                slab,
+                &entry_key_def,
+                field_map,
+            ))),
             (IndexKind::Tree, Some(slot)) => {
-                IndexData::TreeUnsigned(BTree::new(ArenaTuples::new(slab, slot)))
+                IndexData::TreeUnsigned(BTree::new(UnsignedKeyedTuples::new(slab, slot)))
             }
             (IndexKind::Hash, None) => IndexData::Hash(HashMap::default()),
             (IndexKind::Hash, Some(_)) => IndexData::HashUnsigned(HashMap::default()),
@@ -231,10 +271,28 @@ impl Index {
         encode_tuple_key(&self.entry_key_def, tuple, field_map, format, out)
     }
 
+    /// How the entry keys of tuples `a` and `b` (msgpack arrays) compare; tuples that do
+    /// not give keys compare as bytes, after those that do.
+    pub fn compare_entry_keys(&self, a: &[u8], b: &[u8]) -> std::cmp::Ordering {
+        let key_of = |data: &[u8]| {
+            let mut key = SearchKeyBuf::new();
+            self.entry_key_def
+                .encode_from_tuple_data(data, &mut key)
+                .ok()
+                .map(|()| key)
+        };
+        match (key_of(a), key_of(b)) {
+            (Some(a_key), Some(b_key)) => a_key.cmp(&b_key),
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (None, None) => a.cmp(b),
+        }
+    }
+
     #[inline]
     pub fn get(&self, key: &[u8]) -> Option<TupleRef<'_>> {
         match &self.data {
-            IndexData::Tree(map) => map.get(KeyProbe::new(key).as_key()).map(TupleRef::from),
+            IndexData::Tree(map) => map.get(key),
             IndexData::TreeUnsigned(map) => map.get(unsigned_key(key)?),
             IndexData::Hash(map) => map.get(key).map(TupleRef::from),
             IndexData::HashUnsigned(map) => map.get(&unsigned_key(key)?).map(TupleRef::from),
@@ -254,17 +312,23 @@ impl Index {
     #[inline]
     pub fn get_entry(&self, key: &[u8]) -> Option<(IndexKey<'_>, TupleRef<'_>)> {
         match &self.data {
-            IndexData::Tree(map) => map
-                .get_key_value(KeyProbe::new(key).as_key())
-                .map(|(k, t)| (IndexKey::Bytes(k.as_bytes()), TupleRef::from(t))),
+            IndexData::Tree(map) => map.get(key).map(|tuple| {
+                (
+                    IndexKey::OfTuple {
+                        head: bytes::head_of(key),
+                        keys: map.store(),
+                    },
+                    tuple,
+                )
+            }),
             IndexData::Hash(map) => map.get_key_value(key).map(bytes_entry),
             IndexData::TreeUnsigned(map) => {
                 let k = unsigned_key(key)?;
-                map.get(k).map(|t| (IndexKey::Unsigned(k.to_be_bytes()), t))
+                map.get(k).map(|t| (IndexKey::Unsigned(k), t))
             }
             IndexData::HashUnsigned(map) => map
                 .get_key_value(&unsigned_key(key)?)
-                .map(|(k, t)| (IndexKey::Unsigned(k.to_be_bytes()), TupleRef::from(t))),
+                .map(|(k, t)| (IndexKey::Unsigned(*k), TupleRef::from(t))),
         }
     }
 
@@ -285,7 +349,7 @@ impl Index {
             IndexData::HashUnsigned(map) => map.get(&key).map(TupleRef::from),
             IndexData::Tree(_) | IndexData::Hash(_) => return None,
         };
-        Some(found.map(|tuple| (IndexKey::Unsigned(key.to_be_bytes()), tuple)))
+        Some(found.map(|tuple| (IndexKey::Unsigned(key), tuple)))
     }
 
     /// The entries of a TREE index keyed by one unsigned part from `key` on, in the
@@ -341,17 +405,19 @@ impl Index {
 
     /// Inserts or overwrites; returns the tuple previously stored under this exact key.
     pub fn insert(&mut self, key: KeyBuf, tuple: Tuple) -> Option<Tuple> {
-        let spilled = spilled_len(&key);
-        let old = match &mut self.data {
-            IndexData::Tree(map) => map.insert(TreeKey::new(key), tuple),
-            IndexData::Hash(map) => map.insert(key, tuple),
+        match &mut self.data {
+            IndexData::Tree(map) => map.insert(&key, tuple),
+            IndexData::Hash(map) => {
+                let spilled = spilled_len(&key);
+                let old = map.insert(key, tuple);
+                if old.is_none() {
+                    self.spilled_key_bytes += spilled;
+                }
+                old
+            }
             IndexData::TreeUnsigned(map) => map.insert(expect_unsigned(&key), tuple),
             IndexData::HashUnsigned(map) => map.insert(expect_unsigned(&key), tuple),
-        };
-        if old.is_none() {
-            self.spilled_key_bytes += spilled;
         }
-        old
     }
 
     /// The key of `tuple` in an index keyed by one unsigned part, read from the tuple's
@@ -390,7 +456,10 @@ impl Index {
     /// Always inlined: each of `Space`'s two leaf writers (bytes, pieces) keeps the descent
     /// in its own frame, as the one writer did.
     #[inline(always)]
-    pub fn unsigned_leaf(&mut self, key: u64) -> Option<btree::LeafHandle<'_, ArenaTuples>> {
+    pub fn unsigned_leaf(
+        &mut self,
+        key: u64,
+    ) -> Option<btree::LeafHandle<'_, UnsignedKeyedTuples>> {
         match &mut self.data {
             IndexData::TreeUnsigned(map) => map.leaf_for_write(key),
             _ => None,
@@ -407,16 +476,18 @@ impl Index {
     }
 
     pub fn remove(&mut self, key: &[u8]) -> Option<Tuple> {
-        let removed = match &mut self.data {
-            IndexData::Tree(map) => map.remove(KeyProbe::new(key).as_key()),
-            IndexData::Hash(map) => map.remove(key),
+        match &mut self.data {
+            IndexData::Tree(map) => map.remove(key),
+            IndexData::Hash(map) => {
+                let removed = map.remove(key);
+                if removed.is_some() {
+                    self.spilled_key_bytes -= spilled_len(key);
+                }
+                removed
+            }
             IndexData::TreeUnsigned(map) => map.remove(unsigned_key(key)?),
             IndexData::HashUnsigned(map) => map.remove(&unsigned_key(key)?),
-        };
-        if removed.is_some() {
-            self.spilled_key_bytes -= spilled_len(key);
         }
-        removed
     }
 
     pub fn clear(&mut self) {
@@ -493,9 +564,8 @@ impl Index {
     }
 
     /// [`Index::bulk_build`] for keys kept as bytes. The keys are encoded into one buffer
-    /// and sorted there; only then is each entry's key allocated, in key order, so that
-    /// neighbours in the index are neighbours in memory: the map's build compares each
-    /// key with the next, and range selects walk them the same way.
+    /// and sorted there, and the entries gathered in key order: a TREE index fills its
+    /// leaves from the sorted run, a HASH index allocates each key in that order.
     fn bulk_build_bytes(
         &mut self,
         tuples: &[Tuple],
@@ -517,7 +587,9 @@ impl Index {
             self.encode_tuple_key(tuple, field_map, format, &mut scratch)?;
             keys.extend_from_slice(&scratch);
             bounds.push(keys.len());
-            spilled_key_bytes += spilled_len(&scratch);
+            if self.def.kind == IndexKind::Hash {
+                spilled_key_bytes += spilled_len(&scratch);
+            }
             shared.push(Some(tuple.clone()));
         }
         let key_of = |position: usize| &keys[bounds[position]..bounds[position + 1]];
@@ -541,15 +613,15 @@ impl Index {
             let tuple = shared[position].take();
             debug_assert!(tuple.is_some(), "the sort yields each position once");
             let tuple = tuple.unwrap_or_else(|| tuples[position].clone());
-            (KeyBuf::from_slice(key_of(position)), tuple)
+            (key_of(position), tuple)
         });
-        self.data = match self.data {
-            IndexData::Tree(_) => {
-                IndexData::Tree(entries.map(|(k, t)| (TreeKey::new(k), t)).collect())
+        self.data = match &self.data {
+            IndexData::Tree(map) => {
+                IndexData::Tree(BytesTree::from_sorted(map.store().clone(), entries))
             }
             _ => {
                 let mut map = HashMap::with_capacity_and_hasher(tuples.len(), Default::default());
-                map.extend(entries);
+                map.extend(entries.map(|(key, tuple)| (KeyBuf::from_slice(key), tuple)));
                 IndexData::Hash(map)
             }
         };
@@ -567,16 +639,13 @@ impl Index {
     }
 
     /// Bytes held by the index itself (nodes, entries and spilled keys; tuples are counted
-    /// by the space's slab): tarn's B+tree counts its nodes as it makes and frees them, O(1);
-    /// for std's maps the node slack is estimated at one third of the entries.
+    /// by the space's slab): tarn's B+trees count their nodes as they make and free them,
+    /// O(1); for std's hash maps the slack is estimated at two bytes an entry.
     #[inline]
     pub fn allocated_bytes(&self) -> usize {
         let (entry_size, overhead_per_entry) = match &self.data {
             IndexData::TreeUnsigned(map) => return map.node_bytes(),
-            IndexData::Tree(_) => (
-                std::mem::size_of::<TreeEntry>(),
-                std::mem::size_of::<TreeEntry>() / 3,
-            ),
+            IndexData::Tree(map) => return map.node_bytes(),
             IndexData::Hash(_) => (std::mem::size_of::<Entry>(), 2),
             IndexData::HashUnsigned(_) => (std::mem::size_of::<UnsignedEntry>(), 2),
         };
@@ -652,17 +721,11 @@ impl Index {
         match &self.data {
             IndexData::Tree(map) => match range.std_bounds() {
                 None => IndexIter::Empty,
-                Some((start, end)) => {
-                    let (start, end) = (start.map(KeyProbe::new), end.map(KeyProbe::new));
-                    let bounds: (Bound<&dyn HeadedKey>, Bound<&dyn HeadedKey>) = (
-                        start.as_ref().map(|probe| probe.as_key()),
-                        end.as_ref().map(|probe| probe.as_key()),
-                    );
-                    IndexIter::Tree {
-                        entries: map.range::<dyn HeadedKey, _>(bounds),
-                        descending,
-                    }
-                }
+                Some((start, end)) => IndexIter::Tree {
+                    entries: map.range(start, end),
+                    keys: map.store(),
+                    descending,
+                },
             },
             IndexData::TreeUnsigned(map) => {
                 let Some((start, end)) = range.std_bounds() else {
@@ -695,7 +758,7 @@ impl Index {
                     IteratorType::Eq => IndexIter::One(
                         wanted
                             .and_then(|k| map.get_key_value(&k))
-                            .map(|(k, t)| (IndexKey::Unsigned(k.to_be_bytes()), TupleRef::from(t))),
+                            .map(|(k, t)| (IndexKey::Unsigned(*k), TupleRef::from(t))),
                     ),
                     IteratorType::Gt if !key.is_empty() => {
                         let mut entries = map.iter();
@@ -739,29 +802,102 @@ pub fn encode_tuple_key<A: Array<Item = u8>>(
         let slot = field_map
             .slot_of(part.field_no)
             .expect("every indexed field has a slot");
-        let field = tuple.field_in_slot(slot);
-        if part.field_type == FieldType::Unsigned && !part.is_nullable {
-            // The common key part: its bytes are the integer's, no `Value` needed.
-            if let Some((value, _)) = field.and_then(msgpack::leading_uint) {
-                out.extend_from_slice(&value.to_be_bytes());
-                continue;
-            }
-        }
-        let value = match field {
-            Some(mut field) => msgpack::read_value(&mut field)?,
-            None if part.is_nullable => Value::Nil,
-            None => return Err(StorageError::FieldMissing(format.label(part.field_no))),
-        };
-        if !part.accepts(&value) {
-            return Err(StorageError::FieldType {
+        encode_key_part(part, tuple.field_in_slot(slot), out).map_err(|fault| match fault {
+            KeyPartFault::Missing => StorageError::FieldMissing(format.label(part.field_no)),
+            KeyPartFault::Type(actual) => StorageError::FieldType {
                 field: format.label(part.field_no),
                 expected: part.field_type.name(),
-                actual: value.mp_type(),
-            });
-        }
-        part.encode(&value, out);
+                actual,
+            },
+            KeyPartFault::Malformed(error) => error,
+        })?;
     }
     Ok(())
+}
+
+/// Why a field does not make its key part.
+enum KeyPartFault {
+    Missing,
+    Type(msgpack::MpType),
+    Malformed(StorageError),
+}
+
+/// Appends the encoding of key part `part` from `field`, the tuple's bytes from that
+/// field on (`None`: the tuple ends before it).
+#[inline]
+fn encode_key_part<A: Array<Item = u8>>(
+    part: &KeyPart,
+    field: Option<&[u8]>,
+    out: &mut SmallVec<A>,
+) -> std::result::Result<(), KeyPartFault> {
+    if part.field_type == FieldType::Unsigned && !part.is_nullable {
+        // The common key part: its bytes are the integer's, no `Value` needed.
+        if let Some((value, _)) = field.and_then(msgpack::leading_uint) {
+            out.extend_from_slice(&value.to_be_bytes());
+            return Ok(());
+        }
+    }
+    let value = match field {
+        Some(mut field) => msgpack::read_value(&mut field)
+            .map_err(|error| KeyPartFault::Malformed(error.into()))?,
+        None if part.is_nullable => Value::Nil,
+        None => return Err(KeyPartFault::Missing),
+    };
+    if !part.accepts(&value) {
+        return Err(KeyPartFault::Type(value.mp_type()));
+    }
+    part.encode(&value, out);
+    Ok(())
+}
+
+/// The tuples of a TREE index keyed as bytes, as its leaves keep them (arena handles), and
+/// the key of each, written from the tuple's fields: the index keeps no copy of it.
+/// Its `KeyStore` implementation, which reads the tuples through their handles, is in
+/// `tuple`, beside the other stores of tuples.
+#[derive(Clone)]
+pub struct TreeTuples {
+    pub(crate) tuples: ArenaTuples,
+    /// The entry key's parts, each with the field map slot of its field.
+    parts: SmallVec<[(KeyPart, u8); 6]>,
+    /// No entry key is shorter: 8 bytes for each plain unsigned part (others not counted).
+    pub(crate) shortest_key: usize,
+}
+
+impl TreeTuples {
+    fn new(slab: &TupleSlab, entry_key_def: &KeyDef, field_map: &FieldMap) -> TreeTuples {
+        let parts = entry_key_def
+            .parts
+            .iter()
+            .map(|part| {
+                let slot = field_map
+                    .slot_of(part.field_no)
+                    .expect("every indexed field has a slot");
+                (*part, slot)
+            })
+            .collect();
+        let shortest_key = entry_key_def
+            .parts
+            .iter()
+            .map(|part| match part.field_type {
+                FieldType::Unsigned if !part.is_nullable => 8,
+                _ => 0,
+            })
+            .sum();
+        TreeTuples {
+            tuples: ArenaTuples::new(slab),
+            parts,
+            shortest_key,
+        }
+    }
+
+    /// Appends the entry key of `tuple`, a tuple this index holds (so every part encodes).
+    #[inline]
+    pub fn write<A: Array<Item = u8>>(&self, tuple: &Tuple, out: &mut SmallVec<A>) {
+        for (part, slot) in &self.parts {
+            let encoded = encode_key_part(part, tuple.field_in_slot(*slot), out);
+            debug_assert!(encoded.is_ok(), "a stored tuple's key encodes");
+        }
+    }
 }
 
 /// A lazy walk over an index: each step is O(1) amortised after an O(log n) seek.
@@ -771,11 +907,12 @@ pub fn encode_tuple_key<A: Array<Item = u8>>(
 pub enum IndexIter<'a> {
     Empty,
     Tree {
-        entries: btree_map::Range<'a, TreeKey, Tuple>,
+        entries: bytes::BytesRange<'a, TreeTuples>,
+        keys: &'a TreeTuples,
         descending: bool,
     },
     TreeUnsigned {
-        entries: btree::Range<'a, ArenaTuples>,
+        entries: btree::Range<'a, UnsignedKeyedTuples>,
         descending: bool,
     },
     One(Option<(IndexKey<'a>, TupleRef<'a>)>),
@@ -792,14 +929,15 @@ impl<'a> Iterator for IndexIter<'a> {
             IndexIter::Empty => None,
             IndexIter::Tree {
                 entries,
+                keys,
                 descending,
             } => {
-                let (key, tuple) = if *descending {
+                let (head, tuple) = if *descending {
                     entries.next_back()?
                 } else {
                     entries.next()?
                 };
-                Some((IndexKey::Bytes(key.as_bytes()), TupleRef::from(tuple)))
+                Some((IndexKey::OfTuple { head, keys }, tuple))
             }
             IndexIter::TreeUnsigned {
                 entries,
@@ -810,7 +948,7 @@ impl<'a> Iterator for IndexIter<'a> {
                 } else {
                     entries.next()?
                 };
-                Some((IndexKey::Unsigned(key.to_be_bytes()), tuple))
+                Some((IndexKey::Unsigned(key), tuple))
             }
             IndexIter::One(entry) => entry.take(),
             IndexIter::Hash(entries) => entries
@@ -818,7 +956,7 @@ impl<'a> Iterator for IndexIter<'a> {
                 .map(|(k, t)| (IndexKey::Bytes(k), TupleRef::from(t))),
             IndexIter::HashUnsigned(entries) => entries
                 .next()
-                .map(|(k, t)| (IndexKey::Unsigned(k.to_be_bytes()), TupleRef::from(t))),
+                .map(|(k, t)| (IndexKey::Unsigned(*k), TupleRef::from(t))),
         }
     }
 }

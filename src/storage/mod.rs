@@ -7,8 +7,8 @@
 //! * [`crate::msgpack`] reads values; [`field_type`] classifies them; [`key`] orders them, strings
 //!   of ICU collations by [`collation`]'s sort keys.
 //! * [`tuple`] stores them with a field map; [`index`] and [`range`] find them, over
-//!   [`btree`] for TREE indexes on one unsigned part and std's map of [`tree_key`]s for
-//!   the other TREE indexes.
+//!   [`btree`]'s B+trees for TREE indexes (keyed by `u64` on one unsigned part, by
+//!   [`btree::bytes`] otherwise).
 //! * [`space`] applies insert/replace/update/upsert/delete/select, each write returning
 //!   the [`change`] it made (what undoing it needs); [`update`] the ops.
 //! * [`bulk`] sorts the keys of bulk index builds.
@@ -34,7 +34,6 @@ pub mod range;
 pub mod slab;
 pub mod space;
 pub mod text;
-pub mod tree_key;
 #[allow(unsafe_code)]
 pub mod tuple;
 pub mod update;

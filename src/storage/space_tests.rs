@@ -1070,7 +1070,10 @@ fn index_contents(space: &Space) -> Vec<Vec<(Vec<u8>, String)>> {
         .map(|index| {
             let mut entries: Vec<(Vec<u8>, String)> = index
                 .entries()
-                .map(|(key, tuple)| (key.as_bytes().to_vec(), text(tuple)))
+                .map(|(key, tuple)| {
+                    let mut scratch = crate::storage::key::SearchKeyBuf::new();
+                    (key.bytes(&tuple, &mut scratch).to_vec(), text(tuple))
+                })
                 .collect();
             if index.def.kind == IndexKind::Hash {
                 entries.sort();

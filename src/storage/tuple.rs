@@ -457,9 +457,8 @@ impl std::fmt::Debug for TupleRef<'_> {
     }
 }
 
-/// The tuples of one TREE index keyed by one unsigned part, as its leaves keep them: a
-/// 32-bit arena handle each (see [`crate::storage::slab`]), the key read from the tuple's
-/// field in `key_slot` when hints tie.
+/// The tuples of one index as its B+tree's leaves keep them: a 32-bit arena handle each
+/// (see [`crate::storage::slab`]).
 #[derive(Clone)]
 pub struct ArenaTuples {
     /// The space's slab: its quota's arena names the handles, and a tuple of another
@@ -467,16 +466,14 @@ pub struct ArenaTuples {
     slab: TupleSlab,
     /// The arena's table of region addresses: a small handle decodes with one load.
     region_bases: *const std::cell::Cell<usize>,
-    key_slot: u8,
 }
 
 impl ArenaTuples {
-    /// The tuples of `slab`'s arena, keyed by the unsigned field in `key_slot`.
-    pub fn new(slab: &TupleSlab, key_slot: u8) -> ArenaTuples {
+    /// The tuples of `slab`'s arena.
+    pub fn new(slab: &TupleSlab) -> ArenaTuples {
         ArenaTuples {
             region_bases: slab.quota().arena().region_bases(),
             slab: slab.clone(),
-            key_slot,
         }
     }
 
@@ -495,9 +492,71 @@ impl ArenaTuples {
         // SAFETY: the caller's live large handle of this arena.
         unsafe { self.slab.quota().arena().pointer_of(handle) }
     }
+
+    /// Takes `tuple`'s reference and returns its handle (never 0).
+    #[inline]
+    pub fn pack(&self, tuple: Tuple) -> u32 {
+        let tuple = match tuple.handle_in(self.slab.quota()) {
+            Some(handle) => {
+                tuple.into_raw();
+                return handle;
+            }
+            // Another shard's tuple (a caller that moved it here): a leaf can only name
+            // this arena's, so it keeps a copy.
+            None => tuple.copy_into_past_limit(&self.slab),
+        };
+        match tuple.handle_in(self.slab.quota()) {
+            Some(handle) => {
+                tuple.into_raw();
+                handle
+            }
+            None => unreachable!("a tuple of this arena has a handle in it"),
+        }
+    }
+
+    /// Gives back the tuple of `handle` with the reference `pack` took.
+    ///
+    /// # Safety
+    ///
+    /// `handle` came from `pack` and is unpacked once.
+    #[inline]
+    pub unsafe fn unpack(&self, handle: u32) -> Tuple {
+        // SAFETY: the handle holds the reference `pack` took over, given back once.
+        unsafe { Tuple::from_raw(self.pointer(handle)) }
+    }
+
+    /// The tuple of `handle`, lent.
+    ///
+    /// # Safety
+    ///
+    /// `handle` came from `pack` and is not yet unpacked; the tuple is lent no longer
+    /// than the handle holds its reference.
+    #[inline]
+    pub unsafe fn get(&self, handle: u32) -> TupleRef<'_> {
+        // SAFETY: as the caller promises.
+        unsafe { TupleRef::from_raw(self.pointer(handle)) }
+    }
 }
 
-impl crate::storage::btree::Store for ArenaTuples {
+/// The tuples of one TREE index keyed by one unsigned part: handles of [`ArenaTuples`],
+/// the key read from the tuple's field in `key_slot` when hints tie.
+#[derive(Clone)]
+pub struct UnsignedKeyedTuples {
+    tuples: ArenaTuples,
+    key_slot: u8,
+}
+
+impl UnsignedKeyedTuples {
+    /// The tuples of `slab`'s arena, keyed by the unsigned field in `key_slot`.
+    pub fn new(slab: &TupleSlab, key_slot: u8) -> UnsignedKeyedTuples {
+        UnsignedKeyedTuples {
+            tuples: ArenaTuples::new(slab),
+            key_slot,
+        }
+    }
+}
+
+impl crate::storage::btree::Store for UnsignedKeyedTuples {
     type Value = Tuple;
     type Ref<'a> = TupleRef<'a>;
 
@@ -511,34 +570,19 @@ impl crate::storage::btree::Store for ArenaTuples {
             Some(key),
             "a tuple goes under its own key"
         );
-        let tuple = match tuple.handle_in(self.slab.quota()) {
-            Some(handle) => {
-                tuple.into_raw();
-                return handle;
-            }
-            // Another shard's tuple (a caller that moved it here): the leaf can only name
-            // this arena's, so it keeps a copy.
-            None => tuple.copy_into_past_limit(&self.slab),
-        };
-        match tuple.handle_in(self.slab.quota()) {
-            Some(handle) => {
-                tuple.into_raw();
-                handle
-            }
-            None => unreachable!("a tuple of this arena has a handle in it"),
-        }
+        self.tuples.pack(tuple)
     }
 
     #[inline]
     unsafe fn unpack(&self, handle: u32) -> Tuple {
-        // SAFETY: the handle holds the reference `pack` took over, given back once.
-        unsafe { Tuple::from_raw(self.pointer(handle)) }
+        // SAFETY: the caller's handle, unpacked once.
+        unsafe { self.tuples.unpack(handle) }
     }
 
     #[inline]
     unsafe fn get(&self, handle: u32) -> TupleRef<'_> {
         // SAFETY: the tree holds the handle's reference for as long as it lends it.
-        unsafe { TupleRef::from_raw(self.pointer(handle)) }
+        unsafe { self.tuples.get(handle) }
     }
 
     #[inline]
@@ -551,6 +595,40 @@ impl crate::storage::btree::Store for ArenaTuples {
             .map(|(key, _)| key);
         debug_assert!(key.is_some(), "a stored tuple has its unsigned key");
         key.unwrap_or(0)
+    }
+}
+
+impl crate::storage::btree::bytes::KeyStore for crate::storage::index::TreeTuples {
+    type Value = Tuple;
+    type Ref<'a> = TupleRef<'a>;
+
+    #[inline]
+    fn pack(&self, tuple: Tuple) -> u32 {
+        self.tuples.pack(tuple)
+    }
+
+    #[inline]
+    unsafe fn unpack(&self, handle: u32) -> Tuple {
+        // SAFETY: the caller's handle, unpacked once.
+        unsafe { self.tuples.unpack(handle) }
+    }
+
+    #[inline]
+    unsafe fn get(&self, handle: u32) -> TupleRef<'_> {
+        // SAFETY: the tree holds the handle's reference for as long as it lends it.
+        unsafe { self.tuples.get(handle) }
+    }
+
+    #[inline]
+    unsafe fn write_key(&self, handle: u32, out: &mut crate::storage::key::SearchKeyBuf) {
+        // SAFETY: the caller's live handle.
+        let tuple = unsafe { self.tuples.get(handle) };
+        self.write(&tuple, out);
+    }
+
+    #[inline]
+    fn shortest_key(&self) -> usize {
+        self.shortest_key
     }
 }
 

@@ -6,9 +6,10 @@ use crate::protocol::reply::DataReply;
 use crate::protocol::request::Select;
 use crate::server::schema::SCHEMA_VERSION;
 use crate::shard::errors::encode_storage_error;
-use crate::shard::ScanPart;
+use crate::shard::{ScanPart, SCAN_KEY_IS_HEAD};
 use crate::storage::IteratorType;
 use smallvec::SmallVec;
+use std::cmp::Ordering;
 use std::ops::Range;
 
 impl Session {
@@ -48,6 +49,7 @@ impl Session {
             local: local_start..self.scans.len(),
             merged: 0..0,
             order: MergeOrder::of(select),
+            index: (select.space_id, select.index_id),
         };
         let index = u32::try_from(self.fan_outs.len()).expect("bounded by the read buffer");
         self.fan_outs.push(fan_out);
@@ -74,7 +76,18 @@ impl Session {
                     let mut streams: SmallVec<[ScanEntries<'_>; 8]> = SmallVec::new();
                     streams.push(ScanEntries::new(&self.scans[fan_out.local.clone()]));
                     streams.extend(parts.map(|slot| ScanEntries::new(replies.get(slot))));
-                    merge(fan_out.order, &mut streams, fan_out.sync, &mut self.merged);
+                    let shard = self.core.shard.borrow();
+                    let (space_id, index_id) = fan_out.index;
+                    let break_tie =
+                        |a: &[u8], b: &[u8]| shard.compare_entry_keys(space_id, index_id, a, b);
+                    let merged = &mut self.merged;
+                    merge(
+                        fan_out.order,
+                        &mut streams,
+                        &break_tie,
+                        fan_out.sync,
+                        merged,
+                    );
                 }
             }
             fan_out.merged = start..self.merged.len();
@@ -95,6 +108,8 @@ pub(super) struct FanOut {
     local: Range<usize>,
     pub(super) merged: Range<usize>,
     order: MergeOrder,
+    /// The space and index scanned, whose keys break ties between heads.
+    index: (u32, u32),
 }
 
 /// What a merge of a select's parts keeps: entries in index order (descending for
@@ -117,18 +132,22 @@ impl MergeOrder {
     }
 }
 
+/// Compares the keys of two tuples whose heads tie (see [`SCAN_KEY_IS_HEAD`]).
+pub(super) type TieBreak<'a> = dyn Fn(&[u8], &[u8]) -> Ordering + 'a;
+
 /// Writes the merged reply: entries in index order (descending for LT/LE/REQ iterators),
 /// `offset` skipped, at most `limit` written.
 pub(super) fn merge(
     order: MergeOrder,
     streams: &mut [ScanEntries<'_>],
+    break_tie: &TieBreak<'_>,
     sync: u64,
     out: &mut Vec<u8>,
 ) {
     let mut data = DataReply::begin(out, sync, SCHEMA_VERSION);
     let mut skipped = 0u32;
     while data.count() < order.limit {
-        let Some(next) = next_stream(streams, order.descending) else {
+        let Some(next) = next_stream(streams, order.descending, break_tie) else {
             break;
         };
         let Some(entry) = streams[next].next() else {
@@ -146,24 +165,30 @@ pub(super) fn merge(
 /// The stream whose head comes first in the merge's order; on equal keys (which distinct
 /// entries do not have) the first such stream. `None` once every stream is spent.
 #[inline]
-fn next_stream(streams: &[ScanEntries<'_>], descending: bool) -> Option<usize> {
+fn next_stream(
+    streams: &[ScanEntries<'_>],
+    descending: bool,
+    break_tie: &TieBreak<'_>,
+) -> Option<usize> {
     let mut best: Option<(usize, &ScanEntry<'_>)> = None;
     for (at, stream) in streams.iter().enumerate() {
         let Some(head) = &stream.head else { continue };
         match best {
-            Some((_, leader)) if !head.precedes(leader, descending) => {}
+            Some((_, leader)) if !head.precedes(leader, descending, break_tie) => {}
             _ => best = Some((at, head)),
         }
     }
     best.map(|(at, _)| at)
 }
 
-/// One entry of a scan part: its key (the index's order-preserving encoding) with the
-/// key's first eight bytes as a number, which decides most comparisons in one instruction,
-/// and the tuple.
+/// One entry of a scan part: its key (the index's order-preserving encoding, or its first
+/// 16 bytes, see [`SCAN_KEY_IS_HEAD`]) with the key's first eight bytes as a number, which
+/// decides most comparisons in one instruction, and the tuple.
 pub(super) struct ScanEntry<'a> {
     prefix: u64,
     key: &'a [u8],
+    /// Whether `key` is only the key's head.
+    key_is_head: bool,
     tuple: &'a [u8],
 }
 
@@ -172,13 +197,17 @@ impl ScanEntry<'_> {
     /// Keys compare as bytes; the prefixes, zero-padded first eight bytes, order two keys
     /// the same way whenever they differ (a shorter key padded with zeros is below any
     /// longer key that differs from it in those bytes), so only equal prefixes need the
-    /// bytes.
+    /// bytes; and only equal heads need the whole keys, which `break_tie` compares.
     #[inline]
-    fn precedes(&self, other: &ScanEntry<'_>, descending: bool) -> bool {
+    fn precedes(&self, other: &ScanEntry<'_>, descending: bool, break_tie: &TieBreak<'_>) -> bool {
         let order = self
             .prefix
             .cmp(&other.prefix)
-            .then_with(|| self.key.cmp(other.key));
+            .then_with(|| self.key.cmp(other.key))
+            .then_with(|| match self.key_is_head {
+                true => break_tie(self.tuple, other.tuple),
+                false => Ordering::Equal,
+            });
         if descending {
             order.is_gt()
         } else {
@@ -227,23 +256,26 @@ impl<'a> ScanEntries<'a> {
         }
         let entry = take_sized(&mut self.rest).zip(take_sized(&mut self.rest));
         debug_assert!(entry.is_some(), "a torn scan entry");
-        let (key, tuple) = entry?;
+        let ((key, key_is_head), (tuple, _)) = entry?;
         Some(ScanEntry {
             prefix: key_prefix(key),
             key,
+            key_is_head,
             tuple,
         })
     }
 }
 
-/// `[length u32 LE][bytes]` off the front of `rest`.
+/// `[length u32 LE][bytes]` off the front of `rest`, with whether the length word has
+/// [`SCAN_KEY_IS_HEAD`] set.
 #[inline]
-fn take_sized<'a>(rest: &mut &'a [u8]) -> Option<&'a [u8]> {
-    let (length, after) = rest.split_first_chunk::<4>()?;
-    let length = usize::try_from(u32::from_le_bytes(*length)).ok()?;
+fn take_sized<'a>(rest: &mut &'a [u8]) -> Option<(&'a [u8], bool)> {
+    let (word, after) = rest.split_first_chunk::<4>()?;
+    let word = u32::from_le_bytes(*word);
+    let length = usize::try_from(word & !SCAN_KEY_IS_HEAD).ok()?;
     let bytes = after.get(..length)?;
     *rest = &after[length..];
-    Some(bytes)
+    Some((bytes, word & SCAN_KEY_IS_HEAD != 0))
 }
 
 impl<'a> Iterator for ScanEntries<'a> {
@@ -269,10 +301,37 @@ mod tests {
             a in proptest::collection::vec(proptest::sample::select(vec![0u8, 1, 0x7f, 0xff]), 0..12),
             b in proptest::collection::vec(proptest::sample::select(vec![0u8, 1, 0x7f, 0xff]), 0..12),
         ) {
-            let entry = |key| ScanEntry { prefix: key_prefix(key), key, tuple: &[] };
+            let entry = |key| ScanEntry { prefix: key_prefix(key), key, key_is_head: false, tuple: &[] };
             let (a_entry, b_entry) = (entry(&a), entry(&b));
-            proptest::prop_assert_eq!(a_entry.precedes(&b_entry, false), a < b);
-            proptest::prop_assert_eq!(a_entry.precedes(&b_entry, true), a > b);
+            let never = |_: &[u8], _: &[u8]| -> Ordering { panic!("whole keys need no tie-break") };
+            proptest::prop_assert_eq!(a_entry.precedes(&b_entry, false, &never), a < b);
+            proptest::prop_assert_eq!(a_entry.precedes(&b_entry, true, &never), a > b);
         }
+    }
+
+    #[test]
+    fn entries_whose_heads_tie_are_ordered_by_their_whole_keys() {
+        let head = [7u8; 16];
+        let entry = |tuple| ScanEntry {
+            prefix: key_prefix(&head),
+            key: &head,
+            key_is_head: true,
+            tuple,
+        };
+        let (low, high) = (entry(&[1][..]), entry(&[2][..]));
+        let by_tuple = |a: &[u8], b: &[u8]| a.cmp(b);
+        assert!(low.precedes(&high, false, &by_tuple));
+        assert!(!high.precedes(&low, false, &by_tuple));
+        assert!(high.precedes(&low, true, &by_tuple));
+        // A head that differs decides without the tie-break.
+        let other_head = [8u8; 16];
+        let later = ScanEntry {
+            prefix: key_prefix(&other_head),
+            key: &other_head,
+            key_is_head: true,
+            tuple: &[0][..],
+        };
+        let never = |_: &[u8], _: &[u8]| -> Ordering { panic!("heads that differ decide") };
+        assert!(high.precedes(&later, false, &never));
     }
 }

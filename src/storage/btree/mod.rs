@@ -39,6 +39,7 @@
 //!
 //! Knows nothing of tuples, indexes or Tarantool semantics.
 
+pub mod bytes;
 #[cfg(target_arch = "x86_64")]
 mod simd;
 
@@ -126,7 +127,7 @@ const SEARCH_BLOCK: usize = 8;
 /// cover a 64-way node, where one count over all keys is a chain of 64, and a binary
 /// search a chain of dependent loads and mispredicted branches.
 #[inline(always)]
-fn count_in_blocks(keys: &[u64], below: impl Fn(u64) -> bool) -> usize {
+fn count_in_blocks<T: Copy>(keys: &[T], below: impl Fn(T) -> bool) -> usize {
     let full_blocks = keys.len() / SEARCH_BLOCK;
     let blocks_below: usize = (0..full_blocks)
         .map(|block| usize::from(below(keys[block * SEARCH_BLOCK + SEARCH_BLOCK - 1])))
