@@ -241,6 +241,24 @@ impl KeyDef {
 }
 
 impl KeyDef {
+    /// The fields of tuple `data` (msgpack) up to this key's last one, each as its bytes;
+    /// fewer where the tuple ends sooner.
+    pub fn key_fields<'t>(&self, data: &'t [u8]) -> Result<SmallVec<[&'t [u8]; 8]>> {
+        let mut fields = SmallVec::new();
+        let Some(last_field) = self.parts.iter().map(|part| part.field_no).max() else {
+            return Ok(fields);
+        };
+        let mut cursor = data;
+        let count = match msgpack::read_value(&mut cursor)? {
+            Value::Array(count) => count,
+            _ => return Err(StorageError::TupleNotArray),
+        };
+        for _ in 0..count.min(last_field + 1) {
+            fields.push(msgpack::take_value(&mut cursor)?);
+        }
+        Ok(fields)
+    }
+
     /// Encodes this key as taken from a tuple's msgpack bytes, parsing only up to the last
     /// key field. For placement, before a tuple is built; errors mean "not a valid tuple",
     /// which the owner of the request will report precisely.
@@ -249,18 +267,7 @@ impl KeyDef {
         data: &[u8],
         out: &mut SmallVec<A>,
     ) -> Result<()> {
-        let Some(last_field) = self.parts.iter().map(|part| part.field_no).max() else {
-            return Ok(());
-        };
-        let mut cursor = data;
-        let count = match msgpack::read_value(&mut cursor)? {
-            Value::Array(count) => count,
-            _ => return Err(StorageError::TupleNotArray),
-        };
-        let mut fields: SmallVec<[&[u8]; 8]> = SmallVec::new();
-        for _ in 0..count.min(last_field + 1) {
-            fields.push(msgpack::take_value(&mut cursor)?);
-        }
+        let fields = self.key_fields(data)?;
         for part in &self.parts {
             let value = match fields.get(part.field_no as usize) {
                 Some(field) => msgpack::read_value(&mut &field[..])?,
