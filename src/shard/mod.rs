@@ -14,7 +14,6 @@ use crate::protocol::request::{Request, Select};
 use crate::shard::prefetch::PointTarget;
 use crate::shard::undo::UndoLog;
 use crate::storage::index::IndexKey;
-use crate::storage::key::SearchKeyBuf;
 use crate::storage::tuple::TupleRef;
 use crate::storage::{Change, Engine, Result, StorageError};
 use crate::wal::{Commit, RowKind, WalError, WalWriter};
@@ -64,7 +63,7 @@ const SCAN_AHEAD: usize = 4;
 
 /// Appends one scan entry, `[key length u32 LE][key][tuple length u32 LE][tuple]`, with one
 /// capacity check.
-#[inline]
+#[inline(always)]
 fn put_scan_entry(out: &mut Vec<u8>, key: &[u8], key_is_head: bool, tuple: &[u8]) {
     out.reserve(8 + key.len() + tuple.len());
     let mut key_length = scan_length(key.len());
@@ -463,14 +462,15 @@ impl Shard {
             *slot = entries.next();
         }
         let mut at = 0;
-        let mut scratch = SearchKeyBuf::new();
         while let Some((key, tuple)) = ahead[at].take() {
             ahead[at] = entries.next();
-            // A key kept as a head goes as that: writing the whole key from the tuple
-            // took a third of a secondary select's time, and only ties need it.
-            match key.head() {
-                Some(head) => put_scan_entry(out, &head, true, tuple.data()),
-                None => put_scan_entry(out, key.bytes(&tuple, &mut scratch), false, tuple.data()),
+            let data = tuple.data();
+            match key {
+                IndexKey::Bytes(bytes) => put_scan_entry(out, bytes, false, data),
+                IndexKey::Unsigned(key) => put_scan_entry(out, &key.to_be_bytes(), false, data),
+                // A key kept as a head goes as that: writing the whole key from the tuple
+                // took a third of a secondary select's time, and only ties need it.
+                IndexKey::OfTuple { .. } => put_scan_entry(out, &key.head(), true, data),
             }
             at = (at + 1) % SCAN_AHEAD;
         }

@@ -106,22 +106,20 @@ impl<'a> IndexKey<'a> {
         }
     }
 
-    /// The first 16 bytes of an `OfTuple` key, zero-padded: where two such heads differ
-    /// they order their keys (see [`bytes::head_of`]), and they are at hand, where the whole
-    /// key is written from the tuple. `None` for keys whose bytes are at hand.
+    /// The key's first 16 bytes, zero-padded: where two heads differ they order their
+    /// keys (see [`bytes::head_of`]), and an `OfTuple` key's is at hand, where its whole
+    /// key is written from the tuple.
     #[inline]
-    pub fn head(&self) -> Option<[u8; 16]> {
-        match self {
-            IndexKey::OfTuple {
-                head: [high, low], ..
-            } => {
-                let mut bytes = [0u8; 16];
-                bytes[..8].copy_from_slice(&high.to_be_bytes());
-                bytes[8..].copy_from_slice(&low.to_be_bytes());
-                Some(bytes)
-            }
-            IndexKey::Bytes(_) | IndexKey::Unsigned(_) => None,
-        }
+    pub fn head(&self) -> [u8; 16] {
+        let [high, low] = match self {
+            IndexKey::OfTuple { head, .. } => *head,
+            IndexKey::Bytes(bytes) => bytes::head_of(bytes),
+            IndexKey::Unsigned(key) => [*key, 0],
+        };
+        let mut bytes = [0u8; 16];
+        bytes[..8].copy_from_slice(&high.to_be_bytes());
+        bytes[8..].copy_from_slice(&low.to_be_bytes());
+        bytes
     }
 
     /// Starts loading the key's bytes, where they are elsewhere than the entry (a long
