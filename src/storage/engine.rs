@@ -82,6 +82,25 @@ impl Engine {
         Ok(())
     }
 
+    /// Puts space `def.id` under `def`, its tuples kept: see [`Space::redefined`], which
+    /// says what is checked. A refused change leaves the space as it was.
+    pub fn redefine_space(&mut self, def: SpaceDef) -> Result<()> {
+        let at = self
+            .position_of(def.id)
+            .ok_or_else(|| StorageError::NoSuchSpace(def.id.to_string().into()))?;
+        if let Some(other) = self
+            .spaces
+            .iter()
+            .find(|space| space.id != def.id && space.name == def.name)
+        {
+            return Err(StorageError::IllegalParams(
+                format!("space {} '{}' already exists", other.id, other.name).into(),
+            ));
+        }
+        self.spaces[at] = self.spaces[at].redefined(def)?;
+        Ok(())
+    }
+
     /// Where space `id` is in `spaces`.
     #[inline]
     fn position_of(&self, id: u32) -> Option<usize> {

@@ -598,6 +598,22 @@ impl Space {
         Ok(())
     }
 
+    /// This space's tuples under another definition `def` (same id, the same primary key:
+    /// the caller's), as a new space of the same quota: each tuple checked against the new
+    /// format and rebuilt with its field map, and every index built by one sort, so that a
+    /// tuple the new format refuses or a duplicate in a new unique index refuses the whole
+    /// change and this space stays as it was. Holds both copies of the tuples meanwhile.
+    pub fn redefined(&self, def: SpaceDef) -> Result<Space> {
+        debug_assert_eq!(def.id, self.id, "a space is redefined under its own id");
+        let mut space = Space::new(def, self.quota.clone())?;
+        let tuples = self.indexes[0]
+            .entries()
+            .map(|(_, tuple)| space.build_tuple(tuple.data()))
+            .collect::<Result<Vec<Tuple>>>()?;
+        space.bulk_load_built(tuples)?;
+        Ok(space)
+    }
+
     /// Adds a secondary index over the existing tuples, built by one sort.
     pub fn add_index(&mut self, def: IndexDef) -> Result<()> {
         if self.indexes.iter().any(|index| index.def.id == def.id) {

@@ -690,6 +690,81 @@ fn add_index_builds_over_existing_tuples() {
     );
 }
 
+/// `two_part_space`'s definition with `b` as `b_type` and the indexes `extra` after the
+/// primary one.
+fn two_part_def(name: &str, b_type: FieldType, extra: Vec<IndexDef>) -> SpaceDef {
+    let primary = IndexDef::tree(
+        0,
+        "primary",
+        true,
+        vec![
+            KeyPart::new(0, FieldType::Unsigned),
+            KeyPart::new(1, FieldType::String),
+        ],
+    );
+    SpaceDef {
+        id: 512,
+        name: name.into(),
+        format: SpaceFormat::new(vec![
+            FieldDef::new("a", FieldType::Unsigned),
+            FieldDef::new("b", b_type),
+        ]),
+        indexes: std::iter::once(primary).chain(extra).collect(),
+    }
+}
+
+#[test]
+fn a_redefined_space_keeps_its_tuples_under_the_new_indexes_and_name() {
+    let space = two_part_space();
+    let by_b = IndexDef::tree(1, "by_b", false, vec![KeyPart::new(1, FieldType::String)]);
+    let redefined = space
+        .redefined(two_part_def("renamed", FieldType::Scalar, vec![by_b]))
+        .unwrap();
+    assert_eq!(&*redefined.name, "renamed");
+    assert_eq!(
+        select_text(&redefined, 1, IteratorType::All, &[]),
+        [
+            "[1, \"a\"]",
+            "[2, \"a\"]",
+            "[1, \"b\"]",
+            "[3, \"b\"]",
+            "[2, \"c\"]"
+        ]
+    );
+    assert_eq!(select_text(&redefined, 0, IteratorType::All, &[]).len(), 5);
+    // The old space is untouched until the caller swaps them.
+    assert_eq!(space.indexes().len(), 1);
+    assert_eq!(&*space.name, "tester");
+}
+
+#[test]
+fn a_redefinition_the_tuples_break_is_refused_as_storage_refuses_them() {
+    let space = two_part_space();
+    let unique_b = IndexDef::tree(
+        1,
+        "unique_b",
+        true,
+        vec![KeyPart::new(1, FieldType::String)],
+    );
+    let duplicate = space
+        .redefined(two_part_def("tester", FieldType::String, vec![unique_b]))
+        .err()
+        .expect("b repeats");
+    assert!(
+        matches!(duplicate, StorageError::TupleFound { .. }),
+        "{duplicate:?}"
+    );
+    let narrowed = space
+        .redefined(two_part_def("tester", FieldType::Unsigned, Vec::new()))
+        .err()
+        .expect("b holds strings");
+    assert_eq!(
+        narrowed.to_string(),
+        "Tuple field 2 (b) type does not match one required by operation: expected unsigned, got string"
+    );
+    assert_eq!(space.len(), 5);
+}
+
 #[test]
 fn scalar_and_number_indexes_treat_equal_numbers_as_one_key() {
     let def = SpaceDef {
