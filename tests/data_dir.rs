@@ -327,13 +327,16 @@ fn a_failed_start_leaves_the_directory_byte_for_byte_unchanged() {
         log
     };
 
-    // A changed space, refused before recovery.
+    // A change the data does not allow, refused after recovery, before anything is written.
     let changed = SHIPPED.replace(
         r#"{ name = "value", type = "string" }"#,
         r#"{ name = "value", type = "unsigned" }"#,
     );
     let log = refused(&changed, "changed space");
-    assert!(log.contains("space 512 'kv' differs"), "{log}");
+    assert!(
+        log.contains("the config changes space 512 'kv' (field 3 'value' from string to unsigned)"),
+        "{log}"
+    );
 
     // Recovery fails on a damaged WAL: neither the added space nor a fingerprint is recorded.
     let wal_file = std::fs::read_dir(data_dir.join("shard-0"))

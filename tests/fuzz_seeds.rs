@@ -59,3 +59,8 @@ fn wal_files_replays_its_seeds() {
 fn crud_call_replays_its_seeds() {
     assert!(replay("crud_call", fuzz_checks::crud_call::run) >= 5);
 }
+
+#[test]
+fn schema_record_replays_its_seeds() {
+    assert!(replay("schema_record", fuzz_checks::schema_record::run) >= 5);
+}

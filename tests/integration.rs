@@ -34,6 +34,8 @@ mod python_connector;
 mod recovery_damage;
 #[path = "relayout.rs"]
 mod relayout;
+#[path = "schema_changes.rs"]
+mod schema_changes;
 #[path = "server_batching.rs"]
 mod server_batching;
 #[path = "server_connections.rs"]

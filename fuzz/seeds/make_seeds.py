@@ -305,3 +305,48 @@ write("crud_call", "replace_many", crud("replace_many", space("pages"),
 write("crud_call", "get_delete_count", crud("get", space("pages"), bytes([11]) + uint(2)))
 write("crud_call", "count_min_len", crud("count", space("customers"),
                                          conditions(("<", "id", uint(3)))))
+
+
+# --- schema_record: the recorded rows of one space (`_space` then `_index` rows), plain
+# MessagePack as `schema::user_space_rows` writes them (small values only).
+def mp(value):
+    if isinstance(value, bool):
+        return bytes([0xC3 if value else 0xC2])
+    if isinstance(value, int):
+        return bytes([value]) if value < 128 else b"\xcd" + struct.pack(">H", value)
+    if isinstance(value, str):
+        return bytes([0xA0 | len(value)]) + value.encode()
+    if isinstance(value, dict):
+        return bytes([0x80 | len(value)]) + b"".join(mp(k) + mp(v) for k, v in value.items())
+    return bytes([0x90 | len(value)]) + b"".join(mp(item) for item in value)
+
+
+def space_row(space_id, space_name, fields):
+    return mp([space_id, 1, space_name, "memtx", 0, {}, fields])
+
+
+def index_row(space_id, index_id, index_name, kind, unique, parts):
+    return mp([space_id, index_id, index_name, kind, {"unique": unique}, parts])
+
+
+write("schema_record", "kv", space_row(512, "kv", [
+    {"name": "id", "type": "unsigned"}, {"name": "bucket_id", "type": "unsigned"},
+    {"name": "value", "type": "string"}])
+    + index_row(512, 0, "primary", "tree", True, [[0, "unsigned"]]))
+write("schema_record", "customers", space_row(513, "customers", [
+    {"name": n, "type": "unsigned"} for n in ["id", "bucket_id", "a", "b", "c", "d"]]
+    + [{"name": "name", "type": "string"}])
+    + index_row(513, 0, "primary", "tree", True, [[0, "unsigned"]])
+    + index_row(513, 1, "composite", "tree", False,
+                [[2, "unsigned"], [3, "unsigned"], [4, "unsigned"], [5, "unsigned"], [6, "string"]])
+    + index_row(513, 2, "bucket_id", "tree", False, [[1, "unsigned"]]))
+write("schema_record", "nullable_collation_hash", space_row(600, "people", [
+    {"name": "id", "type": "unsigned"}, {"name": "name", "type": "string"},
+    {"name": "nick", "type": "string", "is_nullable": True}, {"name": "score", "type": "number"}])
+    + index_row(600, 0, "primary", "hash", True, [[0, "unsigned"]])
+    + index_row(600, 1, "by_name", "tree", False, [
+        {"field": 1, "type": "string", "collation": 2},
+        {"field": 2, "type": "string", "is_nullable": True}]))
+write("schema_record", "no_index", space_row(700, "bare", []))
+write("schema_record", "foreign_index_row", space_row(701, "a", [])
+      + index_row(702, 0, "primary", "tree", True, [[0, "unsigned"]]))

@@ -9,8 +9,9 @@
 //! * **The fingerprint** is the directory's identity, random at creation; every WAL file and
 //!   snapshot header carries it, so files of another directory are never mixed in.
 //! * **The schema record**, `schema.bin` (`docs/format.md`): the spaces the data was written
-//!   with. A recorded space that is gone or changed in the config refuses the start, with what
-//!   differs; spaces the config adds are accepted. A lost `schema.bin` is rebuilt: the
+//!   with. Spaces the config adds are accepted; a recorded space the config defines otherwise
+//!   is recovered as recorded and then changed (`schema_change.rs`, which says what it refuses:
+//!   a recorded space gone from the config, a new primary key). A lost `schema.bin` is rebuilt: the
 //!   fingerprint from the headers of the data files, the spaces from the config (whether they
 //!   match the data cannot be checked then, and a WARN says so).
 //!
@@ -24,8 +25,8 @@
 
 use crate::config::Config;
 use crate::server::schema;
+use crate::server::schema_change::{self, SpaceChange};
 use crate::server::ServerError;
-use crate::storage::text::msgpack_to_text;
 use crate::wal::dir as wal_dir;
 use crate::wal::format::{decode_file_header, DecodeError, FileKind, FILE_HEADER_SIZE_BYTES};
 use std::collections::BTreeMap;
@@ -64,6 +65,8 @@ pub struct DataDir {
     fingerprint: u64,
     origin: SchemaOrigin,
     spaces: ConfigSpaces,
+    /// The recorded spaces the config changes, each made once its shard has recovered.
+    changes: Vec<SpaceChange>,
     /// The outcome of [`DataDir::record_schema`], once tried.
     recorded: OnceLock<Result<(), String>>,
 }
@@ -83,11 +86,21 @@ impl DataDir {
         let lock = Lock::acquire(&path)?;
         let spaces = schema::user_space_rows(config);
         let files = FileFingerprints::scan(&path)?;
+        let mut changes = Vec::new();
         let (fingerprint, origin) = match read_schema_file(&path)? {
             Some((fingerprint, recorded)) => {
-                check_compatible(&recorded, &spaces).map_err(|reason| ServerError::DataDir {
-                    path: path.join(SCHEMA_FILE),
-                    reason,
+                let wanted: Vec<_> = spaces
+                    .iter()
+                    .zip(&config.spaces)
+                    .map(|((id, name, rows), space)| {
+                        (*id, name.clone(), rows.clone(), schema::space_def(space))
+                    })
+                    .collect();
+                changes = schema_change::plan(&recorded, &wanted).map_err(|reason| {
+                    ServerError::DataDir {
+                        path: path.join(SCHEMA_FILE),
+                        reason,
+                    }
                 })?;
                 files.check_all_carry(&path, fingerprint)?;
                 (fingerprint, SchemaOrigin::Recorded)
@@ -115,12 +128,20 @@ impl DataDir {
             fingerprint = format_args!("{fingerprint:#018x}"),
             "data directory locked ({LOCK_FILE})"
         );
+        for change in &changes {
+            tracing::info!(
+                "schema change: {}; recovering the space as recorded, then rebuilding it \
+                 under the config's definition",
+                change.describe()
+            );
+        }
         Ok(DataDir {
             path,
             lock,
             fingerprint,
             origin,
             spaces,
+            changes,
             recorded: OnceLock::new(),
         })
     }
@@ -136,6 +157,11 @@ impl DataDir {
 
     pub fn origin(&self) -> SchemaOrigin {
         self.origin
+    }
+
+    /// The recorded spaces the config changes (none for a new or rebuilt record).
+    pub fn schema_changes(&self) -> &[SpaceChange] {
+        &self.changes
     }
 
     /// Records the config's schema in `schema.bin`; call it once every shard has recovered.
@@ -550,45 +576,6 @@ fn write_atomically(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()>
     file.sync_all()?;
     std::fs::rename(&temporary, &path)?;
     File::open(dir)?.sync_all()
-}
-
-fn check_compatible(
-    recorded: &[(u32, Vec<u8>)],
-    config: &[(u32, String, Vec<u8>)],
-) -> Result<(), String> {
-    for (id, on_disk) in recorded {
-        match config.iter().find(|(config_id, _, _)| config_id == id) {
-            None => {
-                return Err(format!(
-                    "space {id} holds data on disk but is not in the config (on disk: {})",
-                    describe_rows(on_disk)
-                ))
-            }
-            Some((_, name, rows)) if rows != on_disk => {
-                return Err(format!(
-                    "space {id} '{name}' differs from the data on disk: on disk {}, in the \
-                     config {}",
-                    describe_rows(on_disk),
-                    describe_rows(rows)
-                ))
-            }
-            Some(_) => {}
-        }
-    }
-    Ok(())
-}
-
-/// The `_space` and `_index` rows in Tarantool's text form.
-fn describe_rows(rows: &[u8]) -> String {
-    let mut rest = rows;
-    let mut parts = Vec::new();
-    while !rest.is_empty() {
-        let Ok(row) = crate::msgpack::take_value(&mut rest) else {
-            break;
-        };
-        parts.push(msgpack_to_text(row));
-    }
-    parts.join(" ")
 }
 
 #[cfg(test)]

@@ -67,6 +67,7 @@ pub mod moved_key;
 #[allow(unsafe_code)]
 pub mod os;
 pub mod schema;
+pub mod schema_change;
 pub mod session;
 pub mod users;
 
@@ -105,6 +106,9 @@ pub struct Shared {
     pub snapshot_failure: Mutex<Option<String>>,
     /// What client connections hold, per core.
     pub net: connection::NetStats,
+    /// The recorded spaces the config changes: each core recovers them as recorded, then
+    /// makes the change (see `schema_change.rs`).
+    pub schema_changes: Vec<schema_change::SpaceChange>,
 }
 
 impl Shared {
@@ -119,6 +123,7 @@ impl Shared {
             snapshot_done: (0..shard_count).map(|_| AtomicU64::new(0)).collect(),
             snapshot_failure: Mutex::new(None),
             net: connection::NetStats::new(shard_count),
+            schema_changes: Vec::new(),
         }
     }
 }
@@ -170,6 +175,17 @@ pub enum ServerError {
     },
     #[error("another shard failed to start")]
     PeerFailed,
+    #[error(
+        "shard {shard_id}: the config changes {change}, which its data does not allow: \
+         {reason}. Nothing was changed on disk: start with the recorded definition of the \
+         space, or change the data first"
+    )]
+    SchemaChange {
+        shard_id: usize,
+        /// The space and what the config changes in it.
+        change: String,
+        reason: String,
+    },
     #[error("recovery of shard {shard_id} failed: {reason}{hint}")]
     Recovery {
         shard_id: usize,
@@ -203,16 +219,11 @@ where
     assert!(shard_count >= 1);
     // A pool that cannot be placed fails here, before the layout below moves any row.
     let placement = placement_for(shard_count)?;
-    // Before any core recovers: this process must own the directory, and the schema the data
-    // was written with must still hold. The lock is held until this function returns.
-    let data_dir = Arc::new(data_dir::DataDir::open(&config)?);
-    // Also before: rows written at another shard count are moved to their owners here.
-    let layout = Arc::new(layout::prepare_for_recovery(
-        &config,
-        shard_count,
-        data_dir.fingerprint(),
-    )?);
-    let shared = Arc::new(Shared::new(config, shard_count, data_dir.fingerprint()));
+    let (data_dir, layout) = open_data_dir(&config, shard_count)?;
+    let mut shared = Shared::new(config, shard_count, data_dir.fingerprint());
+    shared.schema_changes = data_dir.schema_changes().to_vec();
+    let shared = Arc::new(shared);
+    let (data_dir, layout) = (Arc::new(data_dir), Arc::new(layout));
     let mesh = mesh::core::mesh(shard_count);
     let per_core = Arc::new(per_core);
     let finished = Arc::new(AtomicUsize::new(0));
@@ -259,6 +270,23 @@ where
         })
         .map_err(|error| ServerError::Executors(error.to_string()))?;
     gather_outputs(handles.join_all(), shard_count)
+}
+
+/// Before any core recovers: takes the data directory (this process must own it; the lock is
+/// held as long as the returned value) and plans the changes the config makes to its recorded
+/// schema; then moves rows written at another shard count to their owners.
+fn open_data_dir(
+    config: &Config,
+    shard_count: usize,
+) -> Result<(data_dir::DataDir, layout::Prepared), ServerError> {
+    let data_dir = data_dir::DataDir::open(config)?;
+    let schema_change = data_dir
+        .schema_changes()
+        .first()
+        .map(|change| change.describe());
+    let layout =
+        layout::prepare_for_recovery(config, shard_count, data_dir.fingerprint(), schema_change)?;
+    Ok((data_dir, layout))
 }
 
 /// The executors of the shards, one per place in `placement`.

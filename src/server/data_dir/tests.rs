@@ -224,7 +224,27 @@ fn a_schema_record_of_another_directory_is_named_as_such() {
 }
 
 #[test]
-fn an_incompatible_config_is_refused_before_anything_is_written() {
+fn a_new_primary_key_is_refused_before_anything_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = DataDir::open(&config_in(dir.path())).unwrap();
+    data_dir.record_schema().unwrap();
+    drop(data_dir);
+    let before = contents(dir.path());
+
+    let changed =
+        SHIPPED_CONFIG_TOML.replacen(r#"parts = ["id"]"#, r#"parts = ["id", "bucket_id"]"#, 1);
+    let mut config = Config::from_toml_str(&changed).unwrap();
+    config.data_dir = dir.path().to_owned();
+    let message = error_text(DataDir::open(&config));
+    assert!(
+        message.contains("space 512 'kv' changes its primary key: rows are placed on shards by it"),
+        "{message}"
+    );
+    assert_eq!(contents(dir.path()), before);
+}
+
+#[test]
+fn another_format_opens_with_the_change_planned_and_nothing_written() {
     let dir = tempfile::tempdir().unwrap();
     let data_dir = DataDir::open(&config_in(dir.path())).unwrap();
     data_dir.record_schema().unwrap();
@@ -237,11 +257,17 @@ fn an_incompatible_config_is_refused_before_anything_is_written() {
     );
     let mut config = Config::from_toml_str(&changed).unwrap();
     config.data_dir = dir.path().to_owned();
-    let message = error_text(DataDir::open(&config));
-    assert!(
-        message.contains("space 512 'kv' differs from the data on disk: on disk"),
-        "{message}"
+    let data_dir = DataDir::open(&config).unwrap();
+    let changes: Vec<String> = data_dir
+        .schema_changes()
+        .iter()
+        .map(|c| c.describe())
+        .collect();
+    assert_eq!(
+        changes,
+        ["space 512 'kv' (field 3 'value' from string to unsigned)"]
     );
+    drop(data_dir);
     assert_eq!(contents(dir.path()), before);
 }
 

@@ -94,6 +94,17 @@ pub const TEST_CRASH_AT_ENV: &str = "TARN_TEST_RELAYOUT_CRASH_AT";
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LayoutError {
+    #[error(
+        "the config changes {change} and the data was written over {shards_old} shards, not \
+         {shards_new}: rows move between shards under the recorded schema only, so make one \
+         change a start: first start with the recorded schema at {shards_new} shards, then \
+         with the changed one"
+    )]
+    WithSchemaChange {
+        change: String,
+        shards_old: usize,
+        shards_new: usize,
+    },
     #[error("{context} {path}: {source}")]
     Io {
         context: &'static str,
@@ -222,7 +233,7 @@ impl Prepared {
 
 /// [`prepare_for_recovery`], then [`Prepared::record`]: the layout the shards now have.
 pub fn prepare(config: &Config, shard_count: usize, fingerprint: u64) -> Result<Layout> {
-    let prepared = prepare_for_recovery(config, shard_count, fingerprint)?;
+    let prepared = prepare_for_recovery(config, shard_count, fingerprint, None)?;
     prepared.record(&config.data_dir)?;
     Ok(prepared.layout)
 }
@@ -231,10 +242,14 @@ pub fn prepare(config: &Config, shard_count: usize, fingerprint: u64) -> Result<
 /// moves every row (committing the new record) when `config` and `shard_count` ask for
 /// another layout than the one the data was written in. A record that is only stale is left
 /// for [`Prepared::record`].
+///
+/// `schema_change` describes a change the config makes to a recorded space, if any: rows are
+/// moved under the recorded schema only, so a move is then refused.
 pub fn prepare_for_recovery(
     config: &Config,
     shard_count: usize,
     fingerprint: u64,
+    schema_change: Option<String>,
 ) -> Result<Prepared> {
     let data_dir = &config.data_dir;
     let recorded = read_record(data_dir)?;
@@ -300,6 +315,13 @@ pub fn prepare_for_recovery(
         generation: generation + 1,
         ..wanted
     };
+    if let Some(change) = schema_change {
+        return Err(LayoutError::WithSchemaChange {
+            change,
+            shards_old: old.shard_count,
+            shards_new: new.shard_count,
+        });
+    }
     relayout(config, fingerprint, &old, &new)?;
     Ok(Prepared {
         layout: new,

@@ -34,7 +34,7 @@ use crate::crud::CrudConfig;
 use crate::server::durability;
 use crate::server::mesh::batch::{self, Kind};
 use crate::server::mesh::inbox::Inbox;
-use crate::server::schema;
+use crate::server::{schema, schema_change};
 use crate::server::{ServerError, Shared};
 use crate::shard::{ScanPart, Shard};
 use glommio::channels::channel_mesh::{Full, MeshBuilder, Receivers, Senders};
@@ -188,9 +188,14 @@ impl Core {
         let id = senders.peer_id();
         let memory_bytes = shared.config.memory_bytes / shard_count as u64;
         let mut engine = schema::build_engine(&shared.config, memory_bytes)?;
+        // A space the config changes is recovered as its data was written, then changed.
+        for change in &shared.schema_changes {
+            engine.redefine_space(change.recorded.clone())?;
+        }
         // Every core recovers its own shard, so all shards recover in parallel.
         let fingerprint = shared.fingerprint;
         let recovered = durability::recover_shard(&shared.config, id, fingerprint, &mut engine)?;
+        schema_change::apply(&shared.schema_changes, id, &mut engine)?;
         let lsn_next = recovered.lsn_next;
         let wal = durability::start_wal(&shared.config, id, fingerprint, lsn_next)?;
         let core = Rc::new(Core {
@@ -212,6 +217,18 @@ impl Core {
             handed_over: RefCell::default(),
             handed_over_waiter: RefCell::default(),
         });
+        if !core.shared.schema_changes.is_empty() {
+            // Before the new schema is recorded: a later recovery under it starts from this
+            // snapshot, never replaying rows written under the old one.
+            let lsn_recovered = lsn_next - 1;
+            durability::take_snapshot(&core.shard, &core.shared.config, fingerprint, lsn_recovered)
+                .await
+                .map_err(|reason| ServerError::Recovery {
+                    shard_id: id,
+                    reason: format!("the snapshot after the schema change failed: {reason}"),
+                    hint: "",
+                })?;
+        }
         durability::roll_back_refused_writes(&core);
         core.start_tasks(receivers);
         let checkpoint =

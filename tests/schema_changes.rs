@@ -1,0 +1,209 @@
+//! Schema changes in the config against the real binary: a recorded space that the config
+//! changes is recovered as its data was written and then rebuilt under the config's
+//! definition (new index, new field, wider type), on every shard; a change the data does
+//! not allow refuses the start and leaves the directory as it was.
+
+use crate::common;
+
+use common::{Client, Server};
+use std::path::Path;
+use tarn::msgpack::{self, write_array_len, write_str, write_uint, Value};
+use tarn::protocol::client::{self, decode_reply};
+use tarn::protocol::request::Select;
+
+const SHIPPED: &str = include_str!("../conf/tarn.toml");
+const KV: u32 = 512;
+const SHARDS: u32 = 2;
+
+/// The shipped config with `kv` given a nullable `note` field and a non-unique TREE index
+/// on `value` (index 1).
+fn with_value_index() -> String {
+    let kv_format = r#"    { name = "value", type = "string" },
+]"#;
+    assert!(SHIPPED.contains(kv_format));
+    let changed = SHIPPED.replacen(
+        kv_format,
+        r#"    { name = "value", type = "string" },
+    { name = "note", type = "string", is_nullable = true },
+]"#,
+        1,
+    );
+    let kv_primary = "parts = [\"id\"]\n";
+    let at = changed.find(kv_primary).expect("kv's primary index") + kv_primary.len();
+    let index = "\n[[space.index]]\nname = \"by_value\"\ntype = \"TREE\"\nunique = false\nparts = [\"value\"]\n";
+    format!("{}{index}{}", &changed[..at], &changed[at..])
+}
+
+fn start(dir: &Path, config: &str) -> Result<Server, String> {
+    Server::try_start_with(dir, config, SHARDS, &["--wal-mode", "write"])
+}
+
+/// Replaces kv rows `ids`, each `[id, id % 3000, "v{id % 7}"]`.
+fn write_rows(server: &Server, ids: std::ops::Range<u64>) {
+    let mut client = Client::connect(server);
+    for id in ids {
+        let mut request = Vec::new();
+        let value = format!("v{}", id % 7);
+        client::encode_replace(&mut request, id, KV, &common::kv_tuple(id, &value));
+        client.send(&request);
+        let reply = client.read_packet().expect("reply");
+        assert!(!decode_reply(&reply).unwrap().is_error());
+    }
+}
+
+/// The ids of the kv rows whose value is `value`, by index 1 (EQ), in the index's order.
+fn ids_by_value(server: &Server, value: &str) -> Vec<u64> {
+    let mut key = Vec::new();
+    write_array_len(&mut key, 1);
+    write_str(&mut key, value.as_bytes());
+    let select = Select {
+        space_id: KV,
+        index_id: 1,
+        limit: u32::MAX,
+        offset: 0,
+        iterator: 0,
+        key: &key,
+        fetch_position: false,
+        after_position: None,
+        after_tuple: None,
+    };
+    let mut request = Vec::new();
+    client::encode_select(&mut request, 1, &select);
+    let mut client = Client::connect(server);
+    client.send(&request);
+    let packet = client.read_packet().expect("a select reply");
+    let reply = decode_reply(&packet).unwrap();
+    assert!(!reply.is_error(), "{:?}", reply.error_message());
+    let mut data = reply.data().unwrap();
+    let Ok(Value::Array(count)) = msgpack::read_value(&mut data) else {
+        panic!("rows");
+    };
+    (0..count)
+        .map(|_| {
+            let tuple = msgpack::take_value(&mut data).unwrap();
+            let mut fields = &tuple[1..];
+            match msgpack::read_value(&mut fields) {
+                Ok(Value::Uint(id)) => id,
+                other => panic!("an id first: {other:?}"),
+            }
+        })
+        .collect()
+}
+
+#[test]
+fn an_index_and_a_field_the_config_adds_are_built_over_the_recorded_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), SHIPPED).unwrap();
+    write_rows(&server, 0..200);
+    assert_eq!(server.stop(), Some(0));
+
+    let changed = with_value_index();
+    let server = start(dir.path(), &changed).unwrap();
+    let log = server.log_so_far();
+    assert!(
+        log.contains(
+            "schema change: space 512 'kv' (field 4 'note' added as nullable string, index 1 \
+             'by_value' added as non-unique tree on [3 string])"
+        ),
+        "{log}"
+    );
+    assert!(log.contains("schema change made"), "{log}");
+    // Rows of both shards, in the new index's order: by value, then by primary key.
+    let expected: Vec<u64> = (0..200).filter(|id| id % 7 == 3).collect();
+    assert_eq!(ids_by_value(&server, "v3"), expected);
+    // The new field is in the format: a string there is taken, a number refused.
+    let mut with_note = Vec::new();
+    write_array_len(&mut with_note, 4);
+    write_uint(&mut with_note, 500);
+    write_uint(&mut with_note, 500);
+    write_str(&mut with_note, b"v3");
+    write_str(&mut with_note, b"a note");
+    let mut request = Vec::new();
+    client::encode_replace(&mut request, 7, KV, &with_note);
+    let mut client = Client::connect(&server);
+    client.send(&request);
+    let reply = client.read_packet().unwrap();
+    assert!(!decode_reply(&reply).unwrap().is_error());
+    assert_eq!(server.stop(), Some(0));
+
+    // Recorded now: the next start changes nothing, and everything is still there.
+    let server = start(dir.path(), &changed).unwrap();
+    assert!(!server.log_so_far().contains("schema change"));
+    let mut expected_with_new = expected.clone();
+    expected_with_new.push(500);
+    assert_eq!(ids_by_value(&server, "v3"), expected_with_new);
+    assert_eq!(common::kv_ids(server.addr).len(), 201);
+    assert_eq!(server.stop(), Some(0));
+}
+
+#[test]
+fn a_change_the_data_does_not_allow_refuses_the_start_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), SHIPPED).unwrap();
+    write_rows(&server, 0..50);
+    assert_eq!(server.stop(), Some(0));
+    let narrowed = SHIPPED.replacen(
+        r#"{ name = "value", type = "string" }"#,
+        r#"{ name = "value", type = "unsigned" }"#,
+        1,
+    );
+    let log = match start(dir.path(), &narrowed) {
+        Ok(_) => panic!("start-up must be refused"),
+        Err(log) => log,
+    };
+    assert!(
+        log.contains(
+            "the config changes space 512 'kv' (field 3 'value' from string to unsigned), which \
+             its data does not allow: Tuple field 3 (value) type does not match one required by \
+             operation: expected unsigned, got string. Nothing was changed on disk"
+        ),
+        "{log}"
+    );
+    let server = start(dir.path(), SHIPPED).unwrap();
+    assert!(!server.log_so_far().contains("schema change"));
+    assert_eq!(common::kv_ids(server.addr), (0..50).collect::<Vec<u64>>());
+    assert_eq!(server.stop(), Some(0));
+}
+
+#[test]
+fn a_space_gone_from_the_config_refuses_the_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), SHIPPED).unwrap();
+    write_rows(&server, 0..10);
+    assert_eq!(server.stop(), Some(0));
+    let kv_start = SHIPPED.find("[[space]]\nname = \"kv\"").expect("kv");
+    let kv_end = kv_start
+        + SHIPPED[kv_start..]
+            .find("\n# A space with secondary")
+            .expect("the next space");
+    let without_kv = format!("{}{}", &SHIPPED[..kv_start], &SHIPPED[kv_end..]);
+    let log = match start(dir.path(), &without_kv) {
+        Ok(_) => panic!("start-up must be refused"),
+        Err(log) => log,
+    };
+    assert!(
+        log.contains("space 512 holds data on disk but is not in the config"),
+        "{log}"
+    );
+    assert!(log.contains("put the space back in the config"), "{log}");
+}
+
+#[test]
+fn a_schema_change_and_a_new_shard_count_at_once_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), SHIPPED).unwrap();
+    write_rows(&server, 0..20);
+    assert_eq!(server.stop(), Some(0));
+    let log = match Server::try_start_with(dir.path(), &with_value_index(), 1, &[]) {
+        Ok(_) => panic!("start-up must be refused"),
+        Err(log) => log,
+    };
+    assert!(
+        log.contains("and the data was written over 2 shards, not 1: rows move between shards under the recorded schema only"),
+        "{log}"
+    );
+    // Nothing moved: the recorded schema at the recorded count starts as before.
+    let server = start(dir.path(), SHIPPED).unwrap();
+    assert_eq!(common::kv_ids(server.addr), (0..20).collect::<Vec<u64>>());
+    assert_eq!(server.stop(), Some(0));
+}
