@@ -1,7 +1,8 @@
 //! Schema changes in the config against the real binary: a recorded space that the config
 //! changes is recovered as its data was written and then rebuilt under the config's
 //! definition (new index, new field, wider type), on every shard; a change the data does
-//! not allow refuses the start and leaves the directory as it was.
+//! not allow refuses the start and leaves the directory as it was; a space gone from the
+//! config is refused, or dropped for good with `--drop-missing-spaces`.
 
 use crate::common;
 
@@ -166,7 +167,7 @@ fn a_change_the_data_does_not_allow_refuses_the_start_and_changes_nothing() {
 }
 
 #[test]
-fn a_space_gone_from_the_config_refuses_the_start() {
+fn a_space_gone_from_the_config_is_refused_or_dropped_for_good_on_the_operators_word() {
     let dir = tempfile::tempdir().unwrap();
     let server = start(dir.path(), SHIPPED).unwrap();
     write_rows(&server, 0..10);
@@ -185,7 +186,30 @@ fn a_space_gone_from_the_config_refuses_the_start() {
         log.contains("space 512 holds data on disk but is not in the config"),
         "{log}"
     );
-    assert!(log.contains("put the space back in the config"), "{log}");
+    assert!(
+        log.contains("or start once with --drop-missing-spaces to drop its data"),
+        "{log}"
+    );
+
+    let args = ["--wal-mode", "write", "--drop-missing-spaces"];
+    let server = Server::try_start_with(dir.path(), &without_kv, SHARDS, &args).unwrap();
+    let log = server.log_so_far();
+    assert!(
+        log.contains("schema change made: space 512 'kv' (dropped: not in the config"),
+        "{log}"
+    );
+    assert_eq!(server.stop(), Some(0));
+    // Recorded without it: the same config starts without the flag.
+    let server = start(dir.path(), &without_kv).unwrap();
+    assert_eq!(server.stop(), Some(0));
+    // Given back to the config, the space starts empty: its old rows never come back.
+    let server = start(dir.path(), SHIPPED).unwrap();
+    assert_eq!(common::kv_ids(server.addr), Vec::<u64>::new());
+    write_rows(&server, 3..4);
+    assert_eq!(server.stop(), Some(0));
+    let server = start(dir.path(), SHIPPED).unwrap();
+    assert_eq!(common::kv_ids(server.addr), [3]);
+    assert_eq!(server.stop(), Some(0));
 }
 
 #[test]

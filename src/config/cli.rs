@@ -13,8 +13,8 @@ use super::settings::LogLevel;
 use super::size::parse_size_bytes;
 use super::DEFAULT_CONFIG_PATH;
 
-/// `tarn` command-line arguments. Every flag but `--config` and `--force-recovery` overrides
-/// the key of the same name in the config file.
+/// `tarn` command-line arguments. Every flag but `--config`, `--force-recovery` and
+/// `--drop-missing-spaces` overrides the key of the same name in the config file.
 #[derive(Debug, Clone, Default, PartialEq, Eq, clap::Parser)]
 #[command(
     name = "tarn",
@@ -67,6 +67,11 @@ pub struct CliArgs {
     /// Skip damaged WAL rows during recovery instead of refusing to start.
     #[arg(long)]
     pub force_recovery: bool,
+
+    /// Drop the data of every space the data directory holds that the config no longer
+    /// has (without it, such a start is refused).
+    #[arg(long)]
+    pub drop_missing_spaces: bool,
 }
 
 impl CliArgs {

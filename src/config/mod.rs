@@ -107,6 +107,9 @@ pub struct Config {
     pub access: AccessConfig,
     /// In file order; ids and names are unique.
     pub spaces: Vec<SpaceConfig>,
+    /// The operator's word, for one start, that the data of a recorded space missing from
+    /// `spaces` is to be dropped (`--drop-missing-spaces`); without it such a start is refused.
+    pub drop_missing_spaces: bool,
 }
 
 impl Config {
@@ -129,7 +132,9 @@ pub fn load(args: &CliArgs) -> Result<Config, ConfigError> {
     let (text, source) = read_config_text(args.config.as_deref())?;
     let mut raw = parse_raw(&text, &source)?;
     args.override_file(&mut raw);
-    resolve(&raw, source, args.force_recovery)
+    let mut config = resolve(&raw, source, args.force_recovery)?;
+    config.drop_missing_spaces = args.drop_missing_spaces;
+    Ok(config)
 }
 
 /// The text of the config file and where it came from. A missing default file falls back to
@@ -210,6 +215,7 @@ fn resolve(
         durability,
         access,
         spaces,
+        drop_missing_spaces: false,
     })
 }
 

@@ -89,19 +89,7 @@ impl DataDir {
         let mut changes = Vec::new();
         let (fingerprint, origin) = match read_schema_file(&path)? {
             Some((fingerprint, recorded)) => {
-                let wanted: Vec<_> = spaces
-                    .iter()
-                    .zip(&config.spaces)
-                    .map(|((id, name, rows), space)| {
-                        (*id, name.clone(), rows.clone(), schema::space_def(space))
-                    })
-                    .collect();
-                changes = schema_change::plan(&recorded, &wanted).map_err(|reason| {
-                    ServerError::DataDir {
-                        path: path.join(SCHEMA_FILE),
-                        reason,
-                    }
-                })?;
+                changes = plan_changes(config, &spaces, &recorded, &path)?;
                 files.check_all_carry(&path, fingerprint)?;
                 (fingerprint, SchemaOrigin::Recorded)
             }
@@ -208,6 +196,28 @@ impl Drop for DataDir {
             self.lock.keep = true;
         }
     }
+}
+
+/// The changes `config` makes to the recorded spaces, or why they are refused.
+fn plan_changes(
+    config: &Config,
+    spaces: &ConfigSpaces,
+    recorded: &RecordedSpaces,
+    path: &Path,
+) -> Result<Vec<SpaceChange>, ServerError> {
+    let wanted: Vec<_> = spaces
+        .iter()
+        .zip(&config.spaces)
+        .map(|((id, name, rows), space)| {
+            (*id, name.clone(), rows.clone(), schema::space_def(space))
+        })
+        .collect();
+    schema_change::plan(recorded, &wanted, config.drop_missing_spaces).map_err(|reason| {
+        ServerError::DataDir {
+            path: path.join(SCHEMA_FILE),
+            reason,
+        }
+    })
 }
 
 fn new_fingerprint() -> u64 {

@@ -6,9 +6,10 @@
 //! config's ([`crate::storage::Engine::redefine_space`]): every tuple is checked against the
 //! new format and every index built over the recovered data, so a change holds exactly when
 //! the data as it is now satisfies it (a new unique index without duplicates, a narrower
-//! type no tuple violates), whatever its history. Two changes are refused before recovery:
-//! a recorded space missing from the config (tarn does not drop data at start-up) and a new
-//! primary key (rows are placed on shards by it).
+//! type no tuple violates), whatever its history. A recorded space missing from the config
+//! is refused before recovery unless the operator starts with `--drop-missing-spaces`: it is
+//! then recovered as recorded and dropped. A new primary key is refused (rows are placed on
+//! shards by it).
 //!
 //! Owns the decoding of recorded rows, the wording of changes and refusals, and making a
 //! change on a recovered shard's engine; knows nothing of files, recovery or executors.
@@ -23,11 +24,11 @@ use crate::storage::{
 use std::time::Instant;
 
 /// A recorded space that the config defines otherwise: recovered as `recorded`, then
-/// rebuilt as `wanted`.
+/// rebuilt as `wanted`, or dropped where that is `None`.
 #[derive(Debug, Clone)]
 pub struct SpaceChange {
     pub recorded: SpaceDef,
-    pub wanted: SpaceDef,
+    pub wanted: Option<SpaceDef>,
     /// What differs, one phrase each ("index 2 'email' added", ...).
     pub what: Vec<String>,
 }
@@ -35,36 +36,51 @@ pub struct SpaceChange {
 impl SpaceChange {
     /// "space 513 'customers' (index 3 'by_name' added, field 8 'note' added)".
     pub fn describe(&self) -> String {
+        let space = self.wanted.as_ref().unwrap_or(&self.recorded);
         format!(
             "space {} '{}' ({})",
-            self.wanted.id,
-            self.wanted.name,
+            space.id,
+            space.name,
             self.what.join(", ")
         )
     }
 }
 
 /// The changes from the recorded spaces (id and rows) to the config's (id, name, rows and
-/// definition), or why tarn refuses them.
+/// definition), or why tarn refuses them; `drop_missing`: the operator's word that recorded
+/// spaces missing from the config are dropped.
 pub fn plan(
     recorded: &[(u32, Vec<u8>)],
     config: &[(u32, String, Vec<u8>, SpaceDef)],
+    drop_missing: bool,
 ) -> Result<Vec<SpaceChange>, String> {
     let mut changes = Vec::new();
     for (id, on_disk) in recorded {
+        let decode = || {
+            decode_space_rows(on_disk)
+                .map_err(|reason| format!("the record of space {id} is damaged: {reason}"))
+        };
         let Some((_, name, rows, wanted)) = config.iter().find(|(config_id, ..)| config_id == id)
         else {
-            return Err(format!(
-                "space {id} holds data on disk but is not in the config (on disk: {}); tarn \
-                 does not drop a space's data at start-up: put the space back in the config",
-                describe_rows(on_disk)
-            ));
+            if !drop_missing {
+                return Err(format!(
+                    "space {id} holds data on disk but is not in the config (on disk: {}): put \
+                     the space back in the config, or start once with --drop-missing-spaces to \
+                     drop its data",
+                    describe_rows(on_disk)
+                ));
+            }
+            changes.push(SpaceChange {
+                recorded: decode()?,
+                wanted: None,
+                what: vec!["dropped: not in the config, --drop-missing-spaces".into()],
+            });
+            continue;
         };
         if rows == on_disk {
             continue;
         }
-        let recorded = decode_space_rows(on_disk)
-            .map_err(|reason| format!("the record of space {id} is damaged: {reason}"))?;
+        let recorded = decode()?;
         if recorded.indexes.first().map(index_shape) != wanted.indexes.first().map(index_shape) {
             return Err(format!(
                 "space {id} '{name}' changes its primary key: rows are placed on shards by \
@@ -78,7 +94,7 @@ pub fn plan(
         debug_assert!(!what.is_empty(), "different rows differ somewhere");
         changes.push(SpaceChange {
             recorded,
-            wanted: wanted.clone(),
+            wanted: Some(wanted.clone()),
             what,
         });
     }
@@ -94,23 +110,24 @@ pub fn apply(
 ) -> Result<(), ServerError> {
     for change in changes {
         let started = Instant::now();
-        engine
-            .redefine_space(change.wanted.clone())
-            .map_err(|error| ServerError::SchemaChange {
-                shard_id,
-                change: change.describe(),
-                reason: error.to_string(),
-            })?;
-        let tuples = engine
-            .space(change.wanted.id)
-            .map_or(0, |space| space.len());
+        let id = change.recorded.id;
+        let tuples = engine.space(id).map_or(0, |space| space.len());
+        let made = match &change.wanted {
+            Some(wanted) => engine.redefine_space(wanted.clone()),
+            None => engine.drop_space(id),
+        };
+        made.map_err(|error| ServerError::SchemaChange {
+            shard_id,
+            change: change.describe(),
+            reason: error.to_string(),
+        })?;
         tracing::info!(
             shard = shard_id,
-            space = %change.wanted.name,
+            space = id,
             tuples,
             seconds = format_args!("{:.3}", started.elapsed().as_secs_f64()),
             "schema change made: {}",
-            change.what.join(", ")
+            change.describe()
         );
     }
     Ok(())

@@ -57,7 +57,22 @@ impl Engine {
             .spaces
             .partition_point(|existing| existing.id < space.id);
         self.spaces.insert(at, space);
-        // Positions from `at` on moved: rebuilt whole (spaces are created rarely).
+        self.index_positions();
+        Ok(())
+    }
+
+    /// Removes space `id` with its tuples (their memory goes back to the quota).
+    pub fn drop_space(&mut self, id: u32) -> Result<()> {
+        let at = self
+            .position_of(id)
+            .ok_or_else(|| StorageError::NoSuchSpace(id.to_string().into()))?;
+        self.spaces.remove(at);
+        self.index_positions();
+        Ok(())
+    }
+
+    /// Rebuilds `space_at` whole after `spaces` changed (spaces come and go rarely).
+    fn index_positions(&mut self) {
         let direct_ids = || {
             self.spaces
                 .iter()
@@ -79,7 +94,6 @@ impl Engine {
             .iter()
             .enumerate()
             .all(|(position, space)| self.position_of(space.id) == Some(position)));
-        Ok(())
     }
 
     /// Puts space `def.id` under `def`, its tuples kept: see [`Space::redefined`], which

@@ -190,7 +190,11 @@ impl Core {
         let mut engine = schema::build_engine(&shared.config, memory_bytes)?;
         // A space the config changes is recovered as its data was written, then changed.
         for change in &shared.schema_changes {
-            engine.redefine_space(change.recorded.clone())?;
+            match change.wanted {
+                Some(_) => engine.redefine_space(change.recorded.clone())?,
+                // Its rows are recovered into it, then dropped with it.
+                None => engine.create_space(change.recorded.clone())?,
+            }
         }
         // Every core recovers its own shard, so all shards recover in parallel.
         let fingerprint = shared.fingerprint;

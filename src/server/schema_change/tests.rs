@@ -77,7 +77,7 @@ fn every_cut_of_a_record_is_refused_without_a_panic() {
 #[test]
 fn an_unchanged_schema_plans_nothing() {
     let config = config(PEOPLE);
-    assert!(plan(&recorded(&config), &wanted(&config))
+    assert!(plan(&recorded(&config), &wanted(&config), false)
         .unwrap()
         .is_empty());
 }
@@ -99,7 +99,7 @@ unique = false
 parts = ["score"]
 "#),
     );
-    let changes = plan(&recorded(&before), &wanted(&after)).unwrap();
+    let changes = plan(&recorded(&before), &wanted(&after), false).unwrap();
     assert_eq!(changes.len(), 1);
     assert_eq!(
         changes[0].describe(),
@@ -107,7 +107,10 @@ parts = ["score"]
          nullable string, index 2 'by_score' added as non-unique tree on [4 scalar])"
     );
     assert_eq!(changes[0].recorded.indexes.len(), 2);
-    assert_eq!(changes[0].wanted.indexes.len(), 3);
+    assert_eq!(
+        changes[0].wanted.as_ref().map(|def| def.indexes.len()),
+        Some(3)
+    );
 }
 
 #[test]
@@ -118,7 +121,7 @@ fn dropped_and_rebuilt_indexes_and_a_rename_are_named() {
             .replace(r#"name = "people""#, r#"name = "persons""#)
             .replace(r#"collation = "unicode_ci""#, r#"collation = "unicode""#),
     );
-    let changes = plan(&recorded(&before), &wanted(&after)).unwrap();
+    let changes = plan(&recorded(&before), &wanted(&after), false).unwrap();
     assert_eq!(
         changes[0].what,
         [
@@ -128,14 +131,14 @@ fn dropped_and_rebuilt_indexes_and_a_rename_are_named() {
     );
     let without_index =
         config(&PEOPLE[..PEOPLE.find("[[space.index]]\nname = \"by_name\"").unwrap()]);
-    let changes = plan(&recorded(&before), &wanted(&without_index)).unwrap();
+    let changes = plan(&recorded(&before), &wanted(&without_index), false).unwrap();
     assert_eq!(changes[0].what, ["index 1 'by_name' dropped"]);
 }
 
 #[test]
-fn a_space_gone_from_the_config_is_refused_with_its_record() {
+fn a_space_gone_from_the_config_is_refused_with_its_record_or_dropped_on_the_word() {
     let before = config(PEOPLE);
-    let error = plan(&recorded(&before), &wanted(&config(""))).unwrap_err();
+    let error = plan(&recorded(&before), &wanted(&config("")), false).unwrap_err();
     assert!(
         error.starts_with(
             "space 600 holds data on disk but is not in the config (on disk: [600, 1, \"people\""
@@ -143,8 +146,18 @@ fn a_space_gone_from_the_config_is_refused_with_its_record() {
         "{error}"
     );
     assert!(
-        error.ends_with("put the space back in the config"),
+        error.ends_with(
+            "put the space back in the config, or start once with --drop-missing-spaces to \
+             drop its data"
+        ),
         "{error}"
+    );
+    let dropped = plan(&recorded(&before), &wanted(&config("")), true).unwrap();
+    assert_eq!(dropped.len(), 1);
+    assert!(dropped[0].wanted.is_none());
+    assert_eq!(
+        dropped[0].describe(),
+        "space 600 'people' (dropped: not in the config, --drop-missing-spaces)"
     );
 }
 
@@ -152,7 +165,7 @@ fn a_space_gone_from_the_config_is_refused_with_its_record() {
 fn a_new_primary_key_is_refused() {
     let before = config(PEOPLE);
     let after = config(&PEOPLE.replacen(r#"parts = ["id"]"#, r#"parts = ["id", "name"]"#, 1));
-    let error = plan(&recorded(&before), &wanted(&after)).unwrap_err();
+    let error = plan(&recorded(&before), &wanted(&after), false).unwrap_err();
     assert!(
         error.starts_with(
             "space 600 'people' changes its primary key: rows are placed on shards by it"
