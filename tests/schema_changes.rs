@@ -39,6 +39,14 @@ fn start(dir: &Path, config: &str) -> Result<Server, String> {
     Server::try_start_with(dir, config, SHARDS, &["--wal-mode", "write"])
 }
 
+/// The log of a start that must have been refused.
+fn refused(started: Result<Server, String>) -> String {
+    match started {
+        Ok(_) => panic!("start-up must be refused"),
+        Err(log) => log,
+    }
+}
+
 /// Replaces kv rows `ids`, each `[id, id % 3000, "v{id % 7}"]`.
 fn write_rows(server: &Server, ids: std::ops::Range<u64>) {
     let mut client = Client::connect(server);
@@ -148,10 +156,7 @@ fn a_change_the_data_does_not_allow_refuses_the_start_and_changes_nothing() {
         r#"{ name = "value", type = "unsigned" }"#,
         1,
     );
-    let log = match start(dir.path(), &narrowed) {
-        Ok(_) => panic!("start-up must be refused"),
-        Err(log) => log,
-    };
+    let log = refused(start(dir.path(), &narrowed));
     assert!(
         log.contains(
             "the config changes space 512 'kv' (field 3 'value' from string to unsigned), which \
@@ -178,10 +183,7 @@ fn a_space_gone_from_the_config_is_refused_or_dropped_for_good_on_the_operators_
             .find("\n# A space with secondary")
             .expect("the next space");
     let without_kv = format!("{}{}", &SHIPPED[..kv_start], &SHIPPED[kv_end..]);
-    let log = match start(dir.path(), &without_kv) {
-        Ok(_) => panic!("start-up must be refused"),
-        Err(log) => log,
-    };
+    let log = refused(start(dir.path(), &without_kv));
     assert!(
         log.contains("space 512 holds data on disk but is not in the config"),
         "{log}"
@@ -218,10 +220,12 @@ fn a_schema_change_and_a_new_shard_count_at_once_are_refused() {
     let server = start(dir.path(), SHIPPED).unwrap();
     write_rows(&server, 0..20);
     assert_eq!(server.stop(), Some(0));
-    let log = match Server::try_start_with(dir.path(), &with_value_index(), 1, &[]) {
-        Ok(_) => panic!("start-up must be refused"),
-        Err(log) => log,
-    };
+    let log = refused(Server::try_start_with(
+        dir.path(),
+        &with_value_index(),
+        1,
+        &[],
+    ));
     assert!(
         log.contains("and the data was written over 2 shards, not 1: rows move between shards under the recorded schema only"),
         "{log}"
