@@ -264,6 +264,37 @@ mod tests {
     }
 
     #[test]
+    fn a_dropped_space_is_gone_its_memory_returned_and_the_others_still_found() {
+        let mut engine = Engine::new(u64::MAX);
+        for id in [512, 513, DIRECT_SPACE_IDS + 1] {
+            engine.create_space(def(id)).unwrap();
+        }
+        let empty_bytes = engine.quota().used_bytes();
+        let space = engine.space_mut(512).unwrap();
+        for key in 0..1000u64 {
+            space
+                .insert(&[0x91, 0xcd, (key >> 8) as u8, key as u8])
+                .unwrap();
+        }
+        assert!(engine.quota().used_bytes() > empty_bytes);
+        engine.drop_space(512).unwrap();
+        assert_eq!(engine.quota().used_bytes(), empty_bytes);
+        assert!(engine.find_space(512).is_none());
+        assert_eq!(engine.space(513).unwrap().id, 513);
+        assert_eq!(
+            engine.space(DIRECT_SPACE_IDS + 1).unwrap().id,
+            DIRECT_SPACE_IDS + 1
+        );
+        assert!(matches!(
+            engine.drop_space(512),
+            Err(StorageError::NoSuchSpace(_))
+        ));
+        // The id is free again, and a space made under it starts empty.
+        engine.create_space(def(512)).unwrap();
+        assert_eq!(engine.space(512).unwrap().len(), 0);
+    }
+
+    #[test]
     fn same_name_is_byte_equality_at_every_length() {
         for len in 0..=20usize {
             let name: Vec<u8> = (0..len as u8).map(|at| b'a' + at).collect();
