@@ -183,3 +183,23 @@ fn the_fuzz_seeds_are_the_records_of_the_shipped_spaces() {
     assert_eq!(rows[0].2, kv);
     assert_eq!(rows[1].2, customers);
 }
+
+#[test]
+fn rows_that_spell_the_same_definition_otherwise_are_no_change() {
+    let config = config("");
+    let mut recorded = recorded(&config);
+    // kv's primary part `[0, "unsigned"]` as a map: `{"field": 0, "type": "unsigned"}`.
+    let short = b"\x91\x92\x00\xa8unsigned";
+    let long = b"\x91\x82\xa5field\x00\xa4type\xa8unsigned";
+    let rows = &mut recorded[0].1;
+    let at = rows
+        .windows(short.len())
+        .position(|window| window == short)
+        .expect("kv's primary part");
+    rows.splice(at..at + short.len(), long.iter().copied());
+    assert_eq!(
+        format!("{:?}", decode_space_rows(rows).unwrap()),
+        format!("{:?}", schema::space_def(&config.spaces[0]))
+    );
+    assert!(plan(&recorded, &wanted(&config), false).unwrap().is_empty());
+}
