@@ -39,25 +39,7 @@ fn expected(ids: std::ops::RangeInclusive<u64>) -> Vec<(u64, String)> {
     ids.map(|id| (id, value(id))).collect()
 }
 
-/// Every file and directory under `dir`, with the bytes of each file.
-fn contents(dir: &Path) -> BTreeMap<PathBuf, Option<Vec<u8>>> {
-    let mut found = BTreeMap::new();
-    let mut pending = vec![dir.to_owned()];
-    while let Some(next) = pending.pop() {
-        for entry in std::fs::read_dir(&next).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                found.insert(path.clone(), None);
-                pending.push(path);
-            } else {
-                found.insert(path.clone(), Some(std::fs::read(&path).unwrap()));
-            }
-        }
-    }
-    found
-}
-
-/// Fails naming each path added, removed or changed between two [`contents`].
+/// Fails naming each path added, removed or changed between two [`common::dir_contents`].
 fn assert_unchanged(
     before: &BTreeMap<PathBuf, Option<Vec<u8>>>,
     after: &BTreeMap<PathBuf, Option<Vec<u8>>>,
@@ -217,7 +199,7 @@ fn a_second_server_on_the_same_data_dir_is_refused_and_touches_nothing() {
     let data_dir = dir.path().join("data");
     let first = Server::start_in(dir.path(), 1, "", &[]);
     write(&first, 1..=10);
-    let before = contents(&data_dir);
+    let before = common::dir_contents(&data_dir);
 
     let config = dir.path().join("tarn.toml");
     let mut second = tarn(&["--shards", "1", "--data-dir"]);
@@ -230,7 +212,11 @@ fn a_second_server_on_the_same_data_dir_is_refused_and_touches_nothing() {
         first.pid()
     );
     assert!(log.contains(&in_use), "{log}");
-    assert_unchanged(&before, &contents(&data_dir), "the refused server");
+    assert_unchanged(
+        &before,
+        &common::dir_contents(&data_dir),
+        "the refused server",
+    );
 
     // The first one goes on as if nothing happened.
     write(&first, 11..=20);
@@ -318,12 +304,12 @@ fn a_failed_start_leaves_the_directory_byte_for_byte_unchanged() {
     write(&server, 1..=50);
     assert_eq!(server.stop(), Some(0));
     let refused = |config_toml: &str, what: &str| {
-        let before = contents(&data_dir);
+        let before = common::dir_contents(&data_dir);
         let log = match start_with_config(dir.path(), config_toml, 1) {
             Ok(_) => panic!("{what}: the start must be refused"),
             Err(log) => log,
         };
-        assert_unchanged(&before, &contents(&data_dir), what);
+        assert_unchanged(&before, &common::dir_contents(&data_dir), what);
         log
     };
 

@@ -235,3 +235,62 @@ fn a_schema_change_and_a_new_shard_count_at_once_are_refused() {
     assert_eq!(common::kv_ids(server.addr), (0..20).collect::<Vec<u64>>());
     assert_eq!(server.stop(), Some(0));
 }
+
+#[test]
+fn a_change_that_fails_on_one_shard_writes_nothing_on_the_others() {
+    let scalar_value = SHIPPED.replacen(
+        r#"{ name = "value", type = "string" }"#,
+        r#"{ name = "value", type = "scalar" }"#,
+        1,
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), &scalar_value).unwrap();
+    let mut client = Client::connect(&server);
+    // Unsigned values but one string: the rows of the other shard all fit `unsigned`.
+    for id in 0..40u64 {
+        let mut tuple = Vec::new();
+        write_array_len(&mut tuple, 3);
+        write_uint(&mut tuple, id);
+        write_uint(&mut tuple, id);
+        match id {
+            17 => write_str(&mut tuple, b"seventeen"),
+            _ => write_uint(&mut tuple, id * 10),
+        }
+        let mut request = Vec::new();
+        client::encode_replace(&mut request, id, KV, &tuple);
+        client.send(&request);
+        assert!(!decode_reply(&client.read_packet().unwrap())
+            .unwrap()
+            .is_error());
+    }
+    assert_eq!(server.stop(), Some(0));
+    let before = common::dir_contents(dir.path());
+    let unsigned_value = SHIPPED.replacen(
+        r#"{ name = "value", type = "string" }"#,
+        r#"{ name = "value", type = "unsigned" }"#,
+        1,
+    );
+    let log = refused(start(dir.path(), &unsigned_value));
+    assert!(
+        log.contains("field 3 'value' from scalar to unsigned), which its data does not allow"),
+        "{log}"
+    );
+    assert!(
+        log.contains("schema change made"),
+        "the other shard made it: {log}"
+    );
+    assert!(!log.contains("snapshot written"), "{log}");
+    let after = common::dir_contents(dir.path());
+    // The config file is the test's; the data directory is as it was, byte for byte.
+    let data = |files: &std::collections::BTreeMap<std::path::PathBuf, Option<Vec<u8>>>| {
+        files
+            .iter()
+            .filter(|(path, _)| path.starts_with(dir.path().join("data")))
+            .map(|(path, bytes)| (path.clone(), bytes.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert!(data(&before) == data(&after), "the data directory changed");
+    let server = start(dir.path(), &scalar_value).unwrap();
+    assert_eq!(common::kv_ids(server.addr).len(), 40);
+    assert_eq!(server.stop(), Some(0));
+}

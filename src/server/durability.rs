@@ -183,6 +183,29 @@ pub async fn checkpoint_loop(core: Rc<Core>, lsn_last: u64, at_once: bool) {
     }
 }
 
+/// After the config's schema changes were made on every shard (see `schema_change.rs`),
+/// before the new schema is recorded: a snapshot of this shard, so that a later recovery
+/// under the new schema starts from it and never replays rows written under the old one.
+/// Nothing when there were no changes.
+pub async fn snapshot_schema_changes(core: &Rc<Core>) -> Result<(), ServerError> {
+    if core.shared.schema_changes.is_empty() {
+        return Ok(());
+    }
+    let shared = &core.shared;
+    take_snapshot(
+        &core.shard,
+        &shared.config,
+        shared.fingerprint,
+        core.lsn_recovered,
+    )
+    .await
+    .map_err(|reason| ServerError::Recovery {
+        shard_id: core.id(),
+        reason: format!("the snapshot after the schema change failed: {reason}"),
+        hint: "",
+    })
+}
+
 /// Writes a snapshot of the shard as it is now. `lsn_recovered` is the snapshot's LSN when
 /// there is no WAL (nothing moves it on).
 pub async fn take_snapshot(

@@ -226,14 +226,11 @@ where
     let (data_dir, layout) = (Arc::new(data_dir), Arc::new(layout));
     let mesh = mesh::core::mesh(shard_count);
     let per_core = Arc::new(per_core);
-    let finished = Arc::new(AtomicUsize::new(0));
-    let joined = Arc::new(AtomicUsize::new(0));
-    let any_failed = Arc::new(AtomicBool::new(false));
+    let barriers = Arc::new(StartBarriers::new(shard_count));
     let handles = executor_pool(placement, shared.config.idle_poll)
         .on_all_shards(move || {
             let (shared, mesh) = (shared.clone(), mesh.clone());
-            let (per_core, finished) = (per_core.clone(), finished.clone());
-            let (joined, any_failed) = (joined.clone(), any_failed.clone());
+            let (per_core, barriers) = (per_core.clone(), barriers.clone());
             let (data_dir, layout) = (data_dir.clone(), layout.clone());
             async move {
                 if let Some(slice) = shared.config.sched_slice {
@@ -246,12 +243,19 @@ where
                 // No core starts its work (e.g. listening) before every shard has recovered;
                 // a core that failed counts too, so the others do not wait forever, and then
                 // none starts: a server missing a shard must not serve.
-                if core.is_err() {
-                    any_failed.store(true, Ordering::Release);
-                }
-                arrive_and_wait(&joined, shard_count).await;
+                let all_joined = barriers.all_ok(&barriers.joined, core.is_ok()).await;
+                let core = match core {
+                    Ok(_) if !all_joined => Err(ServerError::PeerFailed),
+                    Ok(core) => durability::snapshot_schema_changes(&core)
+                        .await
+                        .map(|()| core),
+                    Err(error) => Err(error),
+                };
+                // Every shard has made and snapshotted the config's schema changes (a failed
+                // change refuses the start before any shard writes its snapshot).
+                let all_snapshotted = barriers.all_ok(&barriers.snapshotted, core.is_ok()).await;
                 let output = match core {
-                    Ok(_) if any_failed.load(Ordering::Acquire) => Err(ServerError::PeerFailed),
+                    Ok(_) if !all_snapshotted => Err(ServerError::PeerFailed),
                     // Every shard recovered: only now are the layout and the schema
                     // recorded (by the first core here; the others wait for it), so a
                     // failed start writes nothing.
@@ -264,7 +268,7 @@ where
                     },
                     Err(error) => Err(error),
                 };
-                arrive_and_wait(&finished, shard_count).await;
+                arrive_and_wait(&barriers.finished, shard_count).await;
                 output
             }
         })
@@ -302,6 +306,38 @@ fn executor_pool(placement: PoolPlacement, idle_poll: Duration) -> LocalExecutor
         // calls, `tarn-N` (N its own count from 1); once a shard knows its id, its executor's
         // thread is renamed `shard-ID`, the id its log lines carry.
         .name("tarn")
+}
+
+/// The points where every core of a starting pool waits for all the others, and whether any
+/// core failed on the way.
+struct StartBarriers {
+    shard_count: usize,
+    joined: AtomicUsize,
+    snapshotted: AtomicUsize,
+    finished: AtomicUsize,
+    any_failed: AtomicBool,
+}
+
+impl StartBarriers {
+    fn new(shard_count: usize) -> StartBarriers {
+        StartBarriers {
+            shard_count,
+            joined: AtomicUsize::new(0),
+            snapshotted: AtomicUsize::new(0),
+            finished: AtomicUsize::new(0),
+            any_failed: AtomicBool::new(false),
+        }
+    }
+
+    /// Counts this core in at `arrived`, failed (`ok` false) or not, and waits for every
+    /// core there: whether none has failed so far.
+    async fn all_ok(&self, arrived: &AtomicUsize, ok: bool) -> bool {
+        if !ok {
+            self.any_failed.store(true, Ordering::Release);
+        }
+        arrive_and_wait(arrived, self.shard_count).await;
+        !self.any_failed.load(Ordering::Acquire)
+    }
 }
 
 /// Counts this core in at `arrived` and waits until every one of the `shard_count` cores

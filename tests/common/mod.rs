@@ -459,3 +459,23 @@ pub fn tarantool() -> Result<PathBuf, String> {
     }
     Ok(binary)
 }
+
+/// Every file and directory under `dir`, with the bytes of each file.
+pub fn dir_contents(
+    dir: &std::path::Path,
+) -> std::collections::BTreeMap<std::path::PathBuf, Option<Vec<u8>>> {
+    let mut found = std::collections::BTreeMap::new();
+    let mut pending = vec![dir.to_owned()];
+    while let Some(next) = pending.pop() {
+        for entry in std::fs::read_dir(&next).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                found.insert(path.clone(), None);
+                pending.push(path);
+            } else {
+                found.insert(path.clone(), Some(std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    found
+}

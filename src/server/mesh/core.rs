@@ -159,6 +159,8 @@ pub struct Core {
     pub shared: Arc<Shared>,
     /// What crud needs of the server, built once.
     pub crud: CrudConfig,
+    /// The last LSN recovery found: a snapshot's when no write has moved it on.
+    pub lsn_recovered: u64,
     id: usize,
     senders: Senders<Envelope>,
     outgoing: RefCell<Vec<Outgoing>>,
@@ -206,6 +208,7 @@ impl Core {
             shard: RefCell::new(Shard::new(id, engine, wal)),
             shard_count,
             crud: CrudConfig::new(&shared.config, &shared.instance_uuid),
+            lsn_recovered: lsn_next - 1,
             shared,
             id,
             senders,
@@ -221,18 +224,6 @@ impl Core {
             handed_over: RefCell::default(),
             handed_over_waiter: RefCell::default(),
         });
-        if !core.shared.schema_changes.is_empty() {
-            // Before the new schema is recorded: a later recovery under it starts from this
-            // snapshot, never replaying rows written under the old one.
-            let lsn_recovered = lsn_next - 1;
-            durability::take_snapshot(&core.shard, &core.shared.config, fingerprint, lsn_recovered)
-                .await
-                .map_err(|reason| ServerError::Recovery {
-                    shard_id: id,
-                    reason: format!("the snapshot after the schema change failed: {reason}"),
-                    hint: "",
-                })?;
-        }
         durability::roll_back_refused_writes(&core);
         core.start_tasks(receivers);
         let checkpoint =
