@@ -39,6 +39,21 @@ fn start(dir: &Path, config: &str) -> Result<Server, String> {
     Server::try_start_with(dir, config, SHARDS, &["--wal-mode", "write"])
 }
 
+/// The shipped config with `kv.value` of type `field_type`.
+fn with_value_type(field_type: &str) -> String {
+    let shipped = r#"{ name = "value", type = "string" }"#;
+    assert!(SHIPPED.contains(shipped));
+    let changed = format!(r#"{{ name = "value", type = "{field_type}" }}"#);
+    SHIPPED.replacen(shipped, &changed, 1)
+}
+
+/// A server on `dir` under the shipped config that wrote kv rows `ids` and stopped.
+fn rows_written(dir: &Path, ids: std::ops::Range<u64>) {
+    let server = start(dir, SHIPPED).unwrap();
+    write_rows(&server, ids);
+    assert_eq!(server.stop(), Some(0));
+}
+
 /// The log of a start that must have been refused.
 fn refused(started: Result<Server, String>) -> String {
     match started {
@@ -102,9 +117,7 @@ fn ids_by_value(server: &Server, value: &str) -> Vec<u64> {
 #[test]
 fn an_index_and_a_field_the_config_adds_are_built_over_the_recorded_data() {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path(), SHIPPED).unwrap();
-    write_rows(&server, 0..200);
-    assert_eq!(server.stop(), Some(0));
+    rows_written(dir.path(), 0..200);
 
     let changed = with_value_index();
     let server = start(dir.path(), &changed).unwrap();
@@ -148,14 +161,8 @@ fn an_index_and_a_field_the_config_adds_are_built_over_the_recorded_data() {
 #[test]
 fn a_change_the_data_does_not_allow_refuses_the_start_and_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path(), SHIPPED).unwrap();
-    write_rows(&server, 0..50);
-    assert_eq!(server.stop(), Some(0));
-    let narrowed = SHIPPED.replacen(
-        r#"{ name = "value", type = "string" }"#,
-        r#"{ name = "value", type = "unsigned" }"#,
-        1,
-    );
+    rows_written(dir.path(), 0..50);
+    let narrowed = with_value_type("unsigned");
     let log = refused(start(dir.path(), &narrowed));
     assert!(
         log.contains(
@@ -174,9 +181,7 @@ fn a_change_the_data_does_not_allow_refuses_the_start_and_changes_nothing() {
 #[test]
 fn a_space_gone_from_the_config_is_refused_or_dropped_for_good_on_the_operators_word() {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path(), SHIPPED).unwrap();
-    write_rows(&server, 0..10);
-    assert_eq!(server.stop(), Some(0));
+    rows_written(dir.path(), 0..10);
     let kv_start = SHIPPED.find("[[space]]\nname = \"kv\"").expect("kv");
     let kv_end = kv_start
         + SHIPPED[kv_start..]
@@ -217,9 +222,7 @@ fn a_space_gone_from_the_config_is_refused_or_dropped_for_good_on_the_operators_
 #[test]
 fn a_schema_change_and_a_new_shard_count_at_once_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let server = start(dir.path(), SHIPPED).unwrap();
-    write_rows(&server, 0..20);
-    assert_eq!(server.stop(), Some(0));
+    rows_written(dir.path(), 0..20);
     let log = refused(Server::try_start_with(
         dir.path(),
         &with_value_index(),
@@ -238,11 +241,7 @@ fn a_schema_change_and_a_new_shard_count_at_once_are_refused() {
 
 #[test]
 fn a_change_that_fails_on_one_shard_writes_nothing_on_the_others() {
-    let scalar_value = SHIPPED.replacen(
-        r#"{ name = "value", type = "string" }"#,
-        r#"{ name = "value", type = "scalar" }"#,
-        1,
-    );
+    let scalar_value = with_value_type("scalar");
     let dir = tempfile::tempdir().unwrap();
     let server = start(dir.path(), &scalar_value).unwrap();
     let mut client = Client::connect(&server);
@@ -265,11 +264,7 @@ fn a_change_that_fails_on_one_shard_writes_nothing_on_the_others() {
     }
     assert_eq!(server.stop(), Some(0));
     let before = common::dir_contents(dir.path());
-    let unsigned_value = SHIPPED.replacen(
-        r#"{ name = "value", type = "string" }"#,
-        r#"{ name = "value", type = "unsigned" }"#,
-        1,
-    );
+    let unsigned_value = with_value_type("unsigned");
     let log = refused(start(dir.path(), &unsigned_value));
     assert!(
         log.contains("field 3 'value' from scalar to unsigned), which its data does not allow"),
