@@ -614,7 +614,18 @@ impl Space {
         Ok(space)
     }
 
-    /// Adds a secondary index over the existing tuples, built by one sort.
+    /// The definition this space was built from.
+    pub fn def(&self) -> SpaceDef {
+        SpaceDef {
+            id: self.id,
+            name: self.name.clone(),
+            format: self.format.clone(),
+            indexes: self.indexes.iter().map(|index| index.def.clone()).collect(),
+        }
+    }
+
+    /// Adds a secondary index over the existing tuples, built by one sort: the space
+    /// [`Space::redefined`] with it, so a refused index leaves the space as it was.
     pub fn add_index(&mut self, def: IndexDef) -> Result<()> {
         if self.indexes.iter().any(|index| index.def.id == def.id) {
             return Err(StorageError::IllegalParams(
@@ -625,62 +636,10 @@ impl Space {
                 .into(),
             ));
         }
-        let indexed_fields = self
-            .indexes
-            .iter()
-            .map(|index| &index.def)
-            .chain(std::iter::once(&def))
-            .flat_map(|index| index.key_def.parts.iter().map(|part| part.field_no));
-        let field_map = FieldMap::new(indexed_fields);
-        // The field map may gain slots, so existing tuples are rebuilt with the new map.
-        let tuples = self.indexes[0]
-            .entries()
-            .map(|(_, tuple)| {
-                self.format
-                    .build_tuple(&self.slab, &field_map, tuple.data())
-            })
-            .collect::<Result<Vec<Tuple>>>()?;
-        let primary_key_def = self.indexes[0].def.key_def.clone();
-        let old_field_map = std::mem::replace(&mut self.field_map, field_map);
-        let old_double_fields = std::mem::replace(
-            &mut self.double_fields,
-            double_fields(
-                &self.format,
-                self.indexes.iter().map(|index| &index.def).chain([&def]),
-            ),
-        );
-        let index = Index::new(def, &primary_key_def, &self.field_map, &self.slab);
-        self.indexes.push(index);
-        let mut result = Ok(0);
-        for position in 0..self.indexes.len() {
-            result = self.build_index(position, &tuples);
-            if result.is_err() {
-                break;
-            }
-        }
-        self.settle_index_bytes();
-        let refusal = match result {
-            Ok(_) if !self.quota.is_over_limit() => return Ok(()),
-            Ok(_) => self.out_of_memory(self.index_bytes),
-            Err(error) => error,
-        };
-        self.indexes.pop();
-        self.field_map = old_field_map;
-        self.double_fields = old_double_fields;
-        let tuples: Vec<Tuple> = tuples
-            .iter()
-            .filter_map(|t| {
-                self.format
-                    .build_tuple(&self.slab, &self.field_map, t.data())
-                    .ok()
-            })
-            .collect();
-        for position in 0..self.indexes.len() {
-            // These tuples were valid in these indexes a moment ago.
-            self.build_index(position, &tuples)?;
-        }
-        self.settle_index_bytes();
-        Err(refusal)
+        let mut with_index = self.def();
+        with_index.indexes.push(def);
+        *self = self.redefined(with_index)?;
+        Ok(())
     }
 
     /// Rebuilds the index at `position` from `tuples`; returns the bytes of its entries.
