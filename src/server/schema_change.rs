@@ -116,19 +116,25 @@ pub fn apply(
         let started = Instant::now();
         let id = change.recorded.id;
         let tuples = engine.space(id).map_or(0, |space| space.len());
-        let doing = match change.wanted {
-            Some(_) => "checking the recovered tuples and rebuilding the space",
-            None => "dropping the space and its recovered tuples",
-        };
-        tracing::info!(
-            shard = shard_id,
-            space = id,
-            tuples,
-            "schema change: {doing}"
-        );
         let made = match &change.wanted {
-            Some(wanted) => engine.redefine_space(wanted.clone()),
-            None => engine.drop_space(id),
+            Some(wanted) => {
+                tracing::info!(
+                    shard = shard_id,
+                    space = id,
+                    tuples,
+                    "schema change: checking the recovered tuples and rebuilding the space"
+                );
+                engine.redefine_space(wanted.clone())
+            }
+            None => {
+                tracing::info!(
+                    shard = shard_id,
+                    space = id,
+                    tuples,
+                    "schema change: dropping the space and its recovered tuples"
+                );
+                engine.drop_space(id)
+            }
         };
         made.map_err(|error| ServerError::SchemaChange {
             shard_id,

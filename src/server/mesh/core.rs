@@ -227,7 +227,7 @@ impl Core {
         durability::roll_back_refused_writes(&core);
         core.start_tasks(receivers);
         let checkpoint =
-            durability::checkpoint_loop(core.clone(), lsn_next - 1, recovered.damage_skipped);
+            durability::checkpoint_loop(core.clone(), core.lsn_recovered, recovered.damage_skipped);
         glommio::spawn_local(checkpoint).detach();
         Ok(core)
     }
