@@ -8,9 +8,8 @@ use crate::common;
 
 use common::{Client, Server};
 use std::path::Path;
-use tarn::msgpack::{self, write_array_len, write_str, write_uint, Value};
+use tarn::msgpack::{write_array_len, write_str, write_uint};
 use tarn::protocol::client::{self, decode_reply};
-use tarn::protocol::request::Select;
 
 const SHIPPED: &str = include_str!("../conf/tarn.toml");
 const KV: u32 = 512;
@@ -80,37 +79,9 @@ fn ids_by_value(server: &Server, value: &str) -> Vec<u64> {
     let mut key = Vec::new();
     write_array_len(&mut key, 1);
     write_str(&mut key, value.as_bytes());
-    let select = Select {
-        space_id: KV,
-        index_id: 1,
-        limit: u32::MAX,
-        offset: 0,
-        iterator: 0,
-        key: &key,
-        fetch_position: false,
-        after_position: None,
-        after_tuple: None,
-    };
-    let mut request = Vec::new();
-    client::encode_select(&mut request, 1, &select);
-    let mut client = Client::connect(server);
-    client.send(&request);
-    let packet = client.read_packet().expect("a select reply");
-    let reply = decode_reply(&packet).unwrap();
-    assert!(!reply.is_error(), "{:?}", reply.error_message());
-    let mut data = reply.data().unwrap();
-    let Ok(Value::Array(count)) = msgpack::read_value(&mut data) else {
-        panic!("rows");
-    };
-    (0..count)
-        .map(|_| {
-            let tuple = msgpack::take_value(&mut data).unwrap();
-            let mut fields = &tuple[1..];
-            match msgpack::read_value(&mut fields) {
-                Ok(Value::Uint(id)) => id,
-                other => panic!("an id first: {other:?}"),
-            }
-        })
+    common::select_rows(server.addr, KV, 1, 0, &key)
+        .into_iter()
+        .map(|(id, _)| id)
         .collect()
 }
 

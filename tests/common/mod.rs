@@ -353,6 +353,18 @@ pub fn kv_tuple(id: u64, value: &str) -> Vec<u8> {
 
 /// Every tuple of `kv` (SELECT ALL on the primary index), in key order, with its id.
 pub fn kv_rows(addr: SocketAddr) -> Vec<(u64, Vec<u8>)> {
+    select_rows(addr, KV, 0, 2, &[0x90])
+}
+
+/// The tuples a SELECT on `space_id`'s index `index_id` by `key` (a msgpack array) with
+/// `iterator` and no limit answers, in reply order, each with its first field, an unsigned id.
+pub fn select_rows(
+    addr: SocketAddr,
+    space_id: u32,
+    index_id: u32,
+    iterator: u32,
+    key: &[u8],
+) -> Vec<(u64, Vec<u8>)> {
     use tarn::msgpack::{self, Value};
     let mut client = Client::connect_to(addr);
     let mut request = Vec::new();
@@ -360,12 +372,12 @@ pub fn kv_rows(addr: SocketAddr) -> Vec<(u64, Vec<u8>)> {
         &mut request,
         1,
         &tarn::protocol::request::Select {
-            space_id: KV,
-            index_id: 0,
+            space_id,
+            index_id,
             limit: u32::MAX,
             offset: 0,
-            iterator: 2,
-            key: &[0x90],
+            iterator,
+            key,
             fetch_position: false,
             after_position: None,
             after_tuple: None,
