@@ -1,4 +1,4 @@
-//! crud CALLs: a function (one of crud's, now and then another name) and its arguments,
+//! crud CALLs: a function (one of crud's or of `box.space`'s, now and then another name) and its arguments,
 //! generated in crud's shapes (space names, tuples, objects, lists of them, update
 //! operations, select conditions, option maps with crud's option names and values of any
 //! type) or raw. Checked:
@@ -80,7 +80,7 @@ pub fn engine() -> Engine {
 
 const SPACES: [&str; 3] = ["customers", "pages", "nope"];
 const FIELDS: [&str; 7] = ["id", "bucket_id", "name", "age", "group", "x", "primary"];
-const OPTIONS: [&str; 18] = [
+const OPTIONS: [&str; 21] = [
     "timeout",
     "bucket_id",
     "fields",
@@ -99,6 +99,12 @@ const OPTIONS: [&str; 18] = [
     "vshard_router",
     "yield_every",
     "bogus",
+    "iterator",
+    "offset",
+    "limit",
+];
+const BOX_SPACE_METHODS: [&str; 8] = [
+    "len", "count", "bsize", "get", "select", "min", "max", "random",
 ];
 const CONDITION_OPS: [&str; 7] = ["=", "==", "<", "<=", ">", ">=", "!="];
 
@@ -183,6 +189,18 @@ pub fn call(bytes: &mut Bytes<'_>) -> (String, Vec<u8>) {
     let choice = bytes.byte();
     let name = match choice {
         0 => String::from_utf8_lossy(bytes.raw()).into_owned(),
+        // `box.space`'s read methods, planned beside crud's.
+        1..=8 => {
+            let space = SPACES[bytes.below(SPACES.len())];
+            let method = BOX_SPACE_METHODS[bytes.below(BOX_SPACE_METHODS.len())];
+            match bytes.byte() % 2 {
+                0 => format!("box.space.{space}:{method}"),
+                _ => {
+                    let index = FIELDS[bytes.below(FIELDS.len())];
+                    format!("box.space.{space}.index.{index}:{method}")
+                }
+            }
+        }
         _ => Func::ALL[usize::from(choice) % Func::ALL.len()]
             .name()
             .to_string(),

@@ -301,8 +301,11 @@ pub fn finish_parts(
         }
         Plan::Count(_) => finish_count(config, counts(parts)),
         Plan::Len { .. } => finish_len(counts(parts).into_iter().flatten().sum()),
+        // Planned where every shard accepts it (see `box_space`): a shard's error is not
+        // a box error.
+        Plan::Sum(_) => finish_len(counts(parts).into_iter().flatten().sum()),
         Plan::Truncate { .. } => finish_truncate(),
-        Plan::Reply(_) | Plan::Point(_) | Plan::Many(_) => {
+        Plan::Reply(_) | Plan::Point(_) | Plan::Many(_) | Plan::BoxSelect(_) => {
             unreachable!("not a fanned-out plan: {plan:?}")
         }
     }

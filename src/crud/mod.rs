@@ -21,6 +21,10 @@
 //!    [`finish_parts`] (which merges the shards' runs by entry key) return the CALL's
 //!    values; [`encode_reply`] wraps them.
 //!
+//! `box.space`'s read methods over CALL (`box.space.kv:count(key)` …) take the same seam:
+//! [`box_space`] plans them as a select the server answers ([`Plan::BoxSelect`]) or as
+//! parts every shard counts ([`Plan::Len`], [`Plan::Sum`]).
+//!
 //! The rest: [`args`] (function names, positional arguments and options, checked as crud's
 //! `checks` does: violations are *raised*, IPROTO error 32); [`flatten`] (objects to tuples,
 //! and the `bucket_id` field; [`bucket`]: the formula); [`write`] (point ops and `*_many`
@@ -40,6 +44,7 @@
 //! holds at most `first` rows per shard before the merge.
 
 pub mod args;
+pub mod box_space;
 pub mod bucket;
 pub mod error;
 pub mod fast_plan;
@@ -128,6 +133,11 @@ pub enum Plan<'a> {
     Truncate {
         space_id: u32,
     },
+    /// A `box.space` read that is a select (see [`box_space`]): the server answers it as
+    /// the IPROTO SELECT it is.
+    BoxSelect(box_space::BoxSelect),
+    /// A `box.space` read answered with the sum of every shard's count.
+    Sum(box_space::ShardSum),
 }
 
 impl<'a> Plan<'a> {
@@ -140,9 +150,12 @@ impl<'a> Plan<'a> {
             Plan::Count(plan) => FanOutPlan::Read(Plan::Count(plan)),
             Plan::Border { plan, columns } => FanOutPlan::Read(Plan::Border { plan, columns }),
             Plan::Len { space_id } => FanOutPlan::Read(Plan::Len { space_id }),
-            other @ (Plan::Reply(_) | Plan::Point(_) | Plan::Many(_) | Plan::Truncate { .. }) => {
-                FanOutPlan::Other(other)
-            }
+            Plan::Sum(sum) => FanOutPlan::Read(Plan::Sum(sum)),
+            other @ (Plan::Reply(_)
+            | Plan::Point(_)
+            | Plan::Many(_)
+            | Plan::Truncate { .. }
+            | Plan::BoxSelect(_)) => FanOutPlan::Other(other),
         }
     }
 }

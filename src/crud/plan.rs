@@ -11,7 +11,7 @@ use super::error::{self, by_func, CrudError};
 use super::finish::{many_errors, returned_error};
 use super::result::{self, Columns};
 use super::write::{OpBytes, PointOp};
-use super::{args, bucket, fast_plan, flatten, mp, select, sites};
+use super::{args, box_space, bucket, fast_plan, flatten, mp, select, sites};
 use super::{CrudConfig, Func, ManyPlan, Plan, PointPlan, Raised};
 use crate::msgpack::{write_array_len, write_str};
 use crate::protocol::crud_call;
@@ -37,6 +37,9 @@ pub fn plan<'a>(
     function_name: &str,
     args: &'a [u8],
 ) -> Result<Plan<'a>, Raised> {
+    if box_space::is_box_space_function(function_name) {
+        return box_space::plan(engine, function_name, args);
+    }
     let func = func_or_raised(function_name)?;
     if let Some(point) = fast_plan::plan_point(engine, config, func, args) {
         return Ok(Plan::Point(point));
@@ -51,6 +54,9 @@ pub fn plan_general<'a>(
     function_name: &str,
     args: &'a [u8],
 ) -> Result<Plan<'a>, Raised> {
+    if box_space::is_box_space_function(function_name) {
+        return box_space::plan(engine, function_name, args);
+    }
     plan_func(engine, config, func_or_raised(function_name)?, args)
 }
 

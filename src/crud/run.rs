@@ -10,6 +10,7 @@
 //!
 //! Must not know: cores, messages, or how the shards' answers travel (that is the server's).
 
+use super::box_space::BoxSelect;
 use super::finish::{
     encode_reply, encode_values_reply, finish_many, finish_parts, write_point_values,
 };
@@ -17,6 +18,8 @@ use super::result::Columns;
 use super::select::{self, ShardRows};
 use super::write::{self, BatchItem, PointOp};
 use super::{CrudConfig, CrudReply, Plan, PointPlan};
+use crate::protocol::reply;
+use crate::protocol::request::Request;
 use crate::shard::errors::encode_log_refused;
 use crate::shard::Shard;
 use crate::storage::{Change, IteratorType, StorageError, Tuple};
@@ -180,6 +183,10 @@ fn run_call(
             return run_point_into(shard, config, point, sync, schema_version, out)
         }
         Plan::Reply(values) => Ok(Logged::unlogged(values.clone())),
+        Plan::BoxSelect(select) => {
+            run_box_select(shard, select, sync, schema_version, out);
+            return None;
+        }
         Plan::Many(many) => {
             let ran = run_ops(
                 shard,
@@ -280,18 +287,40 @@ fn run_part(shard: &mut Shard, plan: &Plan) -> Result<Logged<Part>, WalError> {
                 .space(*space_id)
                 .map_or(0, |space| space.len() as u64),
         ),
+        Plan::Sum(sum) => match sum.count(&shard.engine) {
+            Ok(count) => Part::Count(count),
+            Err(error) => Part::Failed(error.to_string()),
+        },
         Plan::Truncate { space_id } => {
             return Ok(Logged {
                 value: Part::Done,
                 commit: truncate_logged(shard, *space_id)?,
             });
         }
-        Plan::Reply(_) | Plan::Point(_) | Plan::Many(_) => {
+        Plan::Reply(_) | Plan::Point(_) | Plan::Many(_) | Plan::BoxSelect(_) => {
             debug_assert!(false, "not a fanned-out plan: {plan:?}");
             Part::Done
         }
     };
     Ok(Logged::unlogged(part))
+}
+
+/// A `box.space` select on this shard, which holds all its data: the SELECT's reply, its
+/// tuples made one list where the method returns one.
+fn run_box_select(
+    shard: &mut Shard,
+    select: &BoxSelect,
+    sync: u64,
+    schema_version: u64,
+    out: &mut Vec<u8>,
+) {
+    let start = out.len();
+    let request = Request::Select(select.request());
+    let executed = shard.execute(sync, schema_version, &request, None, out);
+    debug_assert!(executed.commit.is_none(), "a select writes nothing");
+    if select.one_list {
+        reply::wrap_data_in_one_list(out, start);
+    }
 }
 
 /// Empties a space. The WAL has no truncate row, so every tuple is logged as deleted (one

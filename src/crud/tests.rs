@@ -75,6 +75,8 @@ fn run_on_engine(engine: &mut Engine, config: &CrudConfig, plan: Plan<'_>) -> Ve
             }
             finish_truncate()
         }
+        Plan::Sum(sum) => finish_len(sum.count(engine).expect("planned on this engine")),
+        Plan::BoxSelect(select) => panic!("a select, not a crud call: {select:?}"),
     }
 }
 

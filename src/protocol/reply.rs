@@ -272,6 +272,35 @@ pub fn encode_data<'i>(
     finish_packet(out, mark);
 }
 
+/// Makes the data of the OK reply at `prefix_at` one list: `{0x30: [a, b]}` becomes
+/// `{0x30: [[a, b]]}`, what a CALL answers for a function that returns a table of tuples
+/// (the outer header `0xdd`, as Tarantool writes a CALL's, the inner the shortest). An
+/// error reply is left as it is.
+pub fn wrap_data_in_one_list(out: &mut Vec<u8>, prefix_at: usize) {
+    let packet_at = prefix_at + 5;
+    let Some(mut cursor) = out.get(packet_at..) else {
+        return;
+    };
+    let packet_len = cursor.len();
+    if crate::msgpack::skip_value(&mut cursor).is_err() || !cursor.starts_with(&[0x81]) {
+        return;
+    }
+    let body_at = packet_at + (packet_len - cursor.len());
+    if out.get(body_at + 1) != Some(&key_byte(body_key::DATA)) {
+        return;
+    }
+    let array_at = body_at + 2;
+    let mut items = &out[array_at..];
+    let Ok(Some(count)) = crate::msgpack::read_array_len(&mut items) else {
+        return;
+    };
+    let header_len = out.len() - array_at - items.len();
+    let mut headers = vec![0xdd, 0, 0, 0, 1];
+    write_array_len(&mut headers, count);
+    out.splice(array_at..array_at + header_len, headers);
+    finish_packet(out, PacketMark { prefix_at });
+}
+
 /// One entry of the error stack (spec §7); element 0 of a stack is the error raised.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ErrorEntry<'a> {

@@ -110,6 +110,41 @@ fn golden_select_response_both_ways() {
 }
 
 #[test]
+fn a_select_reply_wrapped_in_one_list_is_what_a_call_returning_the_list_answers() {
+    // Bytes after the header as Tarantool 2.6 answered `box.space.kv:select` over CALL.
+    let tuple = hex("93 01 01 a2 76 31");
+    let mut out = vec![0xaa]; // a reply before it stays as it is
+    let mut data = DataReply::begin(&mut out, 7, 1);
+    data.push_raw(&mut out, &tuple);
+    data.push_raw(&mut out, &tuple);
+    data.finish(&mut out);
+    wrap_data_in_one_list(&mut out, 1);
+    assert_eq!(out[0], 0xaa);
+    let (packet, used) = split_server_frame(&out[1..]).unwrap().unwrap();
+    assert_eq!(used, out.len() - 1);
+    let reply = decode_reply(packet).unwrap();
+    let mut expected = hex("dd 00 00 00 01 92");
+    expected.extend_from_slice(&tuple);
+    expected.extend_from_slice(&tuple);
+    assert_eq!(reply.data().unwrap(), expected);
+
+    let mut empty = Vec::new();
+    DataReply::begin(&mut empty, 7, 1).finish(&mut empty);
+    wrap_data_in_one_list(&mut empty, 0);
+    let (packet, _) = split_server_frame(&empty).unwrap().unwrap();
+    assert_eq!(
+        decode_reply(packet).unwrap().data().unwrap(),
+        hex("dd 00 00 00 01 90")
+    );
+
+    let mut error = Vec::new();
+    encode_error(&mut error, 7, 1, ErrorCode::ER_KEY_PART_TYPE, "bad key");
+    let unchanged = error.clone();
+    wrap_data_in_one_list(&mut error, 0);
+    assert_eq!(error, unchanged);
+}
+
+#[test]
 fn golden_id_request_and_reply() {
     let bytes = hex("ce 00 00 00 0b | 82 00 49 01 04 | 82 54 06 55 91 02");
     let mut out = Vec::new();

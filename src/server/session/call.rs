@@ -1,11 +1,11 @@
-//! CALL: the functions a session answers (`box.info`, `box.snapshot`) and the crud calls,
-//! planned here and run here, on their owner, or on every core.
+//! CALL: the functions a session answers (`box.info`, `box.snapshot`), the crud calls and
+//! `box.space`'s read methods, planned here and run here, on their owner, or on every core.
 
 use super::admit::access_denied;
 use super::{Pending, PendingReply, Session, Unacknowledged, Wait};
 use crate::crud::{self, CrudReply, FanOutPlan, Plan};
 use crate::msgpack::{write_str, write_uint};
-use crate::placement::{self, Destination};
+use crate::placement::{self, Destination, SpacePlacement};
 use crate::protocol::reply;
 use crate::protocol::request::Call;
 use crate::protocol::ErrorCode;
@@ -43,6 +43,9 @@ impl Session {
             // crud runs its box operations as vshard's storage user, not the caller: the
             // execute grant is the only check, as on a Tarantool router.
             return self.crud(packet, call, sync, out).await;
+        }
+        if crud::box_space::is_box_space_function(function_name) {
+            return self.box_space(packet, call, sync, out).await;
         }
         match function_name {
             "box.info" | "box.info.call" => self.box_info(sync, out),
@@ -91,13 +94,50 @@ impl Session {
                 call.args,
             )
         };
+        match planned {
+            Ok(plan) => self.run_plan(packet, plan, sync, out).await,
+            Err(raised) => {
+                crud::encode_reply(out, sync, SCHEMA_VERSION, &CrudReply::Raised(raised))
+            }
+        }
+    }
+
+    /// A `box.space` read method over CALL (`crud::box_space`): run as the caller, so it
+    /// needs the read grant on its space, as a select does.
+    async fn box_space(&mut self, packet: &[u8], call: &Call<'_>, sync: u64, out: &mut Vec<u8>) {
+        let planned = {
+            let shard = self.core.shard.borrow();
+            crud::box_space::plan(&shard.engine, call.function_name, call.args)
+        };
         let plan = match planned {
             Ok(plan) => plan,
             Err(raised) => {
                 return crud::encode_reply(out, sync, SCHEMA_VERSION, &CrudReply::Raised(raised))
             }
         };
+        let space_id = match &plan {
+            Plan::Len { space_id } => Some(*space_id),
+            Plan::Sum(sum) => Some(sum.space_id()),
+            // The select's own admission checks its grant.
+            _ => None,
+        };
+        if let Some(space_id) = space_id {
+            if !self.check_access(Access::Read, space_id, sync, out) {
+                return;
+            }
+            let catalog = &self.core.shared.catalog;
+            if catalog.placement(space_id) == SpacePlacement::Everywhere {
+                // Every shard holds it whole: one shard's count is the answer.
+                return self.crud_here(&plan, sync, out);
+            }
+        }
+        self.run_plan(packet, plan, sync, out).await
+    }
+
+    /// Runs a planned call: here, on its owner, or on every core.
+    async fn run_plan(&mut self, packet: &[u8], plan: Plan<'_>, sync: u64, out: &mut Vec<u8>) {
         match &plan {
+            Plan::BoxSelect(select) => self.box_select(select, sync, out).await,
             Plan::Reply(_) => self.crud_here(&plan, sync, out),
             Plan::Point(point) => match self.route_crud_op(point.space_id, &point.op) {
                 Destination::Owner(owner) => {
@@ -126,6 +166,32 @@ impl Session {
                 }
                 FanOutPlan::Other(writing) => self.crud_fan_out(packet, &writing, sync, out).await,
             },
+        }
+    }
+
+    /// A `box.space` read that is a select, answered as the IPROTO SELECT it is: admitted
+    /// (the read grant), routed and merged as any; its tuples then made the one list that
+    /// `select` returns (after a `finish`, so that its reply is the last in `out`).
+    async fn box_select(
+        &mut self,
+        select: &crud::box_space::BoxSelect,
+        sync: u64,
+        out: &mut Vec<u8>,
+    ) {
+        let mut framed = Vec::new();
+        crate::protocol::client::encode_select(&mut framed, sync, &select.request());
+        // A session is handed packets without their size prefix.
+        let packet = &framed[5..];
+        if select.one_list {
+            self.finish(out).await;
+        }
+        let start = out.len();
+        if let Some(deferred) = self.start(packet, &super::decode(packet), None, None, out) {
+            self.wait(packet, deferred.wait, out).await;
+        }
+        if select.one_list {
+            self.finish(out).await;
+            reply::wrap_data_in_one_list(out, start);
         }
     }
 

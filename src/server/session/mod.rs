@@ -230,12 +230,18 @@ impl Session {
 
     /// Runs a request [`Session::submit_in`] left to wait (see [`Wait`]).
     pub async fn run_deferred(&mut self, packet: &[u8], deferred: Deferred<'_>, out: &mut Vec<u8>) {
-        let sync = deferred.sync;
         match (deferred.wait, &deferred.request) {
-            (Wait::Run, Request::Call(call)) => self.call(packet, call, sync, out).await,
-            (Wait::Run, _) => unreachable!("only calls are run deferred"),
-            (Wait::Finish, _) => self.finish(out).await,
-            (Wait::Alone { owner }, _) => {
+            (Wait::Run, Request::Call(call)) => self.call(packet, call, deferred.sync, out).await,
+            (wait, _) => self.wait(packet, wait, out).await,
+        }
+    }
+
+    /// Runs a data request that must wait (see [`Wait`]); a CALL is never one.
+    async fn wait(&mut self, packet: &[u8], wait: Wait, out: &mut Vec<u8>) {
+        match wait {
+            Wait::Run => unreachable!("only calls are run deferred"),
+            Wait::Finish => self.finish(out).await,
+            Wait::Alone { owner } => {
                 self.finish(out).await;
                 self.forward(owner, packet, out);
                 self.finish(out).await;
