@@ -389,6 +389,7 @@ fn start_live(config: &Config, dir: &Path, disk: &Rc<Disk>) -> Live {
         shard_id: 0,
         schema_fingerprint: FINGERPRINT,
         force: false,
+        schema_version_committed: 0,
     };
     let recovered = recover(&recovery, &mut engine).expect("recovers");
     let sink = FillingSink {
@@ -570,6 +571,7 @@ async fn run_steps(
                     shard_id: 0,
                     schema_fingerprint: FINGERPRINT,
                     force: false,
+                    schema_version_committed: 0,
                 };
                 recover(&recovery, &mut recovered)
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;

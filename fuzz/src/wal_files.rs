@@ -416,6 +416,7 @@ fn recover_dir(bytes: &mut Bytes<'_>) {
         shard_id: 0,
         schema_fingerprint: FINGERPRINT,
         force,
+        schema_version_committed: 0,
     };
     let mut first = engine();
     let Ok(recovered) = tarn::wal::recover(&config, &mut first) else {

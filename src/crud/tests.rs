@@ -1515,9 +1515,10 @@ fn crud_changes_are_logged_and_recover_exactly() {
         .expect("executor")
         .run(async {
             let mut engine = schema::build_engine(&server_config, 1 << 30).expect("engine");
-            let lsn_next = durability::recover_shard(&server_config, 0, fingerprint, &mut engine)
-                .expect("recover")
-                .lsn_next;
+            let lsn_next =
+                durability::recover_shard(&server_config, 0, fingerprint, 0, &mut engine)
+                    .expect("recover")
+                    .lsn_next;
             let wal = durability::start_wal(&server_config, 0, fingerprint, lsn_next).expect("wal");
             let mut shard = Shard::new(0, engine, wal);
             let mut out = Vec::new();
@@ -1547,7 +1548,7 @@ fn crud_changes_are_logged_and_recover_exactly() {
     // insert + undo, 2 replaces, upsert.
     assert_eq!(rows_logged, 19);
     let mut recovered = schema::build_engine(&server_config, 1 << 30).expect("engine");
-    durability::recover_shard(&server_config, 0, fingerprint, &mut recovered).expect("recover");
+    durability::recover_shard(&server_config, 0, fingerprint, 0, &mut recovered).expect("recover");
     assert_eq!(dump(&recovered), live);
 }
 

@@ -64,6 +64,8 @@ pub struct DataDir {
     lock: Lock,
     fingerprint: u64,
     origin: SchemaOrigin,
+    /// See [`DataDir::schema_version`].
+    schema_version: u64,
     spaces: ConfigSpaces,
     /// The recorded spaces the config changes, each made once its shard has recovered.
     changes: Vec<SpaceChange>,
@@ -87,8 +89,14 @@ impl DataDir {
         let spaces = schema::user_space_rows(config);
         let files = FileFingerprints::scan(&path)?;
         let mut changes = Vec::new();
+        let mut schema_version = 0;
         let (fingerprint, origin) = match read_schema_file(&path)? {
-            Some((fingerprint, recorded)) => {
+            Some(SchemaFile {
+                fingerprint,
+                version,
+                spaces: recorded,
+            }) => {
+                schema_version = version;
                 changes = plan_changes(config, &spaces, &recorded, &path)?;
                 files.check_all_carry(&path, fingerprint)?;
                 (fingerprint, SchemaOrigin::Recorded)
@@ -128,6 +136,7 @@ impl DataDir {
             lock,
             fingerprint,
             origin,
+            schema_version,
             spaces,
             changes,
             recorded: OnceLock::new(),
@@ -145,6 +154,11 @@ impl DataDir {
 
     pub fn origin(&self) -> SchemaOrigin {
         self.origin
+    }
+
+    /// The last schema version committed (0 until a schema change is made while serving).
+    pub fn schema_version(&self) -> u64 {
+        self.schema_version
     }
 
     /// The recorded spaces the config changes (none for a new or rebuilt record).
@@ -167,7 +181,7 @@ impl DataDir {
     ) -> Result<(), ServerError> {
         let outcome = self.recorded.get_or_init(|| {
             record_others()?;
-            let bytes = encode_schema_file(self.fingerprint, &self.spaces);
+            let bytes = encode_schema_file(self.fingerprint, self.schema_version, &self.spaces);
             let path = self.path.join(SCHEMA_FILE);
             if std::fs::read(&path).is_ok_and(|on_disk| on_disk == bytes) {
                 return Ok(());
@@ -531,8 +545,20 @@ fn read_header_fingerprint(path: &Path, kind: FileKind) -> std::io::Result<Heade
 // ---------------------------------------------------------------------------------------------
 // schema.bin
 
+/// What `schema.bin` records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct SchemaFile {
+    fingerprint: u64,
+    /// The last schema version committed; 0 when the record has none.
+    version: u64,
+    spaces: RecordedSpaces,
+}
+
+/// The pseudo space id of the entry that holds the committed schema version (8 bytes).
+const VERSION_ENTRY_ID: u32 = u32::MAX;
+
 /// The recorded fingerprint and spaces, or `None` if there is no `schema.bin`.
-fn read_schema_file(data_dir: &Path) -> Result<Option<(u64, RecordedSpaces)>, ServerError> {
+fn read_schema_file(data_dir: &Path) -> Result<Option<SchemaFile>, ServerError> {
     let path = data_dir.join(SCHEMA_FILE);
     let bytes = match std::fs::read(&path) {
         Ok(bytes) => bytes,
@@ -551,9 +577,20 @@ fn read_schema_file(data_dir: &Path) -> Result<Option<(u64, RecordedSpaces)>, Se
     }
 }
 
-/// `[fingerprint u64 LE]` then per space `[id u32 LE][row bytes length u32 LE][rows]`.
-fn encode_schema_file(fingerprint: u64, spaces: &[(u32, String, Vec<u8>)]) -> Vec<u8> {
+/// `[fingerprint u64 LE]` then per space `[id u32 LE][row bytes length u32 LE][rows]`, and,
+/// once a schema change has been committed, its version as an entry of id
+/// [`VERSION_ENTRY_ID`] (left out at 0, so a record without one reads as before).
+fn encode_schema_file(
+    fingerprint: u64,
+    version: u64,
+    spaces: &[(u32, String, Vec<u8>)],
+) -> Vec<u8> {
     let mut bytes = fingerprint.to_le_bytes().to_vec();
+    if version > 0 {
+        bytes.extend_from_slice(&VERSION_ENTRY_ID.to_le_bytes());
+        bytes.extend_from_slice(&8u32.to_le_bytes());
+        bytes.extend_from_slice(&version.to_le_bytes());
+    }
     for (id, _, rows) in spaces {
         bytes.extend_from_slice(&id.to_le_bytes());
         let length = u32::try_from(rows.len()).expect("a space's rows are far below 4 GiB");
@@ -563,17 +600,27 @@ fn encode_schema_file(fingerprint: u64, spaces: &[(u32, String, Vec<u8>)]) -> Ve
     bytes
 }
 
-fn decode_schema_file(bytes: &[u8]) -> Option<(u64, RecordedSpaces)> {
+fn decode_schema_file(bytes: &[u8]) -> Option<SchemaFile> {
     let fingerprint = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
     let mut rest = &bytes[8..];
     let mut spaces = Vec::new();
+    let mut version = 0;
     while !rest.is_empty() {
         let id = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?);
         let length = u32::from_le_bytes(rest.get(4..8)?.try_into().ok()?) as usize;
-        spaces.push((id, rest.get(8..8usize.checked_add(length)?)?.to_vec()));
+        let entry = rest.get(8..8usize.checked_add(length)?)?;
+        if id == VERSION_ENTRY_ID {
+            version = u64::from_le_bytes(entry.try_into().ok()?);
+        } else {
+            spaces.push((id, entry.to_vec()));
+        }
         rest = &rest[8 + length..];
     }
-    Some((fingerprint, spaces))
+    Some(SchemaFile {
+        fingerprint,
+        version,
+        spaces,
+    })
 }
 
 /// Writes `name` in `dir` through a temporary name, fsynced, renamed, and the directory

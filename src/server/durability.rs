@@ -37,6 +37,7 @@ pub fn recover_shard(
     config: &Config,
     shard_id: usize,
     fingerprint: u64,
+    schema_version: u64,
     engine: &mut Engine,
 ) -> Result<ShardRecovered, ServerError> {
     let dir = wal::dir::shard_dir(&config.data_dir, shard_id as u32);
@@ -46,6 +47,7 @@ pub fn recover_shard(
         shard_id: shard_id as u32,
         schema_fingerprint: fingerprint,
         force: config.durability.force_recovery,
+        schema_version_committed: schema_version,
     };
     let recovered = wal::recover(&recovery, engine).map_err(|error| ServerError::Recovery {
         shard_id,

@@ -99,6 +99,9 @@ pub struct Shared {
     pub instance_uuid: uuid::Uuid,
     /// The data directory's fingerprint, carried by every WAL file and snapshot.
     pub fingerprint: u64,
+    /// The schema version `schema.bin` records as committed: recovery cuts the WAL at a
+    /// schema row of a later one (see `docs/ddl.md`).
+    pub schema_version: u64,
     /// Snapshots asked for by `box.snapshot()` (a generation count), and per core the
     /// generation it has written; a failure is kept for the caller that waits.
     pub snapshot_requested: AtomicU64,
@@ -119,6 +122,7 @@ impl Shared {
             config,
             instance_uuid: uuid::Uuid::new_v4(),
             fingerprint,
+            schema_version: 0,
             snapshot_requested: AtomicU64::new(0),
             snapshot_done: (0..shard_count).map(|_| AtomicU64::new(0)).collect(),
             snapshot_failure: Mutex::new(None),
@@ -222,6 +226,7 @@ where
     let (data_dir, layout) = open_data_dir(&config, shard_count)?;
     let mut shared = Shared::new(config, shard_count, data_dir.fingerprint());
     shared.schema_changes = data_dir.schema_changes().to_vec();
+    shared.schema_version = data_dir.schema_version();
     let shared = Arc::new(shared);
     let (data_dir, layout) = (Arc::new(data_dir), Arc::new(layout));
     let mesh = mesh::core::mesh(shard_count);
@@ -288,8 +293,13 @@ fn open_data_dir(
         .schema_changes()
         .first()
         .map(|change| change.describe());
-    let layout =
-        layout::prepare_for_recovery(config, shard_count, data_dir.fingerprint(), schema_change)?;
+    let layout = layout::prepare_for_recovery(
+        config,
+        shard_count,
+        data_dir.fingerprint(),
+        data_dir.schema_version(),
+        schema_change,
+    )?;
     Ok((data_dir, layout))
 }
 

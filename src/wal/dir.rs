@@ -14,6 +14,8 @@ pub const IN_PROGRESS_SUFFIX: &str = ".snap.inprogress";
 /// Added to the name of a file that force recovery could not use and kept for inspection;
 /// no listing includes it.
 pub const DAMAGED_SUFFIX: &str = ".damaged";
+/// A WAL file set aside because it follows an uncommitted schema change.
+pub const UNCOMMITTED_SUFFIX: &str = ".uncommitted";
 
 /// `<data_dir>/shard-<k>`.
 pub fn shard_dir(data_dir: &Path, shard_id: u32) -> PathBuf {
@@ -79,8 +81,18 @@ pub fn list(dir: &Path) -> Result<Listing> {
 /// Renames `path` to `<path>.damaged` (replacing a file of that name) and syncs the
 /// directory; returns the new name.
 pub fn set_aside(path: &Path) -> Result<PathBuf> {
+    set_aside_as(path, DAMAGED_SUFFIX)
+}
+
+/// Renames a WAL file whose rows all follow a schema change that was never committed to
+/// `<path>.uncommitted` (none of its rows was acknowledged), syncing the directory.
+pub fn set_aside_uncommitted(path: &Path) -> Result<PathBuf> {
+    set_aside_as(path, UNCOMMITTED_SUFFIX)
+}
+
+fn set_aside_as(path: &Path, suffix: &str) -> Result<PathBuf> {
     let mut name = path.as_os_str().to_owned();
-    name.push(DAMAGED_SUFFIX);
+    name.push(suffix);
     let set_aside = PathBuf::from(name);
     std::fs::rename(path, &set_aside)
         .map_err(|e| WalError::io("setting a damaged file aside", path, e))?;

@@ -103,6 +103,8 @@ pub enum RowKind {
     Replace = 1,
     /// The body is the primary key of the deleted tuple.
     Delete = 2,
+    /// A schema change of the row's space (see [`SchemaRow`]); it heads its batch.
+    Schema = 3,
 }
 
 impl RowKind {
@@ -110,8 +112,35 @@ impl RowKind {
         match byte {
             1 => Some(RowKind::Replace),
             2 => Some(RowKind::Delete),
+            3 => Some(RowKind::Schema),
             _ => None,
         }
+    }
+}
+
+/// The body of a [`RowKind::Schema`] row: the schema version the change makes, then the
+/// space's new definition, opaque here (the server's `_space` and `_index` rows; empty when
+/// the change drops the space).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SchemaRow<'a> {
+    pub version: u64,
+    pub definition: &'a [u8],
+}
+
+impl<'a> SchemaRow<'a> {
+    /// `[version u64 LE][definition]`.
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.version.to_le_bytes());
+        out.extend_from_slice(self.definition);
+    }
+
+    /// `None` for a body too short to hold the version.
+    pub fn decode(body: &'a [u8]) -> Option<SchemaRow<'a>> {
+        let version = u64::from_le_bytes(body.get(..8)?.try_into().ok()?);
+        Some(SchemaRow {
+            version,
+            definition: &body[8..],
+        })
     }
 }
 
@@ -372,13 +401,16 @@ impl BatchBuilder {
     }
 
     /// Appends a row with `lsn`, opening a batch if none is open and closing the open one
-    /// first if it would pass [`BATCH_PAYLOAD_BYTES_MAX`]. LSNs must be consecutive.
+    /// first if it would pass [`BATCH_PAYLOAD_BYTES_MAX`], or if the row is a schema row,
+    /// which heads a batch (recovery cuts an uncommitted one off with its batch and all
+    /// after it). LSNs must be consecutive.
     pub fn push_row(&mut self, lsn: u64, kind: RowKind, space_id: u32, body: &[u8]) {
         assert!(lsn > 0, "LSN 0 means nothing and is never written");
         if let Some(start) = self.open_start {
             assert_eq!(lsn, self.open_lsn_first + u64::from(self.open_row_count));
             let payload_bytes = self.bytes.len() - start - BATCH_HEADER_SIZE_BYTES;
-            if payload_bytes + ROW_HEADER_SIZE_BYTES + body.len() > BATCH_PAYLOAD_BYTES_MAX {
+            let full = payload_bytes + ROW_HEADER_SIZE_BYTES + body.len() > BATCH_PAYLOAD_BYTES_MAX;
+            if full || kind == RowKind::Schema {
                 self.seal();
             }
         }

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use crate::storage::{Engine, Tuple};
 use crate::wal::dir::{self, snapshot_file_name, wal_file_name, Listing};
 use crate::wal::error::{Result, WalError};
-use crate::wal::format::{FileHeader, Row, RowKind};
+use crate::wal::format::{FileHeader, Row, RowKind, SchemaRow};
 use crate::wal::reader::{ReadMode, WalFile};
 use crate::wal::snapshot::{SnapshotBlock, SnapshotReader};
 
@@ -49,6 +49,16 @@ pub trait RecoveryTarget {
     fn replace(&mut self, space_id: u32, tuple: &[u8]) -> Result<(), String>;
     /// Deletes by primary key; a key that is not there is not an error (replay is idempotent).
     fn delete(&mut self, space_id: u32, key: &[u8]) -> Result<(), String>;
+    /// A committed schema change of `space_id`, in place among the rows: those before it
+    /// were written under the old definition, those after under `change.definition`. A
+    /// target that knows no definitions refuses it.
+    fn change_schema(&mut self, space_id: u32, change: SchemaRow<'_>) -> Result<(), String> {
+        let _ = space_id;
+        Err(format!(
+            "a schema change (version {}), which this target cannot make",
+            change.version
+        ))
+    }
 }
 
 impl RecoveryTarget for Engine {
@@ -139,6 +149,9 @@ pub struct RecoveryConfig {
     /// `force_recovery`: skip damaged batches, rows that fail to apply, and LSN gaps, and
     /// replace a damaged snapshot by the older checkpoint.
     pub force: bool,
+    /// The last schema version the server committed: a schema row of a later version was
+    /// never committed, and the WAL is cut at it (see [`Recovered::uncommitted_cut`]).
+    pub schema_version_committed: u64,
 }
 
 /// What recovery did.
@@ -161,6 +174,21 @@ pub struct Recovered {
     /// Force mode only: a WAL file none of whose rows could be read, renamed to
     /// `<lsn>.wal.damaged` because the writer's next file takes its name.
     pub wal_file_set_aside: Option<(PathBuf, PathBuf)>,
+    /// A schema row of a version never committed was found: the file it was in was cut at
+    /// its batch, and the later files renamed `<name>.uncommitted`. Nothing from the row on
+    /// was acknowledged (the server holds acknowledgements behind a schema row until the
+    /// change commits).
+    pub uncommitted_cut: Option<UncommittedCut>,
+}
+
+/// Where recovery cut the WAL at a schema change that was never committed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UncommittedCut {
+    pub file: PathBuf,
+    pub offset: u64,
+    pub lsn: u64,
+    pub version: u64,
+    pub files_set_aside: Vec<PathBuf>,
 }
 
 impl Recovered {
@@ -512,18 +540,26 @@ fn replay_wal(
             check_follows(config, wal_files, position, lsn_last)?;
         }
         lsn_last_read = Some(file.header.lsn.saturating_sub(1));
-        for batch in file.batches(mode) {
-            let batch = match batch {
-                Ok(batch) => batch,
-                Err(WalError::Torn { offset, .. }) if newest => {
+        let mut batches = file.batches(mode);
+        loop {
+            let offset = batches.offset();
+            let batch = match batches.next() {
+                None => break,
+                Some(Ok(batch)) => batch,
+                Some(Err(WalError::Torn { offset, .. })) if newest => {
                     cut_torn_tail(config, path, offset, recovered)?;
                     break;
                 }
-                Err(error) => {
+                Some(Err(error)) => {
                     skip(error, path, recovered)?;
                     continue;
                 }
             };
+            if let Some(uncommitted) = uncommitted_schema_row(config, path, offset, &batch)? {
+                let later = &wal_files[position + 1..];
+                cut_uncommitted(config, uncommitted, later, recovered)?;
+                return Ok(damaged_files);
+            }
             for row in batch.rows().filter(|row| row.lsn > lsn_snapshot) {
                 apply_row(config, path, &row, target, recovered)?;
             }
@@ -533,6 +569,76 @@ fn replay_wal(
         }
     }
     Ok(damaged_files)
+}
+
+/// The cut a batch calls for when a schema row in it has a version the server never
+/// committed. Such a row heads its batch (the writer opens one for it); one that does not is
+/// corruption, as a row that fails to decode.
+fn uncommitted_schema_row(
+    config: &RecoveryConfig,
+    path: &Path,
+    offset: u64,
+    batch: &crate::wal::format::Batch<'_>,
+) -> Result<Option<UncommittedCut>> {
+    for (position, row) in batch.rows().enumerate() {
+        if row.kind != RowKind::Schema {
+            continue;
+        }
+        let Some(change) = SchemaRow::decode(row.body) else {
+            continue; // `apply_row` reports it
+        };
+        if change.version <= config.schema_version_committed {
+            continue;
+        }
+        if position != 0 {
+            let reason = format!(
+                "the uncommitted schema row at LSN {} does not head its batch",
+                row.lsn
+            );
+            return Err(WalError::corrupt(path, offset, reason));
+        }
+        return Ok(Some(UncommittedCut {
+            file: path.to_path_buf(),
+            offset,
+            lsn: row.lsn,
+            version: change.version,
+            files_set_aside: Vec::new(),
+        }));
+    }
+    Ok(None)
+}
+
+/// Cuts the WAL at a schema row that was never committed: its file at its batch, the files
+/// after it renamed aside. What it removes was never acknowledged.
+fn cut_uncommitted(
+    config: &RecoveryConfig,
+    mut cut: UncommittedCut,
+    later_files: &[(u64, PathBuf)],
+    recovered: &mut Recovered,
+) -> Result<()> {
+    tracing::warn!(
+        shard = config.shard_id,
+        file = %cut.file.display(),
+        offset = cut.offset,
+        lsn = cut.lsn,
+        version = cut.version,
+        committed = config.schema_version_committed,
+        later_files = later_files.len(),
+        "a schema change that was never committed: cutting the WAL at it (no row from it on \
+         was acknowledged); the schema stays at the committed version"
+    );
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&cut.file)
+        .map_err(|e| WalError::io("opening WAL file", &cut.file, e))?;
+    file.set_len(cut.offset)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| WalError::io("cutting WAL file", &cut.file, e))?;
+    for (_, path) in later_files {
+        cut.files_set_aside.push(dir::set_aside_uncommitted(path)?);
+    }
+    recovered.uncommitted_cut = Some(cut);
+    Ok(())
 }
 
 /// The writer's first file is named after the next LSN and created with truncation, which
@@ -616,6 +722,10 @@ fn apply_row(
     let result = match row.kind {
         RowKind::Replace => target.replace(row.space_id, row.body),
         RowKind::Delete => target.delete(row.space_id, row.body),
+        RowKind::Schema => match SchemaRow::decode(row.body) {
+            Some(change) => target.change_schema(row.space_id, change),
+            None => Err("a schema row too short to hold its version".into()),
+        },
     };
     match result {
         Ok(()) => recovered.rows_replayed += 1,

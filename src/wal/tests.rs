@@ -125,6 +125,7 @@ fn config(dir: &Path) -> RecoveryConfig {
         shard_id: 0,
         schema_fingerprint: FINGERPRINT,
         force: false,
+        schema_version_committed: 0,
     }
 }
 
@@ -1496,4 +1497,223 @@ fn force_recovery_keeps_an_unreadable_newest_wal_file_from_being_overwritten() {
     assert_eq!(std::fs::read(&set_aside).expect("kept"), second);
     let file = WalFile::open(&path).expect("the new file");
     assert_eq!(lsns_read(&file, ReadMode::Strict).0, vec![10]);
+}
+
+/// [`Model`] that also takes schema changes, noting each with how many tuples the model held
+/// when it came (so a test sees that it came in place among the rows).
+#[derive(Debug, Default)]
+struct SchemaModel {
+    data: Model,
+    changes: Vec<(u32, u64, Vec<u8>, usize)>,
+}
+
+impl RecoveryTarget for SchemaModel {
+    type Staged = Vec<Vec<u8>>;
+
+    fn stage_space(
+        &self,
+        space_id: u32,
+        blocks: &mut SpaceBlocks<'_>,
+    ) -> Result<Self::Staged, String> {
+        self.data.stage_space(space_id, blocks)
+    }
+
+    fn load_staged(&mut self, space_id: u32, staged: Self::Staged) -> Result<(), String> {
+        self.data.load_staged(space_id, staged)
+    }
+
+    fn replace(&mut self, space_id: u32, tuple: &[u8]) -> Result<(), String> {
+        self.data.replace(space_id, tuple)
+    }
+
+    fn delete(&mut self, space_id: u32, key: &[u8]) -> Result<(), String> {
+        self.data.delete(space_id, key)
+    }
+
+    fn change_schema(&mut self, space_id: u32, change: SchemaRow<'_>) -> Result<(), String> {
+        let held = self.data.0.len();
+        self.changes
+            .push((space_id, change.version, change.definition.to_vec(), held));
+        Ok(())
+    }
+}
+
+fn schema_body(version: u64, definition: &[u8]) -> Vec<u8> {
+    let mut body = Vec::new();
+    SchemaRow {
+        version,
+        definition,
+    }
+    .encode(&mut body);
+    body
+}
+
+#[test]
+fn a_schema_row_heads_its_batch() {
+    let body = schema_body(3, b"def");
+    let mut builder = BatchBuilder::default();
+    builder.push_row(1, RowKind::Replace, 512, &tuple(1, 1));
+    builder.push_row(2, RowKind::Schema, 512, &body);
+    builder.push_row(3, RowKind::Replace, 512, &tuple(3, 1));
+    let mut bytes = wal_header(1);
+    bytes.extend_from_slice(&builder.take());
+    let file = WalFile::from_bytes("x.wal".into(), bytes).expect("header");
+    let batches: Vec<Vec<(u64, RowKind)>> = file
+        .batches(ReadMode::Strict)
+        .map(|batch| {
+            let batch = batch.expect("valid");
+            batch.rows().map(|row| (row.lsn, row.kind)).collect()
+        })
+        .collect();
+    assert_eq!(
+        batches,
+        [
+            vec![(1, RowKind::Replace)],
+            vec![(2, RowKind::Schema), (3, RowKind::Replace)]
+        ]
+    );
+    assert_eq!(
+        SchemaRow::decode(&body),
+        Some(SchemaRow {
+            version: 3,
+            definition: b"def"
+        })
+    );
+    assert_eq!(SchemaRow::decode(&body[..7]), None);
+}
+
+/// LSNs 1..=3 replace keys 1..=3; LSN 4 changes space 512's schema to version 1 and LSN 5
+/// replaces key 5 (one batch); LSN 6 changes it to version 2 and LSN 7 replaces key 7 (one
+/// batch); the next file holds LSN 8, key 8. Returns the first file's size before version 2.
+fn files_with_two_schema_changes(dir: &Path) -> u64 {
+    let mut first = wal_header(1);
+    push_batch(&mut first, 1, 3);
+    let committed = schema_body(1, b"one");
+    let uncommitted = schema_body(2, b"two");
+    let (key_5, key_7) = (tuple(5, 1), tuple(7, 1));
+    let row = |lsn, kind, body| Row {
+        lsn,
+        kind,
+        space_id: 512,
+        body,
+    };
+    encode_batch(
+        [
+            row(4, RowKind::Schema, &committed),
+            row(5, RowKind::Replace, &key_5),
+        ],
+        &mut first,
+    );
+    let before_uncommitted = first.len() as u64;
+    encode_batch(
+        [
+            row(6, RowKind::Schema, &uncommitted),
+            row(7, RowKind::Replace, &key_7),
+        ],
+        &mut first,
+    );
+    write_file(dir, wal_file_name(1), &first);
+    let mut second = wal_header(8);
+    push_batch(&mut second, 8, 1);
+    write_file(dir, wal_file_name(8), &second);
+    before_uncommitted
+}
+
+#[test]
+fn recovery_makes_committed_schema_changes_in_place_and_cuts_at_an_uncommitted_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cut_at = files_with_two_schema_changes(dir.path());
+    let config = RecoveryConfig {
+        schema_version_committed: 1,
+        ..config(dir.path())
+    };
+    let mut model = SchemaModel::default();
+    let recovered = recover(&config, &mut model).expect("recovers");
+    assert_eq!(model.changes, [(512, 1, b"one".to_vec(), 3)]);
+    let keys: Vec<u8> = model.data.0.keys().map(|&(_, key)| key).collect();
+    assert_eq!(keys, [1, 2, 3, 5], "nothing from the uncommitted change on");
+    assert_eq!(recovered.lsn_last, 5);
+    let cut = recovered.uncommitted_cut.expect("cut");
+    assert_eq!((cut.offset, cut.lsn, cut.version), (cut_at, 6, 2));
+    assert_eq!(cut.file, dir.path().join(wal_file_name(1)));
+    let set_aside = dir.path().join(format!("{}.uncommitted", wal_file_name(8)));
+    assert_eq!(cut.files_set_aside, std::slice::from_ref(&set_aside));
+    assert!(set_aside.exists());
+    let size = std::fs::metadata(dir.path().join(wal_file_name(1)))
+        .expect("kept")
+        .len();
+    assert_eq!(size, cut_at);
+
+    // The next start finds the same, and nothing more to cut.
+    let mut again = SchemaModel::default();
+    let recovered = recover(&config, &mut again).expect("recovers again");
+    assert!(recovered.uncommitted_cut.is_none());
+    assert_eq!((again.data, again.changes), (model.data, model.changes));
+}
+
+#[test]
+fn a_committed_schema_change_replays_wherever_it_is() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    files_with_two_schema_changes(dir.path());
+    let config = RecoveryConfig {
+        schema_version_committed: 2,
+        ..config(dir.path())
+    };
+    let mut model = SchemaModel::default();
+    let recovered = recover(&config, &mut model).expect("recovers");
+    assert!(recovered.uncommitted_cut.is_none());
+    assert_eq!(
+        model.changes,
+        [(512, 1, b"one".to_vec(), 3), (512, 2, b"two".to_vec(), 4)]
+    );
+    assert_eq!(recovered.lsn_last, 8);
+    // A target that knows no schema refuses the change, naming it.
+    let error = recover(&config, &mut Model::default()).expect_err("refused");
+    assert!(
+        error
+            .to_string()
+            .contains("a schema change (version 1), which this target cannot make"),
+        "{error}"
+    );
+}
+
+#[test]
+fn an_uncommitted_schema_row_inside_a_batch_is_corruption() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut file = wal_header(1);
+    let body = schema_body(5, b"x");
+    // Built by hand: the builder would have opened a batch for the schema row.
+    let rows = [
+        encode_row_for_test(1, RowKind::Replace, &tuple(1, 1)),
+        encode_row_for_test(2, RowKind::Schema, &body),
+    ]
+    .concat();
+    file.extend_from_slice(&batch_of_raw_rows(1, 2, &rows));
+    write_file(dir.path(), wal_file_name(1), &file);
+    let error = recover(&config(dir.path()), &mut SchemaModel::default()).expect_err("corrupt");
+    assert!(
+        error.to_string().contains("does not head its batch"),
+        "{error}"
+    );
+}
+
+fn encode_row_for_test(lsn: u64, kind: RowKind, body: &[u8]) -> Vec<u8> {
+    let mut row = lsn.to_le_bytes().to_vec();
+    row.push(kind as u8);
+    row.extend_from_slice(&512u32.to_le_bytes());
+    row.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    row.extend_from_slice(body);
+    row
+}
+
+/// A sealed batch around rows already encoded, as `docs/format.md` lays it out.
+fn batch_of_raw_rows(lsn_first: u64, row_count: u32, rows: &[u8]) -> Vec<u8> {
+    let mut batch = b"TBAT".to_vec();
+    batch.extend_from_slice(&row_count.to_le_bytes());
+    batch.extend_from_slice(&(rows.len() as u32).to_le_bytes());
+    batch.extend_from_slice(&lsn_first.to_le_bytes());
+    batch.extend_from_slice(rows);
+    let checksum = crc32c::crc32c(&batch);
+    batch.extend_from_slice(&checksum.to_le_bytes());
+    batch
 }

@@ -125,9 +125,10 @@ fn the_schema_is_recorded_once_and_kept_across_starts() {
     data_dir.record_schema().unwrap();
     data_dir.record_schema().unwrap();
     let recorded = std::fs::read(dir.path().join(SCHEMA_FILE)).unwrap();
-    let (on_disk, spaces) = decode_schema_file(&recorded).unwrap();
-    assert_eq!(on_disk, fingerprint);
-    let ids: Vec<u32> = spaces.iter().map(|(id, _)| *id).collect();
+    let on_disk = decode_schema_file(&recorded).unwrap();
+    assert_eq!(on_disk.fingerprint, fingerprint);
+    assert_eq!(on_disk.version, 0);
+    let ids: Vec<u32> = on_disk.spaces.iter().map(|(id, _)| *id).collect();
     assert_eq!(ids, [512, 513]);
     drop(data_dir);
     assert!(
@@ -157,7 +158,10 @@ fn a_lost_schema_is_rebuilt_from_the_data_files_and_recorded_only_when_asked() {
     assert_eq!(data_dir.fingerprint(), fingerprint);
     data_dir.record_schema().unwrap();
     let recorded = std::fs::read(dir.path().join(SCHEMA_FILE)).unwrap();
-    assert_eq!(decode_schema_file(&recorded).unwrap().0, fingerprint);
+    assert_eq!(
+        decode_schema_file(&recorded).unwrap().fingerprint,
+        fingerprint
+    );
     drop(data_dir);
 
     // Without the record step (a failed start) nothing stays behind.
@@ -288,11 +292,16 @@ fn schema_records_round_trip_and_truncations_do_not_decode() {
         (512, "a".to_owned(), vec![0x91, 0x01]),
         (513, "b".to_owned(), vec![]),
     ];
-    let bytes = encode_schema_file(7, &spaces);
-    assert_eq!(
-        decode_schema_file(&bytes),
-        Some((7, vec![(512, vec![0x91, 0x01]), (513, vec![])]))
-    );
+    let bytes = encode_schema_file(7, 0, &spaces);
+    let decoded = |version| SchemaFile {
+        fingerprint: 7,
+        version,
+        spaces: vec![(512, vec![0x91, 0x01]), (513, vec![])],
+    };
+    assert_eq!(decode_schema_file(&bytes), Some(decoded(0)));
+    let versioned = encode_schema_file(7, 9, &spaces);
+    assert_eq!(versioned.len(), bytes.len() + 16, "the version's entry");
+    assert_eq!(decode_schema_file(&versioned), Some(decoded(9)));
     for length in 0..bytes.len() {
         if length == 8 || length == 18 {
             continue; // whole records: the fingerprint alone, or with the first space

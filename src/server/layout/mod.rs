@@ -233,7 +233,7 @@ impl Prepared {
 
 /// [`prepare_for_recovery`], then [`Prepared::record`]: the layout the shards now have.
 pub fn prepare(config: &Config, shard_count: usize, fingerprint: u64) -> Result<Layout> {
-    let prepared = prepare_for_recovery(config, shard_count, fingerprint, None)?;
+    let prepared = prepare_for_recovery(config, shard_count, fingerprint, 0, None)?;
     prepared.record(&config.data_dir)?;
     Ok(prepared.layout)
 }
@@ -249,6 +249,7 @@ pub fn prepare_for_recovery(
     config: &Config,
     shard_count: usize,
     fingerprint: u64,
+    schema_version: u64,
     schema_change: Option<String>,
 ) -> Result<Prepared> {
     let data_dir = &config.data_dir;
@@ -322,7 +323,7 @@ pub fn prepare_for_recovery(
             shards_new: new.shard_count,
         });
     }
-    relayout(config, fingerprint, &old, &new)?;
+    relayout(config, fingerprint, schema_version, &old, &new)?;
     Ok(Prepared {
         layout: new,
         record_stale: false,

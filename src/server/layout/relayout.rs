@@ -69,6 +69,7 @@ struct MoveCounts {
 pub(super) fn relayout(
     config: &Config,
     fingerprint: u64,
+    schema_version: u64,
     old: &Layout,
     new: &Layout,
 ) -> Result<()> {
@@ -82,7 +83,7 @@ pub(super) fn relayout(
          to its owner before serving"
     );
     let mut counts = MoveCounts::default();
-    let rows = read_old_shards(config, fingerprint, old, new, &mut counts)?;
+    let rows = read_old_shards(config, (fingerprint, schema_version), old, new, &mut counts)?;
     let staging = staging_dir(data_dir, new.generation);
     std::fs::create_dir_all(&staging).map_err(io_error("creating", &staging))?;
     // Each new shard's rows are dropped once its snapshot is staged.
@@ -134,7 +135,7 @@ pub(super) fn relayout(
 /// Recovers each old shard in turn and hands its tuples to their new owners.
 fn read_old_shards(
     config: &Config,
-    fingerprint: u64,
+    (fingerprint, schema_version): (u64, u64),
     old: &Layout,
     new: &Layout,
     counts: &mut MoveCounts,
@@ -162,6 +163,7 @@ fn read_old_shards(
             shard_id: shard_id as u32,
             schema_fingerprint: fingerprint,
             force: config.durability.force_recovery,
+            schema_version_committed: schema_version,
         };
         let recovered =
             wal::recover(&recovery, &mut engine).map_err(|source| LayoutError::OldShard {

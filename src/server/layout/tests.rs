@@ -67,6 +67,7 @@ fn recover_all(config: &Config, shard_count: usize) -> Vec<Vec<Vec<u8>>> {
                 shard_id: shard_id as u32,
                 schema_fingerprint: FINGERPRINT,
                 force: false,
+                schema_version_committed: 0,
             };
             wal::recover(&recovery, &mut engine).expect("recovers");
             let space = engine.space(KV).expect("kv");
@@ -193,7 +194,7 @@ fn an_empty_directory_takes_the_configured_count() {
 fn a_stale_record_is_left_for_after_recovery() {
     let dir = tempfile::tempdir().expect("dir");
     let config = config(dir.path());
-    let prepared = prepare_for_recovery(&config, 2, FINGERPRINT, None).expect("prepare");
+    let prepared = prepare_for_recovery(&config, 2, FINGERPRINT, 0, None).expect("prepare");
     assert_eq!(prepared.layout.shard_count, 2);
     assert_eq!(
         entries(dir.path()),
@@ -206,7 +207,7 @@ fn a_stale_record_is_left_for_after_recovery() {
         Some(prepared.layout)
     );
     // Recorded and unchanged: nothing left to write.
-    let again = prepare_for_recovery(&config, 2, FINGERPRINT, None).expect("again");
+    let again = prepare_for_recovery(&config, 2, FINGERPRINT, 0, None).expect("again");
     assert!(!again.record_stale);
 }
 

@@ -200,7 +200,13 @@ impl Core {
         }
         // Every core recovers its own shard, so all shards recover in parallel.
         let fingerprint = shared.fingerprint;
-        let recovered = durability::recover_shard(&shared.config, id, fingerprint, &mut engine)?;
+        let recovered = durability::recover_shard(
+            &shared.config,
+            id,
+            fingerprint,
+            shared.schema_version,
+            &mut engine,
+        )?;
         schema_change::apply(&shared.schema_changes, id, &mut engine)?;
         let lsn_next = recovered.lsn_next;
         let wal = durability::start_wal(&shared.config, id, fingerprint, lsn_next)?;
