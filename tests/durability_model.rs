@@ -31,6 +31,7 @@ use tarn::protocol::client::decode_reply;
 use tarn::protocol::request::{Delete, Insert, Request, Select, Update, Upsert};
 use tarn::protocol::ErrorCode;
 use tarn::server::durability::take_snapshot;
+use tarn::server::recovering::Recovering;
 use tarn::server::schema::build_engine;
 use tarn::shard::{Executed, Shard};
 use tarn::storage::Engine;
@@ -391,7 +392,7 @@ fn start_live(config: &Config, dir: &Path, disk: &Rc<Disk>) -> Live {
         force: false,
         schema_version_committed: 0,
     };
-    let recovered = recover(&recovery, &mut engine).expect("recovers");
+    let recovered = recover(&recovery, &mut Recovering::new(&mut engine)).expect("recovers");
     let sink = FillingSink {
         inner: GlommioSink::new(dir),
         disk: disk.clone(),
@@ -461,7 +462,8 @@ async fn run_requests(
         return (replies.await, None);
     };
     // The snapshot is polled first: it copies the shard with these rows still in flight.
-    let snapshot = take_snapshot(&live.shard, config, FINGERPRINT, 0);
+    let shared = tarn::server::Shared::new(config.clone(), 1, FINGERPRINT);
+    let snapshot = take_snapshot(&live.shard, &shared, 0);
     let (snapshot, replies) = futures_lite::future::zip(snapshot, replies).await;
     (replies, Some(snapshot))
 }
@@ -573,7 +575,7 @@ async fn run_steps(
                     force: false,
                     schema_version_committed: 0,
                 };
-                recover(&recovery, &mut recovered)
+                recover(&recovery, &mut Recovering::new(&mut recovered))
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 prop_assert_eq!(
                     contents(&recovered, false),

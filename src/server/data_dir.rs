@@ -24,7 +24,7 @@
 //! names and headers for fingerprints only; knows nothing of recovery, executors or sockets.
 
 use crate::config::Config;
-use crate::server::schema;
+use crate::server::schema::{self, RecordedSpaces};
 use crate::server::schema_change::{self, SpaceChange};
 use crate::server::ServerError;
 use crate::wal::dir as wal_dir;
@@ -44,8 +44,6 @@ const LOCK_ATTEMPTS: usize = 8;
 
 /// Per space in the config: its id, name, and `_space` + `_index` rows.
 type ConfigSpaces = Vec<(u32, String, Vec<u8>)>;
-/// Per recorded space: its id and its `_space` + `_index` rows.
-type RecordedSpaces = Vec<(u32, Vec<u8>)>;
 
 /// Where the fingerprint of this start came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -554,9 +552,6 @@ struct SchemaFile {
     spaces: RecordedSpaces,
 }
 
-/// The pseudo space id of the entry that holds the committed schema version (8 bytes).
-const VERSION_ENTRY_ID: u32 = u32::MAX;
-
 /// The recorded fingerprint and spaces, or `None` if there is no `schema.bin`.
 fn read_schema_file(data_dir: &Path) -> Result<Option<SchemaFile>, ServerError> {
     let path = data_dir.join(SCHEMA_FILE);
@@ -577,45 +572,22 @@ fn read_schema_file(data_dir: &Path) -> Result<Option<SchemaFile>, ServerError> 
     }
 }
 
-/// `[fingerprint u64 LE]` then per space `[id u32 LE][row bytes length u32 LE][rows]`, and,
-/// once a schema change has been committed, its version as an entry of id
-/// [`VERSION_ENTRY_ID`] (left out at 0, so a record without one reads as before).
+/// `[fingerprint u64 LE]`, then the version and the spaces as `schema::write_entries`
+/// writes them.
 fn encode_schema_file(
     fingerprint: u64,
     version: u64,
     spaces: &[(u32, String, Vec<u8>)],
 ) -> Vec<u8> {
     let mut bytes = fingerprint.to_le_bytes().to_vec();
-    if version > 0 {
-        bytes.extend_from_slice(&VERSION_ENTRY_ID.to_le_bytes());
-        bytes.extend_from_slice(&8u32.to_le_bytes());
-        bytes.extend_from_slice(&version.to_le_bytes());
-    }
-    for (id, _, rows) in spaces {
-        bytes.extend_from_slice(&id.to_le_bytes());
-        let length = u32::try_from(rows.len()).expect("a space's rows are far below 4 GiB");
-        bytes.extend_from_slice(&length.to_le_bytes());
-        bytes.extend_from_slice(rows);
-    }
+    let entries = spaces.iter().map(|(id, _, rows)| (*id, &rows[..]));
+    schema::write_entries(&mut bytes, version, entries);
     bytes
 }
 
 fn decode_schema_file(bytes: &[u8]) -> Option<SchemaFile> {
     let fingerprint = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
-    let mut rest = &bytes[8..];
-    let mut spaces = Vec::new();
-    let mut version = 0;
-    while !rest.is_empty() {
-        let id = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?);
-        let length = u32::from_le_bytes(rest.get(4..8)?.try_into().ok()?) as usize;
-        let entry = rest.get(8..8usize.checked_add(length)?)?;
-        if id == VERSION_ENTRY_ID {
-            version = u64::from_le_bytes(entry.try_into().ok()?);
-        } else {
-            spaces.push((id, entry.to_vec()));
-        }
-        rest = &rest[8 + length..];
-    }
+    let (version, spaces) = schema::read_entries(&bytes[8..])?;
     Some(SchemaFile {
         fingerprint,
         version,

@@ -6,6 +6,7 @@
 
 use crate::config::{Config, WalMode};
 use crate::server::mesh::core::Core;
+use crate::server::recovering::Recovering;
 use crate::server::schema;
 use crate::server::{ServerError, Shared};
 use crate::shard::Shard;
@@ -49,10 +50,12 @@ pub fn recover_shard(
         force: config.durability.force_recovery,
         schema_version_committed: schema_version,
     };
-    let recovered = wal::recover(&recovery, engine).map_err(|error| ServerError::Recovery {
-        shard_id,
-        hint: recovery_hint(config, &error),
-        reason: error.to_string(),
+    let recovered = wal::recover(&recovery, &mut Recovering::new(engine)).map_err(|error| {
+        ServerError::Recovery {
+            shard_id,
+            hint: recovery_hint(config, &error),
+            reason: error.to_string(),
+        }
     })?;
     if recovered.batches_skipped + recovered.rows_skipped > 0 {
         tracing::warn!(
@@ -147,7 +150,6 @@ pub fn roll_back_refused_writes(core: &Rc<Core>) {
 pub async fn checkpoint_loop(core: Rc<Core>, lsn_last: u64, at_once: bool) {
     let me = core.id();
     let shared = core.shared.clone();
-    let fingerprint = shared.fingerprint;
     let interval = match shared.config.durability.checkpoint_interval_seconds {
         0 => None,
         seconds => Some(Duration::from_secs(seconds)),
@@ -170,7 +172,7 @@ pub async fn checkpoint_loop(core: Rc<Core>, lsn_last: u64, at_once: bool) {
         if !asked && !due {
             continue;
         }
-        match take_snapshot(&core.shard, &shared.config, fingerprint, lsn_last).await {
+        match take_snapshot(&core.shard, &shared, lsn_last).await {
             Ok(()) => {}
             Err(reason) => {
                 tracing::error!(shard = me, %reason, "snapshot failed");
@@ -194,64 +196,33 @@ pub async fn snapshot_schema_changes(core: &Rc<Core>) -> Result<(), ServerError>
         return Ok(());
     }
     let shared = &core.shared;
-    take_snapshot(
-        &core.shard,
-        &shared.config,
-        shared.fingerprint,
-        core.lsn_recovered,
-    )
-    .await
-    .map_err(|reason| ServerError::Recovery {
-        shard_id: core.id(),
-        reason: format!("the snapshot after the schema change failed: {reason}"),
-        hint: "",
-    })
+    take_snapshot(&core.shard, shared, core.lsn_recovered)
+        .await
+        .map_err(|reason| ServerError::Recovery {
+            shard_id: core.id(),
+            reason: format!("the snapshot after the schema change failed: {reason}"),
+            hint: "",
+        })
 }
 
-/// Writes a snapshot of the shard as it is now. `lsn_recovered` is the snapshot's LSN when
-/// there is no WAL (nothing moves it on).
+/// Writes a snapshot of the shard as it is now, with the definitions of its spaces at the
+/// committed schema version. `lsn_recovered` is the snapshot's LSN when there is no WAL
+/// (nothing moves it on).
 pub async fn take_snapshot(
     shard: &RefCell<Shard>,
-    config: &Config,
-    fingerprint: u64,
+    shared: &Shared,
     lsn_recovered: u64,
 ) -> Result<(), String> {
+    let config = &shared.config;
     let me = shard.borrow().id;
     let dir: PathBuf = wal::dir::shard_dir(&config.data_dir, me as u32);
     wal::dir::create(&dir).map_err(|error| error.to_string())?;
-    // Rows are after-images, so a point-in-time copy of the tuple handles is enough; the
-    // writing below runs while writes go on. The copy holds every write applied so far,
-    // some not yet durable: it is kept only once they all are (a write the log refuses is
-    // rolled back, and a snapshot holding it would bring it back).
-    let (lsn, tuples, applied) = {
-        let shard = shard.borrow();
-        let (lsn, applied) = match &shard.wal {
-            Some(wal) => {
-                if let Some(cause) = wal.poisoned() {
-                    return Err(format!(
-                        "the WAL refuses writes since an I/O error ({cause}); restart the \
-                         server to recover from what is on disk"
-                    ));
-                }
-                // Rows after the checkpoint begin a new file: the older become removable.
-                wal.rotate();
-                (wal.lsn_next() - 1, Some(wal.commit_appended()))
-            }
-            None => (lsn_recovered, None),
-        };
-        let tuples: Vec<(u32, Tuple)> = shard
-            .engine
-            .spaces()
-            .iter()
-            .filter(|space| !schema::is_system_space(space.id))
-            .flat_map(|space| {
-                space.indexes()[0]
-                    .entries()
-                    .map(move |(_, tuple)| (space.id, tuple.to_tuple()))
-            })
-            .collect();
-        (lsn, tuples, applied)
-    };
+    let ShardCopy {
+        lsn,
+        tuples,
+        applied,
+        section,
+    } = copy_shard(&shard.borrow(), shared.schema_version, lsn_recovered)?;
     if let Some(applied) = applied {
         applied.await.map_err(|error| {
             format!("writes it holds were refused by the WAL, so it is not written: {error}")
@@ -261,7 +232,8 @@ pub async fn take_snapshot(
     let meta = SnapshotMeta {
         shard_id: me as u32,
         lsn,
-        schema_fingerprint: fingerprint,
+        schema_fingerprint: shared.fingerprint,
+        schema: &section,
     };
     let written = wal::snapshot::write_snapshot(&dir, &meta, tuples)
         .await
@@ -278,6 +250,54 @@ pub async fn take_snapshot(
         "snapshot written"
     );
     Ok(())
+}
+
+/// What a snapshot is written from: the shard's tuples at `lsn`, and its definitions.
+struct ShardCopy {
+    lsn: u64,
+    tuples: Vec<(u32, Tuple)>,
+    /// Resolves once every write the copy holds is durable.
+    applied: Option<wal::Commit>,
+    section: Vec<u8>,
+}
+
+/// Rows are after-images, so a point-in-time copy of the tuple handles is enough; the
+/// writing runs while writes go on. The copy holds every write applied so far, some not
+/// yet durable: it is kept only once they all are (a write the log refuses is rolled back,
+/// and a snapshot holding it would bring it back).
+fn copy_shard(shard: &Shard, schema_version: u64, lsn_recovered: u64) -> Result<ShardCopy, String> {
+    let section = schema::snapshot_schema(&shard.engine, schema_version);
+    let (lsn, applied) = match &shard.wal {
+        Some(wal) => {
+            if let Some(cause) = wal.poisoned() {
+                return Err(format!(
+                    "the WAL refuses writes since an I/O error ({cause}); restart the server \
+                     to recover from what is on disk"
+                ));
+            }
+            // Rows after the checkpoint begin a new file: the older become removable.
+            wal.rotate();
+            (wal.lsn_next() - 1, Some(wal.commit_appended()))
+        }
+        None => (lsn_recovered, None),
+    };
+    let tuples: Vec<(u32, Tuple)> = shard
+        .engine
+        .spaces()
+        .iter()
+        .filter(|space| !schema::is_system_space(space.id))
+        .flat_map(|space| {
+            space.indexes()[0]
+                .entries()
+                .map(move |(_, tuple)| (space.id, tuple.to_tuple()))
+        })
+        .collect();
+    Ok(ShardCopy {
+        lsn,
+        tuples,
+        applied,
+        section,
+    })
 }
 
 /// `box.snapshot()`: asks every core for a snapshot and waits until all have one.

@@ -26,10 +26,13 @@
 //! * [`mesh`]: one core's shard and its batched messages to the other cores, whose replies
 //!   land in sessions' inboxes.
 //! * [`data_dir`]: the data directory's lock, fingerprint and schema record.
-//! * [`durability`]: recovery, the WAL writer, snapshots.
+//! * [`durability`]: recovery, the WAL writer, snapshots. [`recovering`]: the engine while it
+//!   recovers, following the schema its data was written under (snapshot sections, schema
+//!   rows).
 //! * [`layout`]: the data directory's shard count and placement, and moving every row when
 //!   a start changes them.
-//! * [`schema`]: config to storage definitions; the system spaces.
+//! * [`schema`]: config to storage definitions; the system spaces; definitions as recorded
+//!   rows. [`schema_change`]: a changed config's migration of the recorded spaces.
 //! * [`users`]: users, authentication, grants.
 //! * [`os`]: the heap's set-up and the scheduler's treatment of a shard's thread.
 //!
@@ -66,6 +69,7 @@ pub mod mesh;
 pub mod moved_key;
 #[allow(unsafe_code)]
 pub mod os;
+pub mod recovering;
 pub mod schema;
 pub mod schema_change;
 pub mod session;

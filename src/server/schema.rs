@@ -299,15 +299,83 @@ pub fn user_space_rows(config: &Config) -> Vec<(u32, String, Vec<u8>)> {
     config
         .spaces
         .iter()
-        .map(|space| {
-            let def = space_def(space);
-            let mut rows = space_tuple(&def, "memtx");
-            for index in &def.indexes {
-                rows.extend_from_slice(&index_tuple(def.id, index, IndexRowForm::Record));
-            }
-            (space.id, space.name.clone(), rows)
-        })
+        .map(|space| (space.id, space.name.clone(), space_rows(&space_def(space))))
         .collect()
+}
+
+/// A space's definition as its recorded rows: the `_space` row, then the `_index` rows, in
+/// the record's form (what `schema_change::decode_space_rows` reads back).
+pub fn space_rows(def: &SpaceDef) -> Vec<u8> {
+    let mut rows = space_tuple(def, "memtx");
+    for index in &def.indexes {
+        rows.extend_from_slice(&index_tuple(def.id, index, IndexRowForm::Record));
+    }
+    rows
+}
+
+/// The pseudo space id of the entry that holds a schema version (8 bytes LE) among
+/// [`write_entries`]'s.
+const VERSION_ENTRY_ID: u32 = u32::MAX;
+
+/// Definitions as `schema.bin` and a snapshot's schema section hold them: per space
+/// `[id u32 LE][rows length u32 LE][rows]`, the version first as an entry of id
+/// `0xffffffff` when it is not 0 (so that a version-0 record reads as before versions).
+pub fn write_entries<'r>(
+    out: &mut Vec<u8>,
+    version: u64,
+    spaces: impl IntoIterator<Item = (u32, &'r [u8])>,
+) {
+    let mut entry = |id: u32, bytes: &[u8]| {
+        out.extend_from_slice(&id.to_le_bytes());
+        let length = u32::try_from(bytes.len()).expect("a space's rows are far below 4 GiB");
+        out.extend_from_slice(&length.to_le_bytes());
+        out.extend_from_slice(bytes);
+    };
+    if version > 0 {
+        entry(VERSION_ENTRY_ID, &version.to_le_bytes());
+    }
+    for (id, rows) in spaces {
+        entry(id, rows);
+    }
+}
+
+/// Each recorded space's id and rows.
+pub type RecordedSpaces = Vec<(u32, Vec<u8>)>;
+
+/// [`write_entries`] read back: the version and each space's id and rows; `None` when the
+/// bytes are not whole entries.
+pub fn read_entries(mut rest: &[u8]) -> Option<(u64, RecordedSpaces)> {
+    let mut spaces = Vec::new();
+    let mut version = 0;
+    while !rest.is_empty() {
+        let id = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?);
+        let length = u32::from_le_bytes(rest.get(4..8)?.try_into().ok()?) as usize;
+        let entry = rest.get(8..8usize.checked_add(length)?)?;
+        if id == VERSION_ENTRY_ID {
+            version = u64::from_le_bytes(entry.try_into().ok()?);
+        } else {
+            spaces.push((id, entry.to_vec()));
+        }
+        rest = &rest[8 + length..];
+    }
+    Some((version, spaces))
+}
+
+/// The schema section of a snapshot of `engine`: its user spaces' definitions at `version`.
+pub fn snapshot_schema(engine: &Engine, version: u64) -> Vec<u8> {
+    let rows: Vec<(u32, Vec<u8>)> = engine
+        .spaces()
+        .iter()
+        .filter(|space| !is_system_space(space.id))
+        .map(|space| (space.id, space_rows(&space.def())))
+        .collect();
+    let mut out = Vec::new();
+    write_entries(
+        &mut out,
+        version,
+        rows.iter().map(|(id, rows)| (*id, &rows[..])),
+    );
+    out
 }
 
 /// Builds one shard's engine: the user spaces (empty) and the filled system spaces.

@@ -29,8 +29,18 @@ pub const CLOSE_MARK_MAGIC: [u8; 4] = *b"TCLS";
 pub const WAL_FORMAT_VERSION: u16 = 3;
 /// The oldest WAL version this build reads.
 pub const WAL_FORMAT_VERSION_OLDEST: u16 = 2;
-/// Version 2: snapshot blocks are zstd-compressed.
-pub const SNAPSHOT_FORMAT_VERSION: u16 = 2;
+/// Version 2: snapshot blocks are zstd-compressed. Version 3: a schema section follows the
+/// header.
+pub const SNAPSHOT_FORMAT_VERSION: u16 = 3;
+/// The oldest snapshot version this build reads.
+pub const SNAPSHOT_FORMAT_VERSION_OLDEST: u16 = 2;
+/// `TSCM`: the first bytes of a snapshot's schema section.
+pub const SCHEMA_SECTION_MAGIC: [u8; 4] = *b"TSCM";
+/// Magic and length before a schema section's bytes, its checksum after them.
+pub const SCHEMA_SECTION_HEADER_SIZE_BYTES: usize = 8;
+pub const SCHEMA_SECTION_TRAILER_SIZE_BYTES: usize = 4;
+/// A schema section claiming more is corrupt: thousands of spaces take far less.
+pub const SCHEMA_SECTION_BYTES_LIMIT: usize = 64 << 20;
 /// No row or file ever has this LSN (no LSN could follow it); headers and batches that claim
 /// it are corrupt, so that every reader may add 1 to an LSN it has read.
 pub const LSN_NEVER: u64 = u64::MAX;
@@ -179,9 +189,49 @@ impl FileKind {
     fn reads_version(self, version: u16) -> bool {
         match self {
             FileKind::Wal => (WAL_FORMAT_VERSION_OLDEST..=WAL_FORMAT_VERSION).contains(&version),
-            FileKind::Snapshot => version == SNAPSHOT_FORMAT_VERSION,
+            FileKind::Snapshot => {
+                (SNAPSHOT_FORMAT_VERSION_OLDEST..=SNAPSHOT_FORMAT_VERSION).contains(&version)
+            }
         }
     }
+}
+
+/// A snapshot's schema section: `TSCM`, the length of the schema (u32), the schema (opaque
+/// here: the server's definitions of its spaces), and a crc32c of the bytes before it.
+pub fn encode_schema_section(schema: &[u8], out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&SCHEMA_SECTION_MAGIC);
+    out.extend_from_slice(&length_u32(schema.len()).to_le_bytes());
+    out.extend_from_slice(schema);
+    let checksum = crc32c::crc32c(&out[start..]);
+    out.extend_from_slice(&checksum.to_le_bytes());
+}
+
+/// The length of the schema a section header claims, checked against the limit.
+pub fn decode_schema_section_header(bytes: &[u8]) -> Result<usize, DecodeError> {
+    if bytes.len() < SCHEMA_SECTION_HEADER_SIZE_BYTES || bytes[0..4] != SCHEMA_SECTION_MAGIC {
+        return Err(DecodeError::invalid("no schema section after the header"));
+    }
+    let length = u32_at(bytes, 4) as usize;
+    if length > SCHEMA_SECTION_BYTES_LIMIT {
+        return Err(DecodeError::invalid(format!(
+            "schema section of {length} bytes, above the limit"
+        )));
+    }
+    Ok(length)
+}
+
+/// Checks a whole section (header, schema, checksum) and returns its schema.
+pub fn decode_schema_section(bytes: &[u8]) -> Result<&[u8], DecodeError> {
+    let length = decode_schema_section_header(bytes)?;
+    let end = SCHEMA_SECTION_HEADER_SIZE_BYTES + length;
+    if bytes.len() != end + SCHEMA_SECTION_TRAILER_SIZE_BYTES {
+        return Err(DecodeError::invalid("schema section of the wrong length"));
+    }
+    if u32_at(bytes, end) != crc32c::crc32c(&bytes[..end]) {
+        return Err(DecodeError::invalid("schema section checksum mismatch"));
+    }
+    Ok(&bytes[SCHEMA_SECTION_HEADER_SIZE_BYTES..end])
 }
 
 /// The header shared by WAL and snapshot files. `lsn` is the first LSN of a WAL file, or the
@@ -298,7 +348,7 @@ pub fn decode_file_header_versioned(
     if !kind.reads_version(version) {
         let oldest = match kind {
             FileKind::Wal => WAL_FORMAT_VERSION_OLDEST,
-            FileKind::Snapshot => SNAPSHOT_FORMAT_VERSION,
+            FileKind::Snapshot => SNAPSHOT_FORMAT_VERSION_OLDEST,
         };
         return Err(DecodeError::invalid(format!(
             "{kind:?} format version {version} is not supported (this build reads versions \

@@ -49,6 +49,16 @@ pub trait RecoveryTarget {
     fn replace(&mut self, space_id: u32, tuple: &[u8]) -> Result<(), String>;
     /// Deletes by primary key; a key that is not there is not an error (replay is idempotent).
     fn delete(&mut self, space_id: u32, key: &[u8]) -> Result<(), String>;
+    /// The schema a snapshot's tuples were written under (its schema section), before they
+    /// are staged: the target takes it as its definitions from here on. `None` (a version-2
+    /// snapshot, or recovery from no snapshot): the definitions the target began with. The
+    /// target holds no tuples yet. A target that knows no definitions takes only an empty one.
+    fn begin_snapshot(&mut self, schema: Option<&[u8]>) -> Result<(), String> {
+        match schema {
+            None | Some([]) => Ok(()),
+            Some(_) => Err("a snapshot with a schema, which this target cannot take".into()),
+        }
+    }
     /// A committed schema change of `space_id`, in place among the rows: those before it
     /// were written under the old definition, those after under `change.definition`. A
     /// target that knows no definitions refuses it.
@@ -250,7 +260,7 @@ fn load_newest_usable_snapshot<T: RecoveryTarget>(
     let mut damaged = Vec::new();
     for position in (0..listing.snapshots.len()).rev() {
         let (lsn, path) = &listing.snapshots[position];
-        let cause = match stage_snapshot(config, *lsn, path, &*target, progress) {
+        let cause = match stage_snapshot(config, *lsn, path, target, progress) {
             Ok(staged) => {
                 load_staged(*lsn, path, staged, target, recovered)?;
                 return Ok(damaged);
@@ -288,6 +298,14 @@ fn load_newest_usable_snapshot<T: RecoveryTarget>(
         );
         damaged.push((*lsn, path.clone()));
     }
+    // No snapshot: the definitions recovery began with (a damaged one may have set others).
+    target
+        .begin_snapshot(None)
+        .map_err(|reason| WalError::Replay {
+            file: config.dir.clone(),
+            lsn: 0,
+            reason: format!("schema: {reason}"),
+        })?;
     Ok(damaged)
 }
 
@@ -363,11 +381,19 @@ fn stage_snapshot<T: RecoveryTarget>(
     config: &RecoveryConfig,
     lsn: u64,
     path: &Path,
-    target: &T,
+    target: &mut T,
     progress: &mut Progress,
 ) -> Result<(Vec<StagedSpace<T::Staged>>, u64)> {
     let mut reader = SnapshotReader::open(path)?;
     check_header(config, path, &reader.header, lsn)?;
+    target
+        .begin_snapshot(reader.schema.as_deref())
+        .map_err(|reason| WalError::Replay {
+            file: path.to_path_buf(),
+            lsn,
+            reason: format!("schema: {reason}"),
+        })?;
+    let target = &*target;
     tracing::info!(shard = config.shard_id, snapshot = %path.display(), "loading snapshot");
     let mut staged: Vec<StagedSpace<T::Staged>> = Vec::new();
     let mut tuples_read = 0;
@@ -496,79 +522,113 @@ fn first_needed_file(
 
 /// Replays the WAL after the snapshot; returns the files in which force mode skipped
 /// damaged data.
-fn replay_wal(
+fn replay_wal<T: RecoveryTarget>(
     config: &RecoveryConfig,
     wal_files: &[(u64, PathBuf)],
-    target: &mut impl RecoveryTarget,
+    target: &mut T,
     recovered: &mut Recovered,
     progress: &mut Progress,
 ) -> Result<Vec<PathBuf>> {
-    let mut damaged_files: Vec<PathBuf> = Vec::new();
-    let lsn_snapshot = recovered.snapshot_lsn;
-    let Some(start) = first_needed_file(config, wal_files, lsn_snapshot)? else {
-        return Ok(damaged_files);
+    let Some(start) = first_needed_file(config, wal_files, recovered.snapshot_lsn)? else {
+        return Ok(Vec::new());
     };
-    let mode = if config.force {
-        ReadMode::Force
-    } else {
-        ReadMode::Strict
+    let mut replay = Replay {
+        config,
+        target,
+        recovered,
+        progress,
+        damaged_files: Vec::new(),
+        lsn_last_read: None,
     };
-    let mut skip = |error: WalError, path: &Path, recovered: &mut Recovered| {
-        skip_or_fail(config, torn_is_corrupt(error), recovered)?;
-        if damaged_files.last().map(PathBuf::as_path) != Some(path) {
-            damaged_files.push(path.to_path_buf());
-        }
-        Ok::<(), WalError>(())
-    };
-    // The last LSN read from the WAL, to check that the next file follows it.
-    let mut lsn_last_read: Option<u64> = None;
     for (position, (lsn_name, path)) in wal_files.iter().enumerate().skip(start) {
         let newest = position + 1 == wal_files.len();
         let file = match WalFile::open(path) {
             Ok(file) => file,
             Err(WalError::Torn { offset, .. }) if newest => {
-                cut_torn_tail(config, path, offset, recovered)?;
+                cut_torn_tail(config, path, offset, replay.recovered)?;
                 break;
             }
             Err(error) => {
-                skip(error, path, recovered)?;
+                replay.skip(error, path)?;
                 continue;
             }
         };
         check_header(config, path, &file.header, *lsn_name)?;
-        if let Some(lsn_last) = lsn_last_read {
+        if let Some(lsn_last) = replay.lsn_last_read {
             check_follows(config, wal_files, position, lsn_last)?;
         }
-        lsn_last_read = Some(file.header.lsn.saturating_sub(1));
+        replay.lsn_last_read = Some(file.header.lsn.saturating_sub(1));
+        if let FileEnd::Uncommitted(cut) = replay.batches(&file, path, newest)? {
+            cut_uncommitted(config, cut, &wal_files[position + 1..], replay.recovered)?;
+            break;
+        }
+    }
+    Ok(replay.damaged_files)
+}
+
+/// How the batches of one WAL file ended.
+enum FileEnd {
+    /// At the file's end, or at its torn tail (cut).
+    Read,
+    /// At a schema row of an uncommitted version, where the WAL is to be cut.
+    Uncommitted(UncommittedCut),
+}
+
+/// The WAL replay under way.
+struct Replay<'r, T> {
+    config: &'r RecoveryConfig,
+    target: &'r mut T,
+    recovered: &'r mut Recovered,
+    progress: &'r mut Progress,
+    /// The files in which force mode skipped damaged data.
+    damaged_files: Vec<PathBuf>,
+    /// The last LSN read, to check that the next file follows it.
+    lsn_last_read: Option<u64>,
+}
+
+impl<T: RecoveryTarget> Replay<'_, T> {
+    /// In force mode counts `error` and notes its file; otherwise returns it.
+    fn skip(&mut self, error: WalError, path: &Path) -> Result<()> {
+        skip_or_fail(self.config, torn_is_corrupt(error), self.recovered)?;
+        if self.damaged_files.last().map(PathBuf::as_path) != Some(path) {
+            self.damaged_files.push(path.to_path_buf());
+        }
+        Ok(())
+    }
+
+    /// Replays the rows of `file` after the snapshot, batch by batch.
+    fn batches(&mut self, file: &WalFile, path: &Path, newest: bool) -> Result<FileEnd> {
+        let mode = match self.config.force {
+            true => ReadMode::Force,
+            false => ReadMode::Strict,
+        };
+        let lsn_snapshot = self.recovered.snapshot_lsn;
         let mut batches = file.batches(mode);
         loop {
             let offset = batches.offset();
             let batch = match batches.next() {
-                None => break,
+                None => return Ok(FileEnd::Read),
                 Some(Ok(batch)) => batch,
                 Some(Err(WalError::Torn { offset, .. })) if newest => {
-                    cut_torn_tail(config, path, offset, recovered)?;
-                    break;
+                    cut_torn_tail(self.config, path, offset, self.recovered)?;
+                    return Ok(FileEnd::Read);
                 }
                 Some(Err(error)) => {
-                    skip(error, path, recovered)?;
+                    self.skip(error, path)?;
                     continue;
                 }
             };
-            if let Some(uncommitted) = uncommitted_schema_row(config, path, offset, &batch)? {
-                let later = &wal_files[position + 1..];
-                cut_uncommitted(config, uncommitted, later, recovered)?;
-                return Ok(damaged_files);
+            if let Some(cut) = uncommitted_schema_row(self.config, path, offset, &batch)? {
+                return Ok(FileEnd::Uncommitted(cut));
             }
             for row in batch.rows().filter(|row| row.lsn > lsn_snapshot) {
-                apply_row(config, path, &row, target, recovered)?;
+                apply_row(self.config, path, &row, self.target, self.recovered)?;
             }
-            progress.tick("wal", u64::from(batch.row_count));
-            lsn_last_read = Some(batch.lsn_last());
-            recovered.lsn_last = recovered.lsn_last.max(batch.lsn_last());
+            self.progress.tick("wal", u64::from(batch.row_count));
+            self.lsn_last_read = Some(batch.lsn_last());
+            self.recovered.lsn_last = self.recovered.lsn_last.max(batch.lsn_last());
         }
     }
-    Ok(damaged_files)
 }
 
 /// The cut a batch calls for when a schema row in it has a version the server never

@@ -20,19 +20,24 @@ use glommio::io::{Directory, OpenOptions};
 use crate::wal::dir::{in_progress_file_name, snapshot_file_name};
 use crate::wal::error::{Result, WalError};
 use crate::wal::format::{
-    decode_block, decode_block_header, decode_file_header, decode_trailer, encode_file_header,
+    decode_block, decode_block_header, decode_file_header, decode_schema_section,
+    decode_schema_section_header, decode_trailer, encode_file_header, encode_schema_section,
     encode_trailer, is_trailer_magic, BlockBuilder, FileHeader, FileKind, Trailer,
     BLOCK_HEADER_SIZE_BYTES, BLOCK_PAYLOAD_BYTES_TARGET, BLOCK_TRAILER_SIZE_BYTES,
-    FILE_HEADER_SIZE_BYTES, ROW_BODY_BYTES_MAX, SNAPSHOT_TRAILER_SIZE_BYTES,
+    FILE_HEADER_SIZE_BYTES, ROW_BODY_BYTES_MAX, SCHEMA_SECTION_HEADER_SIZE_BYTES,
+    SCHEMA_SECTION_TRAILER_SIZE_BYTES, SNAPSHOT_TRAILER_SIZE_BYTES,
 };
 
 /// What a snapshot file says about itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SnapshotMeta {
+pub struct SnapshotMeta<'a> {
     pub shard_id: u32,
     /// Every row up to and including this LSN is in the snapshot.
     pub lsn: u64,
     pub schema_fingerprint: u64,
+    /// The definitions the tuples were written under, opaque here (the server's); empty
+    /// when the writer has none to give.
+    pub schema: &'a [u8],
 }
 
 /// The result of writing a snapshot.
@@ -65,6 +70,7 @@ impl SnapshotEncoder {
             schema_fingerprint: meta.schema_fingerprint,
         };
         encode_file_header(&header, &mut chunk);
+        encode_schema_section(meta.schema, &mut chunk);
         SnapshotEncoder {
             block: BlockBuilder::default(),
             chunk,
@@ -134,7 +140,7 @@ impl SnapshotEncoder {
 /// once `<lsn>.snap` is durable. Each space's tuples must come together.
 pub async fn write_snapshot<T: AsRef<[u8]>>(
     dir: &Path,
-    meta: &SnapshotMeta,
+    meta: &SnapshotMeta<'_>,
     tuples: impl IntoIterator<Item = (u32, T)>,
 ) -> Result<SnapshotWritten> {
     let path_in_progress = dir.join(in_progress_file_name(meta.lsn));
@@ -206,7 +212,7 @@ async fn write_all_at(
 /// [`write_snapshot`] with blocking `std::fs`, for tools and tests.
 pub fn write_snapshot_blocking<T: AsRef<[u8]>>(
     dir: &Path,
-    meta: &SnapshotMeta,
+    meta: &SnapshotMeta<'_>,
     tuples: impl IntoIterator<Item = (u32, T)>,
 ) -> Result<SnapshotWritten> {
     let path_in_progress = dir.join(in_progress_file_name(meta.lsn));
@@ -271,6 +277,8 @@ pub struct SnapshotReader {
     /// buffer is allocated.
     size_bytes: u64,
     pub header: FileHeader,
+    /// The schema section's contents (format version 3); `None` for a version-2 file.
+    pub schema: Option<Vec<u8>>,
     offset: u64,
     checksum_running: u32,
     block_count: u32,
@@ -295,6 +303,7 @@ impl SnapshotReader {
                 lsn: 0,
                 schema_fingerprint: 0,
             },
+            schema: None,
             offset: 0,
             checksum_running: 0,
             block_count: 0,
@@ -305,7 +314,30 @@ impl SnapshotReader {
         reader.read_exact(&mut bytes)?;
         reader.header = decode_file_header(&bytes, FileKind::Snapshot)
             .map_err(|error| reader.corrupt(0, format!("header: {error}")))?;
+        if u16::from_le_bytes([bytes[4], bytes[5]]) >= 3 {
+            reader.schema = Some(reader.read_schema_section()?);
+        }
         Ok(reader)
+    }
+
+    fn read_schema_section(&mut self) -> Result<Vec<u8>> {
+        let start = self.offset;
+        let mut bytes = vec![0u8; SCHEMA_SECTION_HEADER_SIZE_BYTES];
+        self.read_exact(&mut bytes)?;
+        let length = decode_schema_section_header(&bytes)
+            .map_err(|error| self.corrupt(start, error.to_string()))?;
+        let rest_bytes = (length + SCHEMA_SECTION_TRAILER_SIZE_BYTES) as u64;
+        if self.offset + rest_bytes > self.size_bytes {
+            return Err(self.corrupt(self.offset, "the file ends early"));
+        }
+        bytes.resize(
+            SCHEMA_SECTION_HEADER_SIZE_BYTES + length + SCHEMA_SECTION_TRAILER_SIZE_BYTES,
+            0,
+        );
+        self.read_exact(&mut bytes[SCHEMA_SECTION_HEADER_SIZE_BYTES..])?;
+        let schema = decode_schema_section(&bytes)
+            .map_err(|error| self.corrupt(start, error.to_string()))?;
+        Ok(schema.to_vec())
     }
 
     /// The next block, or `None` after a valid trailer that ends the file.
@@ -419,6 +451,7 @@ mod tests {
             schema_fingerprint: 1,
         };
         crate::wal::format::encode_file_header(&header, &mut bytes);
+        encode_schema_section(b"schema", &mut bytes);
         bytes
     }
 
@@ -452,7 +485,7 @@ mod tests {
         bytes.extend_from_slice(&[0; 64]);
         let expected = WalError::Corrupt {
             file: PathBuf::new(),
-            offset: (FILE_HEADER_SIZE_BYTES + BLOCK_HEADER_SIZE_BYTES) as u64,
+            offset: (header_bytes().len() + BLOCK_HEADER_SIZE_BYTES) as u64,
             reason: "the file ends early".into(),
         };
         assert_eq!(read_error(&bytes).to_string(), expected.to_string());
@@ -463,6 +496,26 @@ mod tests {
         builder.finish(&mut bytes);
         bytes.pop();
         assert_eq!(read_error(&bytes).to_string(), expected.to_string());
+    }
+
+    #[test]
+    fn the_schema_section_is_read_back_and_checked() {
+        let bytes = header_bytes();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("00000000000000000005.snap");
+        std::fs::write(&path, &bytes).unwrap();
+        let reader = SnapshotReader::open(&path).unwrap();
+        assert_eq!(reader.schema.as_deref(), Some(&b"schema"[..]));
+        // Any byte of the section changed, or the section cut short: corrupt, at its start.
+        for at in FILE_HEADER_SIZE_BYTES..bytes.len() {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 0x40;
+            std::fs::write(&path, &damaged).unwrap();
+            let error = SnapshotReader::open(&path).err().expect("refused");
+            assert!(matches!(error, WalError::Corrupt { .. }), "{at}: {error}");
+            std::fs::write(&path, &bytes[..at]).unwrap();
+            assert!(SnapshotReader::open(&path).is_err(), "cut at {at}");
+        }
     }
 
     /// A tuple the snapshot readers would refuse (past the row limit; past 4 GiB its length
@@ -476,6 +529,7 @@ mod tests {
             shard_id: 0,
             lsn: 5,
             schema_fingerprint: 1,
+            schema: &[],
         };
         let huge = vec![0u8; ROW_BODY_BYTES_MAX + 1];
         let tuples = [(512, vec![0x91, 0x01]), (512, huge)];

@@ -296,6 +296,7 @@ fn recovery_replays_wal_after_the_snapshot() {
         shard_id: 0,
         lsn: 4,
         schema_fingerprint: FINGERPRINT,
+        schema: &[],
     };
     let snapshot = [(512, tuple(1, 9)), (512, tuple(50, 9)), (513, tuple(2, 9))];
     write_snapshot_blocking(dir.path(), &meta, snapshot.iter().map(|(s, t)| (*s, t)))
@@ -434,6 +435,7 @@ fn snapshot_round_trips_blocking_and_on_glommio() {
         shard_id: 3,
         lsn: 77,
         schema_fingerprint: FINGERPRINT,
+        schema: &[],
     };
     let tuples = snapshot_tuples();
     let written = write_snapshot_blocking(dir.path(), &meta, tuples.iter().map(|(s, t)| (*s, t)))
@@ -472,6 +474,7 @@ fn a_damaged_snapshot_is_corrupt() {
         shard_id: 0,
         lsn: 5,
         schema_fingerprint: FINGERPRINT,
+        schema: &[],
     };
     let written = write_snapshot_blocking(dir.path(), &meta, snapshot_tuples()).expect("write");
     let mut bytes = std::fs::read(&written.path).expect("read");
@@ -497,6 +500,7 @@ fn recovery_loads_every_block_of_every_space_and_stops_on_a_damaged_block() {
         shard_id: 0,
         lsn: 5,
         schema_fingerprint: FINGERPRINT,
+        schema: &[],
     };
     // Space 512 spans several blocks; its tuples are [i, [i; 100_000 bytes]] pairs keyed i.
     let big = |i: u8| {
@@ -552,6 +556,7 @@ fn a_snapshot_of_another_schema_is_refused() {
         shard_id: 0,
         lsn: 5,
         schema_fingerprint: FINGERPRINT + 1,
+        schema: &[],
     };
     write_snapshot_blocking(dir.path(), &meta, [(512, tuple(1, 1))]).expect("write");
     let result = recover(&config(dir.path()), &mut Model::default());
@@ -767,6 +772,7 @@ fn recovery_into_a_real_engine_bulk_loads_and_replays() {
         shard_id: 0,
         lsn: 3,
         schema_fingerprint: FINGERPRINT,
+        schema: &[],
     };
     write_snapshot_blocking(dir.path(), &meta, (1..=3u8).map(|k| (512, tuple(k, 0))))
         .expect("snapshot");
@@ -1210,6 +1216,7 @@ fn two_checkpoints(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
         shard_id: 0,
         lsn,
         schema_fingerprint: FINGERPRINT,
+        schema: &[],
     };
     let older = write_snapshot_blocking(dir, &meta(5), (1..=5u8).map(|k| (512, tuple(k, 1))))
         .expect("snapshot 5");
@@ -1445,6 +1452,7 @@ fn a_newest_snapshot_of_another_schema_is_not_passed_over() {
         shard_id: 0,
         lsn: 15,
         schema_fingerprint: FINGERPRINT + 1,
+        schema: &[],
     };
     write_snapshot_blocking(dir.path(), &meta, [(512, tuple(1, 1))]).expect("write");
     let mut forced = config(dir.path());
@@ -1505,6 +1513,8 @@ fn force_recovery_keeps_an_unreadable_newest_wal_file_from_being_overwritten() {
 struct SchemaModel {
     data: Model,
     changes: Vec<(u32, u64, Vec<u8>, usize)>,
+    /// The schema of each snapshot recovery began, in order.
+    began: Vec<Option<Vec<u8>>>,
 }
 
 impl RecoveryTarget for SchemaModel {
@@ -1528,6 +1538,11 @@ impl RecoveryTarget for SchemaModel {
 
     fn delete(&mut self, space_id: u32, key: &[u8]) -> Result<(), String> {
         self.data.delete(space_id, key)
+    }
+
+    fn begin_snapshot(&mut self, schema: Option<&[u8]>) -> Result<(), String> {
+        self.began.push(schema.map(<[u8]>::to_vec));
+        Ok(())
     }
 
     fn change_schema(&mut self, space_id: u32, change: SchemaRow<'_>) -> Result<(), String> {
@@ -1716,4 +1731,49 @@ fn batch_of_raw_rows(lsn_first: u64, row_count: u32, rows: &[u8]) -> Vec<u8> {
     let checksum = crc32c::crc32c(&batch);
     batch.extend_from_slice(&checksum.to_le_bytes());
     batch
+}
+
+/// The same snapshot as format version 2 wrote it: no schema section.
+fn as_snapshot_version_2(bytes: &[u8]) -> Vec<u8> {
+    let section = SCHEMA_SECTION_HEADER_SIZE_BYTES
+        + u32::from_le_bytes(bytes[36..40].try_into().expect("4 bytes")) as usize
+        + SCHEMA_SECTION_TRAILER_SIZE_BYTES;
+    let mut old = bytes[..FILE_HEADER_SIZE_BYTES].to_vec();
+    old[4..6].copy_from_slice(&2u16.to_le_bytes());
+    let header_checksum = crc32c::crc32c(&old[..28]);
+    old[28..32].copy_from_slice(&header_checksum.to_le_bytes());
+    old.extend_from_slice(&bytes[FILE_HEADER_SIZE_BYTES + section..]);
+    let checksum_at = old.len() - 4;
+    let checksum = crc32c::crc32c(&old[..checksum_at]);
+    old[checksum_at..].copy_from_slice(&checksum.to_le_bytes());
+    old
+}
+
+#[test]
+fn a_snapshot_gives_recovery_its_schema_and_a_version_2_one_none() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let meta = SnapshotMeta {
+        shard_id: 0,
+        lsn: 4,
+        schema_fingerprint: FINGERPRINT,
+        schema: b"definitions",
+    };
+    let tuples = [(512, tuple(1, 9))];
+    let written = write_snapshot_blocking(dir.path(), &meta, tuples.iter().map(|(s, t)| (*s, t)))
+        .expect("snapshot");
+    let mut model = SchemaModel::default();
+    recover(&config(dir.path()), &mut model).expect("recovers");
+    assert_eq!(model.began, [Some(b"definitions".to_vec())]);
+    assert_eq!(model.data.0.len(), 1);
+    let error = recover(&config(dir.path()), &mut Model::default()).expect_err("refused");
+    assert!(error.to_string().contains("cannot take"), "{error}");
+
+    let old = as_snapshot_version_2(&std::fs::read(&written.path).expect("read"));
+    std::fs::write(&written.path, old).expect("write");
+    let mut model = SchemaModel::default();
+    recover(&config(dir.path()), &mut model).expect("recovers version 2");
+    assert_eq!(model.began, [None]);
+    let keys: Vec<u8> = model.data.0.keys().map(|&(_, key)| key).collect();
+    assert_eq!(keys, [1]);
+    recover(&config(dir.path()), &mut Model::default()).expect("a version-2 snapshot needs none");
 }

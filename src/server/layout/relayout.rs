@@ -6,6 +6,7 @@ use super::directory::{finish_move, staging_dir, sync_dir};
 use super::record::write_record;
 use super::{io_error, Layout, LayoutError, Result, PROGRESS_INTERVAL, TEST_CRASH_AT_ENV};
 use crate::config::Config;
+use crate::server::recovering::Recovering;
 use crate::server::schema;
 use crate::storage::key::SearchKeyBuf;
 use crate::storage::{StorageError, Tuple};
@@ -166,11 +167,13 @@ fn read_old_shards(
             schema_version_committed: schema_version,
         };
         let recovered =
-            wal::recover(&recovery, &mut engine).map_err(|source| LayoutError::OldShard {
-                shard_id,
-                shards_old: old.shard_count,
-                shards_new: new.shard_count,
-                source,
+            wal::recover(&recovery, &mut Recovering::new(&mut engine)).map_err(|source| {
+                LayoutError::OldShard {
+                    shard_id,
+                    shards_old: old.shard_count,
+                    shards_new: new.shard_count,
+                    source,
+                }
             })?;
         if recovered.batches_skipped + recovered.rows_skipped > 0 {
             tracing::warn!(
@@ -265,6 +268,7 @@ fn stage_new_shard(
         shard_id: shard_id as u32,
         lsn: counts.lsn_last,
         schema_fingerprint: fingerprint,
+        schema: &[],
     };
     let mut progress = SnapshotProgress::new(shard_id);
     let tuples = engine

@@ -41,6 +41,7 @@ fn write_shard(data_dir: &Path, shard_id: usize, lsn: u64, tuples: &[Vec<u8>]) {
         shard_id: shard_id as u32,
         lsn,
         schema_fingerprint: FINGERPRINT,
+        schema: &[],
     };
     wal::snapshot::write_snapshot_blocking(&dir, &meta, tuples.iter().map(|t| (KV, t)))
         .expect("snapshot");
