@@ -175,6 +175,12 @@ struct WriterShared {
     lsn_durable_last: Cell<u64>,
     /// Apart from `state`, so the hook runs with no borrow of it held.
     on_rollback: RefCell<Option<RollbackHook>>,
+    /// Rows from this LSN on are not acknowledged, durable or not, until the fence is lifted
+    /// ([`WalWriter::fence`]); `u64::MAX`: no fence. Apart from `state`: every commit
+    /// compares against it.
+    fence_lsn: Cell<u64>,
+    /// Commits durable but held by the fence.
+    fence_waiters: RefCell<Vec<Waker>>,
 }
 
 /// A shard's WAL writer; cheap to clone (all clones share one log).
@@ -219,9 +225,31 @@ impl WalWriter {
             }),
             on_rollback: RefCell::new(None),
             lsn_durable_last: Cell::new(config.lsn_next - 1),
+            fence_lsn: Cell::new(NO_FENCE),
+            fence_waiters: RefCell::new(Vec::new()),
         });
         let flusher = run_flusher(shared.clone(), sink, config);
         (WalWriter { shared }, flusher)
+    }
+
+    /// Holds the acknowledgement of every row from `lsn` on, durable or not, until
+    /// [`WalWriter::lift_fence`]: their commits resolve only then (or fail at once, if the
+    /// log refuses them). A schema change's row sets it at its own LSN, so that nothing
+    /// written after the change is acknowledged before every shard has the change
+    /// (`docs/ddl.md`). The change's own commit can be awaited past it
+    /// ([`Commit::ignoring_fence`]). One fence at a time.
+    pub fn fence(&self, lsn: u64) {
+        assert_eq!(self.shared.fence_lsn.get(), NO_FENCE, "one fence at a time");
+        assert!(lsn != NO_FENCE);
+        self.shared.fence_lsn.set(lsn);
+    }
+
+    /// Lifts the fence: the commits it held resolve.
+    pub fn lift_fence(&self) {
+        self.shared.fence_lsn.set(NO_FENCE);
+        for waker in self.shared.fence_waiters.take() {
+            waker.wake();
+        }
     }
 
     /// Sets what undoes the writes of a failed flush (see the module doc). The hook gets
@@ -399,16 +427,22 @@ pub struct Commit {
     lsn: u64,
 }
 
+/// [`WriterShared::fence_lsn`] when there is none.
+const NO_FENCE: u64 = u64::MAX;
+
 impl Commit {
     pub fn lsn(&self) -> u64 {
         self.lsn
     }
-}
 
-impl Future for Commit {
-    type Output = Result<u64>;
+    /// The future of this row's durability alone, which no fence holds: what a schema
+    /// change waits for before it is committed (and its fence lifted).
+    pub fn ignoring_fence(self) -> Durable {
+        Durable(self)
+    }
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<u64>> {
+    /// Ready once the rows up to this one are durable or refused; the fence aside.
+    fn poll_durable(&self, cx: &mut Context<'_>) -> Poll<Result<u64>> {
         if let Some(end) = self.epoch.end.get() {
             return Poll::Ready(if self.generation <= end.generation_durable_last {
                 Ok(self.lsn)
@@ -426,6 +460,38 @@ impl Future for Commit {
         }
         state.waiters.push(cx.waker().clone());
         Poll::Pending
+    }
+}
+
+impl Future for Commit {
+    type Output = Result<u64>;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<u64>> {
+        let outcome = std::task::ready!(self.poll_durable(cx));
+        if outcome.is_ok() && self.lsn >= self.shared.fence_lsn.get() {
+            if self.shared.state.borrow().flusher_done {
+                // Closed with the fence up: the change behind it never committed.
+                return Poll::Ready(Err(WalError::Closed));
+            }
+            self.shared
+                .fence_waiters
+                .borrow_mut()
+                .push(cx.waker().clone());
+            return Poll::Pending;
+        }
+        Poll::Ready(outcome)
+    }
+}
+
+/// A commit awaited past the fence ([`Commit::ignoring_fence`]).
+pub struct Durable(Commit);
+
+impl Future for Durable {
+    type Output = Result<u64>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<u64>> {
+        self.0.poll_durable(cx)
     }
 }
 
@@ -485,6 +551,11 @@ async fn run_flusher<S: Sink>(shared: Rc<WriterShared>, mut sink: S, config: Wri
     }
     state.flusher_done = true;
     state.wake_waiters();
+    drop(state);
+    // A commit the fence holds is never acknowledged now: it fails (see `Commit::poll`).
+    for waker in shared.fence_waiters.take() {
+        waker.wake();
+    }
 }
 
 /// A flush of `generation` is durable up to `lsn_last`: its commits may return.

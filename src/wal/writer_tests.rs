@@ -400,3 +400,54 @@ fn a_new_file_that_could_not_be_created_leaves_the_previous_one_whole() {
     assert_eq!(observed.file_lsns(), [1, 4]);
     assert_eq!(observed.lsns_on_disk(), [1, 2, 3, 4]);
 }
+
+#[test]
+fn a_fence_holds_the_acknowledgement_of_rows_from_it_on_until_it_is_lifted() {
+    let sink = MemorySink::default();
+    let (before, held_while_fenced, change, after) = run(async move {
+        let (writer, _) = writer_recording_rollbacks(&sink, false);
+        let before = append(&writer, 1);
+        let change = writer
+            .append(RowKind::Schema, 512, &[0; 8])
+            .expect("accepting");
+        writer.fence(change.lsn());
+        let after = append(&writer, 3);
+        // Everything is durable, but the rows from the fence on are not acknowledged.
+        let before = before.await.expect("durable");
+        let change = change.ignoring_fence().await.expect("durable");
+        while writer.lsn_durable_last() < 3 {
+            yield_now().await;
+        }
+        let mut after = Box::pin(after);
+        let held = futures_lite::future::poll_once(&mut after).await.is_none();
+        writer.lift_fence();
+        let after = after.await.expect("acknowledged once lifted");
+        (before, held, change, after)
+    });
+    assert_eq!((before, change, after), (1, 2, 3));
+    assert!(held_while_fenced);
+}
+
+#[test]
+fn rows_behind_a_fence_fail_when_the_log_refuses_them_or_closes() {
+    let sink = MemorySink::default();
+    let (refused, closed) = run(async move {
+        let (writer, _) = writer_recording_rollbacks(&sink, false);
+        append(&writer, 1).await.expect("durable");
+        sink.plan("append", PlannedOutcome::Fails(io::ErrorKind::StorageFull));
+        let change = writer
+            .append(RowKind::Schema, 512, &[0; 8])
+            .expect("accepting");
+        writer.fence(change.lsn());
+        let refused = append(&writer, 3).await;
+        // Written after the failure, durable, but behind the fence when the log closes.
+        let held = append(&writer, 4);
+        while writer.lsn_durable_last() < 2 {
+            yield_now().await;
+        }
+        writer.close().await.expect("closes");
+        (refused, held.await)
+    });
+    assert!(refused_after(&refused, 1), "{refused:?}");
+    assert!(matches!(closed, Err(WalError::Closed)), "{closed:?}");
+}
