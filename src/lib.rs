@@ -36,7 +36,7 @@
 //!   - uses: msgpack, storage, protocol, config
 //!   - must not know: wal, shard, crud, server, counting_allocator
 //! - `crud`: the tarantool/crud API on top of shards: arguments, plans, the shard-side
-//!   run, results and crud's error objects; `box.space`'s read methods over CALL, planned on
+//!   run, results and crud's error objects; `box.space`'s data methods over CALL, planned on
 //!   the same seam.
 //!   - uses: msgpack, storage, wal, protocol, shard, placement, config
 //!   - must not know: server, counting_allocator

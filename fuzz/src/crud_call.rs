@@ -103,8 +103,9 @@ const OPTIONS: [&str; 21] = [
     "offset",
     "limit",
 ];
-const BOX_SPACE_METHODS: [&str; 8] = [
-    "len", "count", "bsize", "get", "select", "min", "max", "random",
+const BOX_SPACE_METHODS: [&str; 14] = [
+    "len", "count", "bsize", "get", "select", "min", "max", "random", "insert", "replace", "put",
+    "update", "upsert", "delete",
 ];
 const CONDITION_OPS: [&str; 7] = ["=", "==", "<", "<=", ">", ">=", "!="];
 

@@ -1,14 +1,17 @@
-//! `box.space`'s read methods as a client calls them over CALL: `box.space.kv:len()`,
-//! `box.space.kv:select(key, opts)`, `box.space.kv.index.primary:min(key)` and the rest of
-//! (n) in `docs/tarantool-reference.md`. They share crud's seam (plan here, run on the
-//! shards, finish on the accepting core), so they live beside it.
+//! `box.space`'s data methods as a client calls them over CALL: `box.space.kv:len()`,
+//! `box.space.kv:select(key, opts)`, `box.space.kv.index.primary:min(key)`,
+//! `box.space.kv:insert(tuple)` and the rest of (n) in `docs/tarantool-reference.md`. They
+//! share crud's seam (plan here, run on the shards, finish on the accepting core), so they
+//! live beside it.
 //!
 //! The function name is resolved against the schema (a name Tarantool's Lua would not find
 //! answers 33, as there); the arguments are read as Tarantool 2.6's Lua reads them, its
 //! conversions and errors included; and the call is planned as what it amounts to: the
 //! select that a get, select, min or max is ([`Plan::BoxSelect`], which the server answers
-//! as the IPROTO SELECT it builds from it, routed and merged as any), or a count every shard
-//! adds its part to ([`Plan::Len`], [`Plan::Sum`]: len, count, bsize).
+//! as the IPROTO SELECT it builds from it, routed and merged as any), the IPROTO write that
+//! an insert, replace, update, upsert or delete is ([`Plan::BoxWrite`]: its reply is the
+//! CALL's), or a count every shard adds its part to ([`Plan::Len`], [`Plan::Sum`]: len,
+//! count, bsize).
 //!
 //! Must not know: how a select is routed or its reply merged (the server's).
 
@@ -16,7 +19,7 @@ use super::mp;
 use super::select::index_by_name;
 use super::{Plan, Raised};
 use crate::msgpack::Value;
-use crate::protocol::request::Select;
+use crate::protocol::request::{Delete, Insert, Request, Select, Update, Upsert};
 use crate::protocol::ErrorCode;
 use crate::shard::errors::storage_error_code;
 use crate::storage::index::Index;
@@ -58,6 +61,85 @@ impl BoxSelect {
             fetch_position: false,
             after_position: None,
             after_tuple: None,
+        }
+    }
+}
+
+/// A `box.space` write: the IPROTO request it is, whose reply is the CALL's (the tuple
+/// written or removed, or nothing). Lua numbers update fields from 1.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BoxWrite {
+    Insert {
+        space_id: u32,
+        tuple: Vec<u8>,
+    },
+    Replace {
+        space_id: u32,
+        tuple: Vec<u8>,
+    },
+    Update {
+        space_id: u32,
+        index_id: u32,
+        key: Vec<u8>,
+        ops: Vec<u8>,
+    },
+    Upsert {
+        space_id: u32,
+        tuple: Vec<u8>,
+        ops: Vec<u8>,
+    },
+    Delete {
+        space_id: u32,
+        index_id: u32,
+        key: Vec<u8>,
+    },
+}
+
+impl BoxWrite {
+    /// The IPROTO request this write is.
+    pub fn request(&self) -> Request<'_> {
+        const LUA_INDEX_BASE: u32 = 1;
+        match self {
+            BoxWrite::Insert { space_id, tuple } => Request::Insert(Insert {
+                space_id: *space_id,
+                tuple,
+            }),
+            BoxWrite::Replace { space_id, tuple } => Request::Replace(Insert {
+                space_id: *space_id,
+                tuple,
+            }),
+            BoxWrite::Update {
+                space_id,
+                index_id,
+                key,
+                ops,
+            } => Request::Update(Update {
+                space_id: *space_id,
+                index_id: *index_id,
+                key,
+                ops,
+                index_base: LUA_INDEX_BASE,
+            }),
+            BoxWrite::Upsert {
+                space_id,
+                tuple,
+                ops,
+            } => Request::Upsert(Upsert {
+                space_id: *space_id,
+                index_id: 0,
+                tuple,
+                ops,
+                index_base: LUA_INDEX_BASE,
+            }),
+            BoxWrite::Delete {
+                space_id,
+                index_id,
+                key,
+            } => Request::Delete(Delete {
+                space_id: *space_id,
+                index_id: *index_id,
+                key,
+            }),
         }
     }
 }
@@ -124,6 +206,12 @@ enum Method {
     /// Only an index has them.
     Min,
     Max,
+    /// Only a space has them.
+    Insert,
+    Replace,
+    Upsert,
+    Update,
+    Delete,
 }
 
 impl Method {
@@ -136,6 +224,11 @@ impl Method {
             "select" => Method::Select,
             "min" if of_index => Method::Min,
             "max" if of_index => Method::Max,
+            "insert" if !of_index => Method::Insert,
+            "replace" | "put" if !of_index => Method::Replace,
+            "upsert" if !of_index => Method::Upsert,
+            "update" => Method::Update,
+            "delete" => Method::Delete,
             _ => return None,
         })
     }
@@ -205,7 +298,88 @@ pub fn plan(engine: &Engine, function_name: &str, args: &[u8]) -> Result<Plan<'s
         Method::Select => plan_select(ids, arg(0), arg(1)),
         Method::Get => plan_get(space, ids, arg(0)),
         Method::Min | Method::Max => plan_border(space, index, arg(0), called.method),
+        Method::Insert | Method::Replace | Method::Upsert | Method::Update | Method::Delete => {
+            plan_write(ids, called.method, arg(0), arg(1)).map(Plan::BoxWrite)
+        }
     }
+}
+
+/// A write method's arguments, checked as Tarantool 2.6's Lua checks them (a map where a
+/// tuple, key or operations go is refused with 22; a key may be a scalar; `update` and
+/// `upsert` need a table of operations), as the IPROTO request it then makes.
+fn plan_write(
+    (space_id, index_id): (u32, u32),
+    method: Method,
+    first: &[u8],
+    second: &[u8],
+) -> Result<BoxWrite, Raised> {
+    let usage = |text: &str| Raised::lua(text);
+    Ok(match method {
+        Method::Insert | Method::Replace => {
+            let tuple = array_of(first)?.ok_or_else(not_an_array)?;
+            match method {
+                Method::Insert => BoxWrite::Insert { space_id, tuple },
+                _ => BoxWrite::Replace { space_id, tuple },
+            }
+        }
+        Method::Upsert => {
+            const USAGE: &str = "Usage space:upsert(tuple_key, ops)";
+            if !is_table(first) || !is_table(second) {
+                return Err(usage(USAGE));
+            }
+            let tuple = array_of(first)?.ok_or_else(not_an_array)?;
+            let ops = array_of(second)?.ok_or_else(not_an_array)?;
+            BoxWrite::Upsert {
+                space_id,
+                tuple,
+                ops,
+            }
+        }
+        Method::Update => {
+            if !is_table(second) {
+                return Err(usage("Usage index:update(key, ops)"));
+            }
+            let key = write_key(first)?;
+            let ops = array_of(second)?.ok_or_else(not_an_array)?;
+            BoxWrite::Update {
+                space_id,
+                index_id,
+                key,
+                ops,
+            }
+        }
+        _ => BoxWrite::Delete {
+            space_id,
+            index_id,
+            key: write_key(first)?,
+        },
+    })
+}
+
+fn is_table(raw: &[u8]) -> bool {
+    matches!(mp::value(raw), Value::Array(_) | Value::Map(_))
+}
+
+/// An array as given; `None` for anything but a table; 22 for a map.
+fn array_of(raw: &[u8]) -> Result<Option<Vec<u8>>, Raised> {
+    match mp::value(raw) {
+        Value::Array(_) => Ok(Some(raw.to_vec())),
+        Value::Map(_) => Err(not_an_array()),
+        _ => Ok(None),
+    }
+}
+
+/// The key of an update or delete: a scalar is a key of one part, nil the empty key, a map
+/// refused (22).
+fn write_key(raw: &[u8]) -> Result<Vec<u8>, Raised> {
+    match array_of(raw)? {
+        Some(key) => Ok(key),
+        None => Ok(key_of(raw)),
+    }
+}
+
+fn not_an_array() -> Raised {
+    storage_raised(&StorageError::TupleNotArray)
 }
 
 /// `count(key, opts)`: checked here as the shards would refuse it (every shard holds the

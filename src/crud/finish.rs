@@ -305,7 +305,11 @@ pub fn finish_parts(
         // a box error.
         Plan::Sum(_) => finish_len(counts(parts).into_iter().flatten().sum()),
         Plan::Truncate { .. } => finish_truncate(),
-        Plan::Reply(_) | Plan::Point(_) | Plan::Many(_) | Plan::BoxSelect(_) => {
+        Plan::Reply(_)
+        | Plan::Point(_)
+        | Plan::Many(_)
+        | Plan::BoxSelect(_)
+        | Plan::BoxWrite(_) => {
             unreachable!("not a fanned-out plan: {plan:?}")
         }
     }

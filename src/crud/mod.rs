@@ -21,9 +21,9 @@
 //!    [`finish_parts`] (which merges the shards' runs by entry key) return the CALL's
 //!    values; [`encode_reply`] wraps them.
 //!
-//! `box.space`'s read methods over CALL (`box.space.kv:count(key)` …) take the same seam:
-//! [`box_space`] plans them as a select the server answers ([`Plan::BoxSelect`]) or as
-//! parts every shard counts ([`Plan::Len`], [`Plan::Sum`]).
+//! `box.space`'s data methods over CALL (`box.space.kv:count(key)` …) take the same seam:
+//! [`box_space`] plans them as a select or a write the server answers ([`Plan::BoxSelect`],
+//! [`Plan::BoxWrite`]) or as parts every shard counts ([`Plan::Len`], [`Plan::Sum`]).
 //!
 //! The rest: [`args`] (function names, positional arguments and options, checked as crud's
 //! `checks` does: violations are *raised*, IPROTO error 32); [`flatten`] (objects to tuples,
@@ -136,6 +136,9 @@ pub enum Plan<'a> {
     /// A `box.space` read that is a select (see [`box_space`]): the server answers it as
     /// the IPROTO SELECT it is.
     BoxSelect(box_space::BoxSelect),
+    /// A `box.space` write (see [`box_space`]): the server answers it as the IPROTO
+    /// request it is.
+    BoxWrite(box_space::BoxWrite),
     /// A `box.space` read answered with the sum of every shard's count.
     Sum(box_space::ShardSum),
 }
@@ -155,7 +158,8 @@ impl<'a> Plan<'a> {
             | Plan::Point(_)
             | Plan::Many(_)
             | Plan::Truncate { .. }
-            | Plan::BoxSelect(_)) => FanOutPlan::Other(other),
+            | Plan::BoxSelect(_)
+            | Plan::BoxWrite(_)) => FanOutPlan::Other(other),
         }
     }
 }

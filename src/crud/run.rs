@@ -187,6 +187,11 @@ fn run_call(
             run_box_select(shard, select, sync, schema_version, out);
             return None;
         }
+        Plan::BoxWrite(write) => {
+            // One shard holds everything here: a moved primary key has no other owner.
+            let executed = shard.execute(sync, schema_version, &write.request(), None, out);
+            return executed.commit;
+        }
         Plan::Many(many) => {
             let ran = run_ops(
                 shard,
@@ -297,7 +302,11 @@ fn run_part(shard: &mut Shard, plan: &Plan) -> Result<Logged<Part>, WalError> {
                 commit: truncate_logged(shard, *space_id)?,
             });
         }
-        Plan::Reply(_) | Plan::Point(_) | Plan::Many(_) | Plan::BoxSelect(_) => {
+        Plan::Reply(_)
+        | Plan::Point(_)
+        | Plan::Many(_)
+        | Plan::BoxSelect(_)
+        | Plan::BoxWrite(_) => {
             debug_assert!(false, "not a fanned-out plan: {plan:?}");
             Part::Done
         }

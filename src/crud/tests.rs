@@ -77,6 +77,7 @@ fn run_on_engine(engine: &mut Engine, config: &CrudConfig, plan: Plan<'_>) -> Ve
         }
         Plan::Sum(sum) => finish_len(sum.count(engine).expect("planned on this engine")),
         Plan::BoxSelect(select) => panic!("a select, not a crud call: {select:?}"),
+        Plan::BoxWrite(write) => panic!("a write, not a crud call: {write:?}"),
     }
 }
 

@@ -1,5 +1,5 @@
 //! CALL: the functions a session answers (`box.info`, `box.snapshot`), the crud calls and
-//! `box.space`'s read methods, planned here and run here, on their owner, or on every core.
+//! `box.space`'s data methods, planned here and run here, on their owner, or on every core.
 
 use super::admit::access_denied;
 use super::{Pending, PendingReply, Session, Unacknowledged, Wait};
@@ -7,7 +7,7 @@ use crate::crud::{self, CrudReply, FanOutPlan, Plan};
 use crate::msgpack::{write_str, write_uint};
 use crate::placement::{self, Destination, SpacePlacement};
 use crate::protocol::reply;
-use crate::protocol::request::Call;
+use crate::protocol::request::{Call, Request};
 use crate::protocol::ErrorCode;
 use crate::server::mesh::batch::Kind;
 use crate::server::mesh::crud_payloads;
@@ -102,8 +102,8 @@ impl Session {
         }
     }
 
-    /// A `box.space` read method over CALL (`crud::box_space`): run as the caller, so it
-    /// needs the read grant on its space, as a select does.
+    /// A `box.space` data method over CALL (`crud::box_space`): run as the caller, so it
+    /// needs the grants the request it amounts to needs.
     async fn box_space(&mut self, packet: &[u8], call: &Call<'_>, sync: u64, out: &mut Vec<u8>) {
         let planned = {
             let shard = self.core.shard.borrow();
@@ -138,6 +138,7 @@ impl Session {
     async fn run_plan(&mut self, packet: &[u8], plan: Plan<'_>, sync: u64, out: &mut Vec<u8>) {
         match &plan {
             Plan::BoxSelect(select) => self.box_select(select, sync, out).await,
+            Plan::BoxWrite(write) => self.box_request(&write.request(), sync, out).await,
             Plan::Reply(_) => self.crud_here(&plan, sync, out),
             Plan::Point(point) => match self.route_crud_op(point.space_id, &point.op) {
                 Destination::Owner(owner) => {
@@ -178,20 +179,27 @@ impl Session {
         sync: u64,
         out: &mut Vec<u8>,
     ) {
-        let mut framed = Vec::new();
-        crate::protocol::client::encode_select(&mut framed, sync, &select.request());
-        // A session is handed packets without their size prefix.
-        let packet = &framed[5..];
         if select.one_list {
             self.finish(out).await;
         }
         let start = out.len();
-        if let Some(deferred) = self.start(packet, &super::decode(packet), None, None, out) {
-            self.wait(packet, deferred.wait, out).await;
-        }
+        let request = Request::Select(select.request());
+        self.box_request(&request, sync, out).await;
         if select.one_list {
             self.finish(out).await;
             reply::wrap_data_in_one_list(out, start);
+        }
+    }
+
+    /// A `box.space` method run as the IPROTO request it is, from its packet: admitted (the
+    /// caller's grants), routed and answered as one a client sent.
+    async fn box_request(&mut self, request: &Request<'_>, sync: u64, out: &mut Vec<u8>) {
+        let mut framed = Vec::new();
+        crate::protocol::client::encode_request(&mut framed, sync, request);
+        // A session is handed packets without their size prefix.
+        let packet = &framed[5..];
+        if let Some(deferred) = self.start(packet, &super::decode(packet), None, None, out) {
+            self.wait(packet, deferred.wait, out).await;
         }
     }
 
