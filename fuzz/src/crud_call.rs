@@ -103,9 +103,9 @@ const OPTIONS: [&str; 21] = [
     "offset",
     "limit",
 ];
-const BOX_SPACE_METHODS: [&str; 14] = [
+const BOX_SPACE_METHODS: [&str; 15] = [
     "len", "count", "bsize", "get", "select", "min", "max", "random", "insert", "replace", "put",
-    "update", "upsert", "delete",
+    "update", "upsert", "delete", "truncate",
 ];
 const CONDITION_OPS: [&str; 7] = ["=", "==", "<", "<=", ">", ">=", "!="];
 

@@ -10,8 +10,8 @@
 //! select that a get, select, min or max is ([`Plan::BoxSelect`], which the server answers
 //! as the IPROTO SELECT it builds from it, routed and merged as any), the IPROTO write that
 //! an insert, replace, update, upsert or delete is ([`Plan::BoxWrite`]: its reply is the
-//! CALL's), or a count every shard adds its part to ([`Plan::Len`], [`Plan::Sum`]: len,
-//! count, bsize).
+//! CALL's), a count every shard adds its part to ([`Plan::Len`], [`Plan::Sum`]: len,
+//! count, bsize), or crud's truncate ([`Plan::Truncate`]).
 //!
 //! Must not know: how a select is routed or its reply merged (the server's).
 
@@ -26,6 +26,8 @@ use crate::storage::index::Index;
 use crate::storage::{Engine, IndexKind, IteratorType, Space, StorageError};
 
 const PREFIX: &str = "box.space.";
+/// Ids below it are Tarantool's system spaces.
+const SYSTEM_SPACE_IDS: u32 = 512;
 
 /// Whether a CALL names a method of `box.space` (the session plans those here).
 pub fn is_box_space_function(function_name: &str) -> bool {
@@ -212,6 +214,7 @@ enum Method {
     Upsert,
     Update,
     Delete,
+    Truncate,
 }
 
 impl Method {
@@ -229,6 +232,7 @@ impl Method {
             "upsert" if !of_index => Method::Upsert,
             "update" => Method::Update,
             "delete" => Method::Delete,
+            "truncate" if !of_index => Method::Truncate,
             _ => return None,
         })
     }
@@ -301,6 +305,15 @@ pub fn plan(engine: &Engine, function_name: &str, args: &[u8]) -> Result<Plan<'s
         Method::Insert | Method::Replace | Method::Upsert | Method::Update | Method::Delete => {
             plan_write(ids, called.method, arg(0), arg(1)).map(Plan::BoxWrite)
         }
+        Method::Truncate if space.id < SYSTEM_SPACE_IDS => Err(Raised {
+            code: ErrorCode::ER_TRUNCATE_SYSTEM_SPACE,
+            message: format!("Can't truncate a system space, space '{}'", space.name),
+        }),
+        // Every shard deletes its tuples, each delete logged (see `crud::run`).
+        Method::Truncate => Ok(Plan::Truncate {
+            space_id: space.id,
+            returns_nothing: true,
+        }),
     }
 }
 

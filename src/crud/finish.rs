@@ -304,6 +304,10 @@ pub fn finish_parts(
         // Planned where every shard accepts it (see `box_space`): a shard's error is not
         // a box error.
         Plan::Sum(_) => finish_len(counts(parts).into_iter().flatten().sum()),
+        Plan::Truncate {
+            returns_nothing: true,
+            ..
+        } => vec![0x90],
         Plan::Truncate { .. } => finish_truncate(),
         Plan::Reply(_)
         | Plan::Point(_)

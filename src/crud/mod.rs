@@ -132,6 +132,8 @@ pub enum Plan<'a> {
     },
     Truncate {
         space_id: u32,
+        /// `box.space.X:truncate()` returns nothing; `crud.truncate`, `true`.
+        returns_nothing: bool,
     },
     /// A `box.space` read that is a select (see [`box_space`]): the server answers it as
     /// the IPROTO SELECT it is.

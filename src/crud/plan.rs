@@ -316,7 +316,10 @@ fn plan_data<'a>(
             Ok(Plan::Border { plan, columns })
         }
         Len => Ok(Plan::Len { space_id: space.id }),
-        Truncate => Ok(Plan::Truncate { space_id: space.id }),
+        Truncate => Ok(Plan::Truncate {
+            space_id: space.id,
+            returns_nothing: false,
+        }),
         Select | Count | Pairs | StorageInfo | Stats | InsertMany | InsertObjectMany
         | ReplaceMany | ReplaceObjectMany | UpsertMany | UpsertObjectMany => {
             unreachable!("planned elsewhere")

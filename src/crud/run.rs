@@ -296,7 +296,7 @@ fn run_part(shard: &mut Shard, plan: &Plan) -> Result<Logged<Part>, WalError> {
             Ok(count) => Part::Count(count),
             Err(error) => Part::Failed(error.to_string()),
         },
-        Plan::Truncate { space_id } => {
+        Plan::Truncate { space_id, .. } => {
             return Ok(Logged {
                 value: Part::Done,
                 commit: truncate_logged(shard, *space_id)?,

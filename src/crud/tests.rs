@@ -69,7 +69,7 @@ fn run_on_engine(engine: &mut Engine, config: &CrudConfig, plan: Plan<'_>) -> Ve
         Plan::Len { space_id } => {
             finish_len(engine.space(space_id).map_or(0, |space| space.len() as u64))
         }
-        Plan::Truncate { space_id } => {
+        Plan::Truncate { space_id, .. } => {
             if let Ok(space) = engine.space_mut(space_id) {
                 space.truncate();
             }

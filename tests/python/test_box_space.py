@@ -237,3 +237,24 @@ def test_write_errors_worded_by_the_version(conn, kv_writes):
     # 2.11 names the field (tarn's words); 2.6 does not: the code is what both share.
     assert error_of(conn, "box.space.kv:insert", [W])[0] == ER_FIELD_MISSING
     assert error_of(conn, "box.space.kv:insert", [])[0] == ER_FIELD_MISSING
+
+
+ER_TRUNCATE_SYSTEM_SPACE = 137
+
+
+def test_truncate_empties_the_space_on_every_shard(conn, key_range):
+    # `customers` rows of this module's ids only would not tell an emptied space: the whole
+    # space is truncated here, so the rows of other tests' ranges must be gone too. Their
+    # fixtures purge by range, which an empty space satisfies.
+    key_range("customers", 30010, 30030)
+    for i in range(30010, 30030):
+        conn.insert("customers", [i, i, A + 7, 1, 1, 1, "t"])
+    assert call(conn, "box.space.customers:len")[0] >= 20
+    assert call(conn, "box.space.customers:truncate", 1, 2) == []
+    assert call(conn, "box.space.customers:len") == [0]
+    assert call(conn, "box.space.customers.index.composite:select", [A + 7]) == [[]]
+    assert error_of(conn, "box.space._space:truncate") == (
+        ER_TRUNCATE_SYSTEM_SPACE, "Can't truncate a system space, space '_space'")
+    assert error_of(conn, "box.space._vspace:truncate") == (
+        ER_TRUNCATE_SYSTEM_SPACE, "Can't truncate a system space, space '_vspace'")
+    assert error_of(conn, "box.space.kv.index.primary:truncate")[0] == ER_NO_SUCH_PROC

@@ -115,14 +115,15 @@ impl Session {
                 return crud::encode_reply(out, sync, SCHEMA_VERSION, &CrudReply::Raised(raised))
             }
         };
-        let space_id = match &plan {
-            Plan::Len { space_id } => Some(*space_id),
-            Plan::Sum(sum) => Some(sum.space_id()),
-            // The select's own admission checks its grant.
+        let checked = match &plan {
+            Plan::Len { space_id } => Some((Access::Read, *space_id)),
+            Plan::Sum(sum) => Some((Access::Read, sum.space_id())),
+            Plan::Truncate { space_id, .. } => Some((Access::Write, *space_id)),
+            // A select or a write: its own admission checks its grant.
             _ => None,
         };
-        if let Some(space_id) = space_id {
-            if !self.check_access(Access::Read, space_id, sync, out) {
+        if let Some((access, space_id)) = checked {
+            if !self.check_access(access, space_id, sync, out) {
                 return;
             }
             let catalog = &self.core.shared.catalog;
