@@ -281,16 +281,8 @@ fn copy_shard(shard: &Shard, schema_version: u64, lsn_recovered: u64) -> Result<
         }
         None => (lsn_recovered, None),
     };
-    let tuples: Vec<(u32, Tuple)> = shard
-        .engine
-        .spaces()
-        .iter()
-        .filter(|space| !schema::is_system_space(space.id))
-        .flat_map(|space| {
-            space.indexes()[0]
-                .entries()
-                .map(move |(_, tuple)| (space.id, tuple.to_tuple()))
-        })
+    let tuples: Vec<(u32, Tuple)> = schema::user_tuples(&shard.engine)
+        .map(|(space_id, tuple)| (space_id, tuple.to_tuple()))
         .collect();
     Ok(ShardCopy {
         lsn,

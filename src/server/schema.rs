@@ -361,6 +361,20 @@ pub fn read_entries(mut rest: &[u8]) -> Option<(u64, RecordedSpaces)> {
     Some((version, spaces))
 }
 
+/// Every tuple of `engine`'s user spaces with its space id, space by space: what a snapshot
+/// holds.
+pub fn user_tuples(engine: &Engine) -> impl Iterator<Item = (u32, crate::storage::TupleRef<'_>)> {
+    engine
+        .spaces()
+        .iter()
+        .filter(|space| !is_system_space(space.id))
+        .flat_map(|space| {
+            space.indexes()[0]
+                .entries()
+                .map(move |(_, tuple)| (space.id, tuple))
+        })
+}
+
 /// The schema section of a snapshot of `engine`: its user spaces' definitions at `version`.
 pub fn snapshot_schema(engine: &Engine, version: u64) -> Vec<u8> {
     let rows: Vec<(u32, Vec<u8>)> = engine

@@ -271,16 +271,7 @@ fn stage_new_shard(
         schema: &[],
     };
     let mut progress = SnapshotProgress::new(shard_id);
-    let tuples = engine
-        .spaces()
-        .iter()
-        .filter(|space| !schema::is_system_space(space.id))
-        .flat_map(|space| {
-            space.indexes()[0]
-                .entries()
-                .map(move |(_, tuple)| (space.id, tuple))
-        })
-        .inspect(|_| progress.tick());
+    let tuples = schema::user_tuples(&engine).inspect(|_| progress.tick());
     wal::snapshot::write_snapshot_blocking(&dir, &meta, tuples)
         .map_err(|error| refuse(format!("writing its snapshot: {error}")))
 }
