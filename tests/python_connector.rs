@@ -1,5 +1,6 @@
-//! The real Python `tarantool` connector against the real `tarn` binary: users' code works.
-//! Runs `tests/python` with pytest; CI installs the connector (see `.ci/run`).
+//! The real Python connectors (`tarantool`, and `asynctnt` in `test_asynctnt.py`) against the
+//! real `tarn` binary: users' code works. Runs `tests/python` with pytest; CI installs the
+//! connectors (see `.ci/run`).
 
 use crate::common;
 
