@@ -618,11 +618,16 @@ impl<T: RecoveryTarget> Replay<'_, T> {
                     continue;
                 }
             };
-            if let Some(cut) = uncommitted_schema_row(self.config, path, offset, &batch)? {
-                return Ok(FileEnd::Uncommitted(cut));
-            }
-            for row in batch.rows().filter(|row| row.lsn > lsn_snapshot) {
-                apply_row(self.config, path, &row, self.target, self.recovered)?;
+            for (position, row) in batch.rows().enumerate() {
+                if row.kind == RowKind::Schema {
+                    let at = (offset, position);
+                    if let Some(cut) = uncommitted_schema_row(self.config, path, at, &row)? {
+                        return Ok(FileEnd::Uncommitted(cut));
+                    }
+                }
+                if row.lsn > lsn_snapshot {
+                    apply_row(self.config, path, &row, self.target, self.recovered)?;
+                }
             }
             self.progress.tick("wal", u64::from(batch.row_count));
             self.lsn_last_read = Some(batch.lsn_last());
@@ -631,41 +636,36 @@ impl<T: RecoveryTarget> Replay<'_, T> {
     }
 }
 
-/// The cut a batch calls for when a schema row in it has a version the server never
-/// committed. Such a row heads its batch (the writer opens one for it); one that does not is
-/// corruption, as a row that fails to decode.
+/// The cut a schema row calls for when its version is one the server never committed; it
+/// is row `position` of the batch at `offset`. Such a row heads its batch (the writer opens
+/// one for it), so nothing of the batch was applied yet; one that does not is corruption, as
+/// a row that fails to decode.
 fn uncommitted_schema_row(
     config: &RecoveryConfig,
     path: &Path,
-    offset: u64,
-    batch: &crate::wal::format::Batch<'_>,
+    (offset, position): (u64, usize),
+    row: &Row<'_>,
 ) -> Result<Option<UncommittedCut>> {
-    for (position, row) in batch.rows().enumerate() {
-        if row.kind != RowKind::Schema {
-            continue;
-        }
-        let Some(change) = SchemaRow::decode(row.body) else {
-            continue; // `apply_row` reports it
-        };
-        if change.version <= config.schema_version_committed {
-            continue;
-        }
-        if position != 0 {
-            let reason = format!(
-                "the uncommitted schema row at LSN {} does not head its batch",
-                row.lsn
-            );
-            return Err(WalError::corrupt(path, offset, reason));
-        }
-        return Ok(Some(UncommittedCut {
-            file: path.to_path_buf(),
-            offset,
-            lsn: row.lsn,
-            version: change.version,
-            files_set_aside: Vec::new(),
-        }));
+    let Some(change) = SchemaRow::decode(row.body) else {
+        return Ok(None); // `apply_row` reports it
+    };
+    if change.version <= config.schema_version_committed {
+        return Ok(None);
     }
-    Ok(None)
+    if position != 0 {
+        let reason = format!(
+            "the uncommitted schema row at LSN {} does not head its batch",
+            row.lsn
+        );
+        return Err(WalError::corrupt(path, offset, reason));
+    }
+    Ok(Some(UncommittedCut {
+        file: path.to_path_buf(),
+        offset,
+        lsn: row.lsn,
+        version: change.version,
+        files_set_aside: Vec::new(),
+    }))
 }
 
 /// Cuts the WAL at a schema row that was never committed: its file at its batch, the files
