@@ -26,8 +26,6 @@ use crate::storage::index::Index;
 use crate::storage::{Engine, IndexKind, IteratorType, Space, StorageError};
 
 const PREFIX: &str = "box.space.";
-/// Ids below it are Tarantool's system spaces.
-const SYSTEM_SPACE_IDS: u32 = 512;
 
 /// Whether a CALL names a method of `box.space` (the session plans those here).
 pub fn is_box_space_function(function_name: &str) -> bool {
@@ -305,7 +303,7 @@ pub fn plan(engine: &Engine, function_name: &str, args: &[u8]) -> Result<Plan<'s
         Method::Insert | Method::Replace | Method::Upsert | Method::Update | Method::Delete => {
             plan_write(ids, called.method, arg(0), arg(1)).map(Plan::BoxWrite)
         }
-        Method::Truncate if space.id < SYSTEM_SPACE_IDS => Err(Raised {
+        Method::Truncate if space.id < crate::config::space::SPACE_ID_MIN => Err(Raised {
             code: ErrorCode::ER_TRUNCATE_SYSTEM_SPACE,
             message: format!("Can't truncate a system space, space '{}'", space.name),
         }),
@@ -403,8 +401,7 @@ fn plan_count(
     key: &[u8],
     opts: &[u8],
 ) -> Result<Plan<'static>, Raised> {
-    let key = key_of(key);
-    let iterator = iterator_of(opts, is_empty_key(&key))?;
+    let (key, iterator) = key_and_iterator(key, opts)?;
     let Some(iterator) = iterator.filter(|&code| IteratorType::is_known_code(code)) else {
         return Err(invalid_iterator());
     };
@@ -425,8 +422,7 @@ fn plan_select(
     key: &[u8],
     opts: &[u8],
 ) -> Result<Plan<'static>, Raised> {
-    let key = key_of(key);
-    let iterator = iterator_of(opts, is_empty_key(&key))?;
+    let (key, iterator) = key_and_iterator(key, opts)?;
     if mp::value(opts) == Value::Bool(false) {
         // `check_select_opts` indexes any opts but nil for the offset.
         return Err(lua_error(
@@ -517,8 +513,11 @@ fn key_of(raw: &[u8]) -> Vec<u8> {
     }
 }
 
-fn is_empty_key(key: &[u8]) -> bool {
-    key == [0x90]
+/// The key a read is given, and the iterator its options give (see [`iterator_of`]).
+fn key_and_iterator(key: &[u8], opts: &[u8]) -> Result<(Vec<u8>, Option<u32>), Raised> {
+    let key = key_of(key);
+    let iterator = iterator_of(opts, key == [0x90])?;
+    Ok((key, iterator))
 }
 
 /// The iterator the options give (`check_iterator_type`): ALL for an empty key and EQ for
