@@ -463,7 +463,7 @@ async fn run_requests(
     };
     // The snapshot is polled first: it copies the shard with these rows still in flight.
     let shared = tarn::server::Shared::new(config.clone(), 1, FINGERPRINT);
-    let snapshot = take_snapshot(&live.shard, &shared, 0);
+    let snapshot = take_snapshot(&live.shard, &shared, (0, 0));
     let (snapshot, replies) = futures_lite::future::zip(snapshot, replies).await;
     (replies, Some(snapshot))
 }

@@ -10,6 +10,8 @@ mod common;
 mod crud_errors;
 #[path = "data_dir.rs"]
 mod data_dir;
+#[path = "ddl_crash.rs"]
+mod ddl_crash;
 #[path = "differential.rs"]
 mod differential;
 #[path = "durability.rs"]

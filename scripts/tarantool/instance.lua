@@ -92,6 +92,9 @@ end
 
 -- Make the `bench` password authoritative even on an existing work dir.
 box.schema.user.passwd('bench', 'secret')
+-- `bench` may make schema changes (tests/python/test_ddl.py); tarn lets a user with the
+-- write grant make them.
+box.schema.user.grant('bench', 'create,alter,drop', 'universe', nil, {if_not_exists = true})
 
 -- Admin console (full privileges, text protocol) for scripts that need DDL,
 -- e.g. capture_reference.py: <work_dir>/admin.sock

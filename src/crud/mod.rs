@@ -44,6 +44,7 @@
 //! holds at most `first` rows per shard before the merge.
 
 pub mod args;
+pub mod box_schema;
 pub mod box_space;
 pub mod bucket;
 pub mod error;

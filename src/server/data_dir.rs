@@ -65,6 +65,10 @@ pub struct DataDir {
     /// See [`DataDir::schema_version`].
     schema_version: u64,
     spaces: ConfigSpaces,
+    /// The spaces made or changed over CALL (`server::ddl`) that this start keeps: a space
+    /// the config does not name, or a config space whose config entry has not changed since
+    /// (a changed one is the config's again). See [`DataDir::made_spaces`].
+    made: RecordedSpaces,
     /// The recorded spaces the config changes, each made once its shard has recovered.
     changes: Vec<SpaceChange>,
     /// The outcome of [`DataDir::record_schema`], once tried.
@@ -88,13 +92,17 @@ impl DataDir {
         let files = FileFingerprints::scan(&path)?;
         let mut changes = Vec::new();
         let mut schema_version = 0;
+        let mut made = Vec::new();
         let (fingerprint, origin) = match read_schema_file(&path)? {
             Some(SchemaFile {
                 fingerprint,
                 version,
                 spaces: recorded,
+                made: recorded_made,
             }) => {
                 schema_version = version;
+                let (recorded, kept) = with_made_spaces(&spaces, recorded, recorded_made);
+                made = kept;
                 changes = plan_changes(config, &spaces, &recorded, &path)?;
                 files.check_all_carry(&path, fingerprint)?;
                 (fingerprint, SchemaOrigin::Recorded)
@@ -136,6 +144,7 @@ impl DataDir {
             origin,
             schema_version,
             spaces,
+            made,
             changes,
             recorded: OnceLock::new(),
         })
@@ -159,6 +168,32 @@ impl DataDir {
         self.schema_version
     }
 
+    /// The definitions of the spaces made or changed over CALL that this start keeps: each
+    /// replaces the config's of its id, if any (the config's is the same as when it was
+    /// made); recovery begins with them.
+    pub fn made_spaces(&self) -> Result<Vec<crate::storage::SpaceDef>, ServerError> {
+        self.made
+            .iter()
+            .map(|(id, rows)| {
+                schema_change::decode_space_rows(rows).map_err(|reason| ServerError::DataDir {
+                    path: self.path.join(SCHEMA_FILE),
+                    reason: format!("the record of space {id} is damaged: {reason}"),
+                })
+            })
+            .collect()
+    }
+
+    /// What a schema change while serving needs to record the schema it commits.
+    pub fn schema_record(&self) -> SchemaRecord {
+        SchemaRecord {
+            dir: self.path.clone(),
+            fingerprint: self.fingerprint,
+            version: self.schema_version,
+            config_spaces: self.spaces.clone(),
+            made: self.made.clone(),
+        }
+    }
+
     /// The recorded spaces the config changes (none for a new or rebuilt record).
     pub fn schema_changes(&self) -> &[SpaceChange] {
         &self.changes
@@ -179,7 +214,12 @@ impl DataDir {
     ) -> Result<(), ServerError> {
         let outcome = self.recorded.get_or_init(|| {
             record_others()?;
-            let bytes = encode_schema_file(self.fingerprint, self.schema_version, &self.spaces);
+            let bytes = encode_schema_file(
+                self.fingerprint,
+                self.schema_version,
+                &self.spaces,
+                &self.made,
+            );
             let path = self.path.join(SCHEMA_FILE);
             if std::fs::read(&path).is_ok_and(|on_disk| on_disk == bytes) {
                 return Ok(());
@@ -207,6 +247,73 @@ impl Drop for DataDir {
         if matches!(self.recorded.get(), Some(Ok(()))) {
             self.lock.keep = true;
         }
+    }
+}
+
+/// The spaces recorded as the config had them and those made over CALL (`made`), as the
+/// plan of the config's changes must see them, and the made ones this start keeps. A made
+/// definition replaces the config's record of its id while the config's entry is as it was
+/// recorded; once the config changes that entry (or names a made space's id for the first
+/// time), the made definition is what the data was written under, and the config's is
+/// planned as a change from it.
+fn with_made_spaces(
+    config: &ConfigSpaces,
+    mut recorded: RecordedSpaces,
+    made: RecordedSpaces,
+) -> (RecordedSpaces, RecordedSpaces) {
+    let config_rows = |id: u32| config.iter().find(|(config_id, ..)| *config_id == id);
+    let mut kept = Vec::new();
+    for (id, rows) in made {
+        let applied = recorded
+            .iter_mut()
+            .find(|(recorded_id, _)| *recorded_id == id);
+        match (config_rows(id), applied) {
+            (Some((_, _, wanted)), Some((_, applied))) if *wanted == *applied => {
+                kept.push((id, rows))
+            }
+            (Some(_), Some((_, applied))) => *applied = rows,
+            (Some(_), None) => recorded.push((id, rows)),
+            (None, _) => kept.push((id, rows)),
+        }
+    }
+    (recorded, kept)
+}
+
+/// What `schema.bin` holds while the server runs, for a schema change to record its new
+/// version and definitions (see [`SchemaRecord::write`]).
+#[derive(Debug, Clone)]
+pub struct SchemaRecord {
+    pub dir: PathBuf,
+    pub fingerprint: u64,
+    /// The last version committed.
+    pub version: u64,
+    config_spaces: ConfigSpaces,
+    /// Every space made or changed over CALL, as the last committed version left it.
+    pub made: RecordedSpaces,
+}
+
+impl SchemaRecord {
+    /// Records `version`, with `space_id` defined by `rows` (a space's `_space` and `_index`
+    /// rows) or dropped (`None`): the commit point of a schema change. Written aside,
+    /// fsynced and renamed, so a crash leaves the old record or the new.
+    pub fn write(
+        &mut self,
+        version: u64,
+        space_id: u32,
+        rows: Option<&[u8]>,
+    ) -> Result<(), String> {
+        let mut made = self.made.clone();
+        made.retain(|(id, _)| *id != space_id);
+        if let Some(rows) = rows {
+            made.push((space_id, rows.to_vec()));
+            made.sort_by_key(|(id, _)| *id);
+        }
+        let bytes = encode_schema_file(self.fingerprint, version, &self.config_spaces, &made);
+        write_atomically(&self.dir, SCHEMA_FILE, &bytes)
+            .map_err(|error| format!("recording {SCHEMA_FILE}: {error}"))?;
+        self.version = version;
+        self.made = made;
+        Ok(())
     }
 }
 
@@ -550,7 +657,13 @@ struct SchemaFile {
     /// The last schema version committed; 0 when the record has none.
     version: u64,
     spaces: RecordedSpaces,
+    /// The spaces made or changed over CALL.
+    made: RecordedSpaces,
 }
+
+/// The pseudo space id of the entry that holds the spaces made over CALL, themselves as
+/// `schema::write_entries` writes them.
+const MADE_ENTRY_ID: u32 = u32::MAX - 1;
 
 /// The recorded fingerprint and spaces, or `None` if there is no `schema.bin`.
 fn read_schema_file(data_dir: &Path) -> Result<Option<SchemaFile>, ServerError> {
@@ -573,25 +686,40 @@ fn read_schema_file(data_dir: &Path) -> Result<Option<SchemaFile>, ServerError> 
 }
 
 /// `[fingerprint u64 LE]`, then the version and the spaces as `schema::write_entries`
-/// writes them.
+/// writes them: the config's, and (when there are any) the made ones in one entry of id
+/// [`MADE_ENTRY_ID`] (a record without made spaces reads as before they existed).
 fn encode_schema_file(
     fingerprint: u64,
     version: u64,
     spaces: &[(u32, String, Vec<u8>)],
+    made: &[(u32, Vec<u8>)],
 ) -> Vec<u8> {
     let mut bytes = fingerprint.to_le_bytes().to_vec();
+    let mut made_entry = Vec::new();
+    schema::write_entries(
+        &mut made_entry,
+        0,
+        made.iter().map(|(id, rows)| (*id, &rows[..])),
+    );
+    let made_entry = (!made.is_empty()).then_some((MADE_ENTRY_ID, &made_entry[..]));
     let entries = spaces.iter().map(|(id, _, rows)| (*id, &rows[..]));
-    schema::write_entries(&mut bytes, version, entries);
+    schema::write_entries(&mut bytes, version, made_entry.into_iter().chain(entries));
     bytes
 }
 
 fn decode_schema_file(bytes: &[u8]) -> Option<SchemaFile> {
     let fingerprint = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
-    let (version, spaces) = schema::read_entries(&bytes[8..])?;
+    let (version, mut spaces) = schema::read_entries(&bytes[8..])?;
+    let mut made = Vec::new();
+    if let Some(at) = spaces.iter().position(|(id, _)| *id == MADE_ENTRY_ID) {
+        let (_, entry) = spaces.remove(at);
+        made = schema::read_entries(&entry)?.1;
+    }
     Some(SchemaFile {
         fingerprint,
         version,
         spaces,
+        made,
     })
 }
 

@@ -172,7 +172,8 @@ pub async fn checkpoint_loop(core: Rc<Core>, lsn_last: u64, at_once: bool) {
         if !asked && !due {
             continue;
         }
-        match take_snapshot(&core.shard, &shared, lsn_last).await {
+        let schema_version = core.schema_version() - schema::SCHEMA_VERSION_BASE;
+        match take_snapshot(&core.shard, &shared, (schema_version, lsn_last)).await {
             Ok(()) => {}
             Err(reason) => {
                 tracing::error!(shard = me, %reason, "snapshot failed");
@@ -196,7 +197,8 @@ pub async fn snapshot_schema_changes(core: &Rc<Core>) -> Result<(), ServerError>
         return Ok(());
     }
     let shared = &core.shared;
-    take_snapshot(&core.shard, shared, core.lsn_recovered)
+    let schema_version = core.schema_version() - schema::SCHEMA_VERSION_BASE;
+    take_snapshot(&core.shard, shared, (schema_version, core.lsn_recovered))
         .await
         .map_err(|reason| ServerError::Recovery {
             shard_id: core.id(),
@@ -205,13 +207,15 @@ pub async fn snapshot_schema_changes(core: &Rc<Core>) -> Result<(), ServerError>
         })
 }
 
-/// Writes a snapshot of the shard as it is now, with the definitions of its spaces at the
-/// committed schema version. `lsn_recovered` is the snapshot's LSN when there is no WAL
-/// (nothing moves it on).
+/// Writes a snapshot of the shard as it is now, with the definitions of its spaces, which
+/// `schema_version` made. `lsn_recovered` is the snapshot's LSN when there is no WAL
+/// (nothing moves it on). A schema change not yet committed when the copy is taken is in
+/// it; the copy waits for its writes, which the change's fence holds, so a snapshot of a
+/// change that is then abandoned is never written.
 pub async fn take_snapshot(
     shard: &RefCell<Shard>,
     shared: &Shared,
-    lsn_recovered: u64,
+    (schema_version, lsn_recovered): (u64, u64),
 ) -> Result<(), String> {
     let config = &shared.config;
     let me = shard.borrow().id;
@@ -222,7 +226,7 @@ pub async fn take_snapshot(
         tuples,
         applied,
         section,
-    } = copy_shard(&shard.borrow(), shared.schema_version, lsn_recovered)?;
+    } = copy_shard(&shard.borrow(), schema_version, lsn_recovered)?;
     if let Some(applied) = applied {
         applied.await.map_err(|error| {
             format!("writes it holds were refused by the WAL, so it is not written: {error}")

@@ -60,6 +60,7 @@
 
 pub mod connection;
 pub mod data_dir;
+pub mod ddl;
 pub mod decoded;
 pub mod durability;
 pub mod layout;
@@ -97,8 +98,6 @@ const SHUTDOWN_CUT_WAIT: Duration = Duration::from_secs(2);
 /// What every core reads and nobody writes after start-up.
 pub struct Shared {
     pub config: Config,
-    /// Where each space's rows are: what routes every request.
-    pub catalog: crate::placement::Catalog,
     pub users: users::Users,
     pub instance_uuid: uuid::Uuid,
     /// The data directory's fingerprint, carried by every WAL file and snapshot.
@@ -116,13 +115,17 @@ pub struct Shared {
     /// The recorded spaces the config changes: each core recovers them as recorded, then
     /// makes the change (see `schema_change.rs`).
     pub schema_changes: Vec<schema_change::SpaceChange>,
+    /// The spaces made or changed over CALL that were recorded: recovery begins with them
+    /// (see `data_dir.rs`).
+    pub made_spaces: Vec<crate::storage::SpaceDef>,
+    /// Schema changes while serving: one at a time, and the record they commit to.
+    pub ddl: ddl::Ddl,
 }
 
 impl Shared {
     pub fn new(config: Config, shard_count: usize, fingerprint: u64) -> Shared {
         Shared {
             users: users::Users::from_config(&config),
-            catalog: schema::catalog(&config, shard_count),
             config,
             instance_uuid: uuid::Uuid::new_v4(),
             fingerprint,
@@ -132,7 +135,26 @@ impl Shared {
             snapshot_failure: Mutex::new(None),
             net: connection::NetStats::new(shard_count),
             schema_changes: Vec::new(),
+            made_spaces: Vec::new(),
+            ddl: ddl::Ddl::new(None),
         }
+    }
+}
+
+impl Shared {
+    /// [`Shared::new`] with what `data_dir` recorded: its schema version, the spaces made
+    /// over CALL, the config's changes to plan.
+    fn with_data_dir(
+        config: Config,
+        shard_count: usize,
+        data_dir: &data_dir::DataDir,
+    ) -> Result<Shared, ServerError> {
+        let mut shared = Shared::new(config, shard_count, data_dir.fingerprint());
+        shared.schema_changes = data_dir.schema_changes().to_vec();
+        shared.schema_version = data_dir.schema_version();
+        shared.made_spaces = data_dir.made_spaces()?;
+        shared.ddl = ddl::Ddl::new(Some(data_dir.schema_record()));
+        Ok(shared)
     }
 }
 
@@ -228,10 +250,7 @@ where
     // A pool that cannot be placed fails here, before the layout below moves any row.
     let placement = placement_for(shard_count)?;
     let (data_dir, layout) = open_data_dir(&config, shard_count)?;
-    let mut shared = Shared::new(config, shard_count, data_dir.fingerprint());
-    shared.schema_changes = data_dir.schema_changes().to_vec();
-    shared.schema_version = data_dir.schema_version();
-    let shared = Arc::new(shared);
+    let shared = Arc::new(Shared::with_data_dir(config, shard_count, &data_dir)?);
     let (data_dir, layout) = (Arc::new(data_dir), Arc::new(layout));
     let mesh = mesh::core::mesh(shard_count);
     let per_core = Arc::new(per_core);
@@ -299,6 +318,7 @@ fn open_data_dir(
         .map(|change| change.describe());
     let layout = layout::prepare_for_recovery(
         config,
+        &data_dir.made_spaces()?,
         shard_count,
         data_dir.fingerprint(),
         data_dir.schema_version(),

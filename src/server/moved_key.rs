@@ -19,7 +19,6 @@ use crate::protocol::request::{Select, Update};
 use crate::server::mesh::batch::Kind;
 use crate::server::mesh::core::Core;
 use crate::server::mesh::inbox::Inbox;
-use crate::server::schema::SCHEMA_VERSION;
 use crate::shard::{MovedKey, Shard};
 use crate::storage::key::KeyPart;
 use crate::storage::text::msgpack_to_text;
@@ -30,7 +29,7 @@ use std::rc::Rc;
 /// shard ran the update and already looked there); `None` when nothing needs asking.
 /// `shard` is this core's.
 pub fn owner_to_ask(core: &Core, shard: &Shard, moved: &MovedKey) -> Option<usize> {
-    let catalog = &core.shared.catalog;
+    let catalog = &core.catalog();
     if catalog.placement(moved.space_id) != SpacePlacement::ByPrimaryKey {
         return None;
     }
@@ -93,7 +92,12 @@ pub async fn reply_if_taken(core: &Rc<Core>, owner: usize, moved: &MovedKey) -> 
         new_tuple: msgpack_to_text(&moved.new_tuple).into(),
     };
     let mut reply = Vec::new();
-    crate::shard::errors::encode_storage_error(&mut reply, moved.sync, SCHEMA_VERSION, &error);
+    crate::shard::errors::encode_storage_error(
+        &mut reply,
+        moved.sync,
+        core.schema_version(),
+        &error,
+    );
     Some(reply)
 }
 
@@ -115,7 +119,7 @@ fn holder_in_reply(reply: &[u8]) -> Option<Vec<u8>> {
 /// [`Executed::moved_key`]: crate::shard::Executed::moved_key
 pub fn may_move_key(core: &Core, update: &Update<'_>) -> bool {
     if update.index_id != 0
-        || core.shared.catalog.placement(update.space_id) != SpacePlacement::ByPrimaryKey
+        || core.catalog().placement(update.space_id) != SpacePlacement::ByPrimaryKey
     {
         return false;
     }

@@ -46,10 +46,12 @@ impl<'e> Recovering<'e> {
     /// Creates the space `def` describes, or redefines the one of its id unless it is
     /// defined so already.
     fn define(&mut self, def: SpaceDef) -> Result<(), String> {
-        let held = match self.engine.space(def.id) {
-            Ok(space) => Some(space_rows(&space.def())),
-            Err(_) => None,
-        };
+        let held = self
+            .engine
+            .space_defs()
+            .into_iter()
+            .find(|held| held.id == def.id)
+            .map(|held| space_rows(&held));
         let outcome = match held {
             Some(rows) if rows == space_rows(&def) => return Ok(()),
             Some(_) => self.engine.redefine_space(def),
@@ -60,12 +62,9 @@ impl<'e> Recovering<'e> {
 }
 
 fn user_defs(engine: &Engine) -> Vec<SpaceDef> {
-    engine
-        .spaces()
-        .iter()
-        .filter(|space| !is_system_space(space.id))
-        .map(|space| space.def())
-        .collect()
+    let mut defs = engine.space_defs();
+    defs.retain(|def| !is_system_space(def.id));
+    defs
 }
 
 impl RecoveryTarget for Recovering<'_> {

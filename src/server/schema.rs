@@ -17,8 +17,10 @@ pub const SPACE_ID_VSPACE: u32 = 281;
 pub const SPACE_ID_INDEX: u32 = 288;
 pub const SPACE_ID_VINDEX: u32 = 289;
 
-/// Every response carries it; tarn's schema only changes with a restart.
-pub const SCHEMA_VERSION: u64 = 1;
+/// What reply headers carry as the schema version: the committed version recorded in
+/// `schema.bin` (0 until a schema change is made while serving) plus this, so that it is
+/// never 0 (a request's 0 means "not checked").
+pub const SCHEMA_VERSION_BASE: u64 = 1;
 
 pub fn is_system_space(space_id: u32) -> bool {
     space_id < 512
@@ -67,22 +69,6 @@ pub fn tarantool_system_space(space_id: u32) -> Option<(&'static str, bool)> {
         .iter()
         .find(|(id, _, _)| *id == space_id)
         .map(|&(_, name, is_view)| (name, is_view))
-}
-
-/// The placement catalog of the config's spaces over `shard_count` shards: what routes
-/// each request, built once at start.
-pub fn catalog(config: &Config, shard_count: usize) -> Catalog {
-    Catalog::new(
-        shard_count,
-        config.spaces.iter().map(|space| {
-            let primary_key = space_def(space)
-                .indexes
-                .into_iter()
-                .next()
-                .map(|index| index.key_def);
-            (space.id, space.placement, primary_key)
-        }),
-    )
 }
 
 fn field_type(ty: config::FieldType) -> FieldType {
@@ -378,10 +364,10 @@ pub fn user_tuples(engine: &Engine) -> impl Iterator<Item = (u32, crate::storage
 /// The schema section of a snapshot of `engine`: its user spaces' definitions at `version`.
 pub fn snapshot_schema(engine: &Engine, version: u64) -> Vec<u8> {
     let rows: Vec<(u32, Vec<u8>)> = engine
-        .spaces()
+        .space_defs()
         .iter()
-        .filter(|space| !is_system_space(space.id))
-        .map(|space| (space.id, space_rows(&space.def())))
+        .filter(|def| !is_system_space(def.id))
+        .map(|def| (def.id, space_rows(def)))
         .collect();
     let mut out = Vec::new();
     write_entries(
@@ -392,48 +378,64 @@ pub fn snapshot_schema(engine: &Engine, version: u64) -> Vec<u8> {
     out
 }
 
-/// Builds one shard's engine: the user spaces (empty) and the filled system spaces.
-pub fn build_engine(config: &Config, memory_limit_bytes: u64) -> crate::storage::Result<Engine> {
+/// Builds one shard's engine: the config's spaces (empty), `made` (spaces made over CALL and
+/// recorded, see `data_dir.rs`; one of a config space's id replaces the config's), and the
+/// system spaces describing them.
+pub fn build_engine_with(
+    config: &Config,
+    made: &[SpaceDef],
+    memory_limit_bytes: u64,
+) -> crate::storage::Result<Engine> {
     let mut engine = Engine::new(memory_limit_bytes);
-    let user_defs: Vec<SpaceDef> = config.spaces.iter().map(space_def).collect();
-    let system_defs = [
+    for def in system_defs() {
+        engine.create_space(def)?;
+    }
+    let from_config = config
+        .spaces
+        .iter()
+        .filter(|space| !made.iter().any(|def| def.id == space.id))
+        .map(space_def);
+    for def in from_config.chain(made.iter().cloned()) {
+        engine.create_space(def)?;
+    }
+    refresh_system_spaces(&mut engine, config)?;
+    Ok(engine)
+}
+
+/// [`build_engine_with`] the config's spaces only.
+pub fn build_engine(config: &Config, memory_limit_bytes: u64) -> crate::storage::Result<Engine> {
+    build_engine_with(config, &[], memory_limit_bytes)
+}
+
+fn system_defs() -> [SpaceDef; 4] {
+    [
         space_space_def(SPACE_ID_SPACE, "_space"),
         space_space_def(SPACE_ID_VSPACE, "_vspace"),
         index_space_def(SPACE_ID_INDEX, "_index"),
         index_space_def(SPACE_ID_VINDEX, "_vindex"),
-    ];
-    let all_defs = || system_defs.iter().chain(user_defs.iter());
-    let space_rows: Vec<Vec<u8>> = all_defs()
+    ]
+}
+
+/// Refills `_space`, `_vspace`, `_index` and `_vindex` from the spaces `engine` holds: after
+/// recovery (which may have made, changed or dropped spaces) and after every schema change.
+pub fn refresh_system_spaces(engine: &mut Engine, config: &Config) -> crate::storage::Result<()> {
+    let defs = engine.space_defs();
+    let space_rows: Vec<Vec<u8>> = defs
+        .iter()
         .map(|def| {
-            space_tuple(
-                def,
-                if is_system_space(def.id) {
-                    "sysview"
-                } else {
-                    "memtx"
-                },
-            )
+            let engine_name = if is_system_space(def.id) {
+                "sysview"
+            } else {
+                "memtx"
+            };
+            space_tuple(def, engine_name)
         })
         .collect();
-    // Tarantool's own system spaces were created with `'tree'`; a user index shows the
-    // config's spelling.
-    let system_type_names = system_defs.iter().flat_map(|def| {
-        def.indexes
-            .iter()
-            .map(move |index| (def, index, index.kind.name().to_ascii_lowercase()))
-    });
-    let user_type_names = user_defs
+    let index_rows: Vec<Vec<u8>> = defs
         .iter()
-        .zip(&config.spaces)
-        .flat_map(|(def, space)| {
-            def.indexes
-                .iter()
-                .zip(&space.indexes)
-                .map(move |(index, config_index)| (def, index, config_index.type_name.clone()))
-        });
-    let index_rows: Vec<Vec<u8>> = system_type_names
-        .chain(user_type_names)
-        .map(|(def, index, type_name)| {
+        .flat_map(|def| def.indexes.iter().map(move |index| (def, index)))
+        .map(|(def, index)| {
+            let type_name = index_type_name(config, def.id, index);
             index_tuple(
                 def.id,
                 index,
@@ -443,22 +445,57 @@ pub fn build_engine(config: &Config, memory_limit_bytes: u64) -> crate::storage:
             )
         })
         .collect();
-    for def in system_defs.iter().cloned() {
-        let id = def.id;
-        engine.create_space(def)?;
-        let rows = if matches!(id, SPACE_ID_SPACE | SPACE_ID_VSPACE) {
+    for def in system_defs() {
+        let rows = if matches!(def.id, SPACE_ID_SPACE | SPACE_ID_VSPACE) {
             &space_rows
         } else {
             &index_rows
         };
+        let space = engine.space_mut(def.id)?;
+        space.truncate();
+        space.bulk_load(rows.iter().map(Vec::as_slice))?;
+    }
+    Ok(())
+}
+
+/// An index's type as `_index` shows it: as the config spells it for a config space's index
+/// (Tarantool keeps its creator's spelling), else in lower case (Tarantool's own system
+/// spaces were created with `'tree'`, and so is an index made over CALL without a type).
+fn index_type_name(config: &Config, space_id: u32, index: &IndexDef) -> String {
+    let configured = config
+        .spaces
+        .iter()
+        .find(|space| space.id == space_id)
+        .and_then(|space| space.indexes.get(index.id as usize))
+        .filter(|configured| configured.name == *index.name);
+    match configured {
+        Some(configured) => configured.type_name.clone(),
+        None => index.kind.name().to_ascii_lowercase(),
+    }
+}
+
+/// The placement catalog of the user spaces `engine` holds over `shard_count` shards: a
+/// config space is placed as the config says, one made over CALL is spread by primary key.
+pub fn catalog_of(engine: &Engine, config: &Config, shard_count: usize) -> Catalog {
+    Catalog::new(
+        shard_count,
         engine
-            .space_mut(id)?
-            .bulk_load(rows.iter().map(Vec::as_slice))?;
-    }
-    for def in user_defs {
-        engine.create_space(def)?;
-    }
-    Ok(engine)
+            .spaces()
+            .iter()
+            .filter(|space| !is_system_space(space.id))
+            .map(|space| {
+                let placement = config
+                    .spaces
+                    .iter()
+                    .find(|configured| configured.id == space.id)
+                    .map_or(config::Placement::All, |configured| configured.placement);
+                let primary_key = space
+                    .indexes()
+                    .first()
+                    .map(|index| index.def.key_def.clone());
+                (space.id, placement, primary_key)
+            }),
+    )
 }
 
 #[cfg(test)]

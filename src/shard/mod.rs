@@ -124,6 +124,35 @@ pub struct MovedKey {
     pub new_tuple: Box<[u8]>,
 }
 
+/// What a schema change does to one space (see [`Shard::change_schema`]).
+#[derive(Debug, Clone)]
+pub enum DefinitionChange {
+    Create(crate::storage::SpaceDef),
+    /// Its tuples kept, checked against the new definition and indexed by it.
+    Redefine(crate::storage::SpaceDef),
+    Drop(u32),
+}
+
+impl DefinitionChange {
+    pub fn space_id(&self) -> u32 {
+        match self {
+            DefinitionChange::Create(def) | DefinitionChange::Redefine(def) => def.id,
+            DefinitionChange::Drop(id) => *id,
+        }
+    }
+}
+
+/// Why [`Shard::change_schema`] did not make its change.
+#[derive(Debug, thiserror::Error)]
+pub enum SchemaChangeError {
+    /// The data does not allow it; nothing changed.
+    #[error("{0}")]
+    Refused(StorageError),
+    /// The log refused the schema row.
+    #[error("the WAL refused the schema change: {0}")]
+    NotLogged(WalError),
+}
+
 impl Shard {
     pub fn new(id: usize, engine: Engine, wal: Option<WalWriter>) -> Shard {
         Shard {
@@ -133,6 +162,35 @@ impl Shard {
             undo: UndoLog::default(),
             key_scratch: Vec::new(),
         }
+    }
+
+    /// Makes a schema change on this shard, in one step of its thread: the engine's
+    /// definition of space `change.space_id()`, then its schema row (`row_body`, an encoded
+    /// [`crate::wal::format::SchemaRow`]) at the head of a batch of its own, with the fence
+    /// up from it (see `docs/ddl.md`). Returns the row's commit (`None` without a WAL). A
+    /// change the engine refuses (a tuple the new format refuses, a duplicate in a new
+    /// unique index) changes and logs nothing; a log that refuses the row (it refuses every
+    /// write then, until restart) leaves the engine changed, which no write can follow.
+    pub fn change_schema(
+        &mut self,
+        change: DefinitionChange,
+        row_body: &[u8],
+    ) -> std::result::Result<Option<Commit>, SchemaChangeError> {
+        let space_id = change.space_id();
+        match change {
+            DefinitionChange::Create(def) => self.engine.create_space(def),
+            DefinitionChange::Redefine(def) => self.engine.redefine_space(def),
+            DefinitionChange::Drop(id) => self.engine.drop_space(id),
+        }
+        .map_err(SchemaChangeError::Refused)?;
+        let Some(wal) = &self.wal else {
+            return Ok(None);
+        };
+        let commit = wal
+            .append(RowKind::Schema, space_id, row_body)
+            .map_err(SchemaChangeError::NotLogged)?;
+        wal.fence(commit.lsn());
+        Ok(Some(commit))
     }
 
     /// Starts fetching `target`'s lookup ahead; no effect on any result.

@@ -18,6 +18,10 @@ pub struct Engine {
     /// times on its way (placement, fetching ahead, execution): one load each, where a
     /// binary search's dependent probes showed in every one of those places.
     space_at: Vec<u16>,
+    /// Spaces defined without an index yet (made over CALL, before their primary index):
+    /// part of the schema, but they hold no tuples and no request reaches them (Tarantool
+    /// answers "No index #0 is defined in space").
+    bare: Vec<SpaceDef>,
     quota: Rc<MemoryQuota>,
     /// Tuples displaced by writes, freed a few writes later (see [`RetiredTuples`]).
     retired: RetiredTuples,
@@ -32,17 +36,18 @@ impl Engine {
         Engine {
             spaces: Vec::new(),
             space_at: Vec::new(),
+            bare: Vec::new(),
             quota: Rc::new(MemoryQuota::new(memory_limit_bytes)),
             retired: RetiredTuples::default(),
         }
     }
 
+    /// Creates space `def` (empty); one without indexes is bare (see [`Engine::bare`]).
     pub fn create_space(&mut self, def: SpaceDef) -> Result<()> {
-        if self
-            .spaces
-            .iter()
-            .any(|space| space.id == def.id || space.name == def.name)
-        {
+        let taken = self
+            .definitions()
+            .any(|(id, name)| id == def.id || **name == *def.name);
+        if taken {
             return Err(StorageError::IllegalParams(
                 format!("space {} '{}' already exists", def.id, def.name).into(),
             ));
@@ -51,6 +56,11 @@ impl Engine {
             return Err(StorageError::IllegalParams(
                 format!("too many spaces (at most {NO_SPACE})").into(),
             ));
+        }
+        if def.indexes.is_empty() {
+            let at = self.bare.partition_point(|bare| bare.id < def.id);
+            self.bare.insert(at, def);
+            return Ok(());
         }
         let space = Space::new(def, self.quota.clone())?;
         let at = self
@@ -63,6 +73,10 @@ impl Engine {
 
     /// Removes space `id` with its tuples (their memory goes back to the quota).
     pub fn drop_space(&mut self, id: u32) -> Result<()> {
+        if let Some(at) = self.bare.iter().position(|bare| bare.id == id) {
+            self.bare.remove(at);
+            return Ok(());
+        }
         let at = self
             .position_of(id)
             .ok_or_else(|| StorageError::NoSuchSpace(id.to_string().into()))?;
@@ -98,21 +112,86 @@ impl Engine {
 
     /// Puts space `def.id` under `def`, its tuples kept: see [`Space::redefined`], which
     /// says what is checked. A refused change leaves the space as it was.
+    /// A bare space given indexes becomes a space (empty); a space left without indexes
+    /// becomes bare, its tuples dropped (as Tarantool's drop of a primary index does).
     pub fn redefine_space(&mut self, def: SpaceDef) -> Result<()> {
+        if let Some((id, name)) = self
+            .definitions()
+            .find(|(id, name)| *id != def.id && ***name == *def.name)
+        {
+            return Err(StorageError::IllegalParams(
+                format!("space {id} '{name}' already exists").into(),
+            ));
+        }
+        if let Some(at) = self.bare.iter().position(|bare| bare.id == def.id) {
+            let bare = self.bare.remove(at);
+            return self
+                .create_space(def)
+                .inspect_err(|_| self.bare.insert(at, bare));
+        }
         let at = self
             .position_of(def.id)
             .ok_or_else(|| StorageError::NoSuchSpace(def.id.to_string().into()))?;
-        if let Some(other) = self
-            .spaces
-            .iter()
-            .find(|space| space.id != def.id && space.name == def.name)
-        {
-            return Err(StorageError::IllegalParams(
-                format!("space {} '{}' already exists", other.id, other.name).into(),
-            ));
+        if def.indexes.is_empty() {
+            self.drop_space(def.id)?;
+            return self.create_space(def);
         }
         self.spaces[at] = self.spaces[at].redefined(def)?;
         Ok(())
+    }
+
+    /// Whether [`Engine::redefine_space`] of `def` would succeed, changing nothing: the space
+    /// is built aside under it (every tuple checked, every index built) and dropped.
+    pub fn check_redefinition(&self, def: &SpaceDef) -> Result<()> {
+        match self.find_space(def.id) {
+            Some(space) if !def.indexes.is_empty() => space.redefined(def.clone()).map(drop),
+            Some(_) => Ok(()),
+            None if self.bare.iter().any(|bare| bare.id == def.id) => {
+                if def.indexes.is_empty() {
+                    return Ok(());
+                }
+                Space::new(def.clone(), self.quota.clone()).map(drop)
+            }
+            None => Err(StorageError::NoSuchSpace(def.id.to_string().into())),
+        }
+    }
+
+    /// Every space's id and name, bare ones included.
+    fn definitions(&self) -> impl Iterator<Item = (u32, &Box<str>)> {
+        let spaces = self.spaces.iter().map(|space| (space.id, &space.name));
+        spaces.chain(self.bare.iter().map(|bare| (bare.id, &bare.name)))
+    }
+
+    /// Every space's definition, bare ones included, by id: the schema.
+    pub fn space_defs(&self) -> Vec<SpaceDef> {
+        let mut defs: Vec<SpaceDef> = self.spaces.iter().map(Space::def).collect();
+        defs.extend(self.bare.iter().cloned());
+        defs.sort_by_key(|def| def.id);
+        defs
+    }
+
+    /// The definition of the space (bare or not) named `name`.
+    pub fn space_def_named(&self, name: &[u8]) -> Option<SpaceDef> {
+        match self.space_named(name) {
+            Some(space) => Some(space.def()),
+            None => self
+                .bare
+                .iter()
+                .find(|bare| same_name(bare.name.as_bytes(), name))
+                .cloned(),
+        }
+    }
+
+    /// Why space `id` cannot be found: a bare one has no index 0.
+    #[cold]
+    fn missing(&self, id: u32) -> StorageError {
+        match self.bare.iter().find(|bare| bare.id == id) {
+            Some(bare) => StorageError::NoSuchIndexId {
+                index_id: 0,
+                space: bare.name.clone(),
+            },
+            None => StorageError::NoSuchSpace(id.to_string().into()),
+        }
     }
 
     /// Where space `id` is in `spaces`.
@@ -129,8 +208,7 @@ impl Engine {
 
     #[inline]
     pub fn space(&self, id: u32) -> Result<&Space> {
-        self.find_space(id)
-            .ok_or_else(|| StorageError::NoSuchSpace(id.to_string().into()))
+        self.find_space(id).ok_or_else(|| self.missing(id))
     }
 
     /// [`Engine::space`] for callers to whom a missing space is no error (and who must not
@@ -145,7 +223,7 @@ impl Engine {
     pub fn space_mut(&mut self, id: u32) -> Result<&mut Space> {
         match self.position_of(id) {
             Some(at) => Ok(&mut self.spaces[at]),
-            None => Err(StorageError::NoSuchSpace(id.to_string().into())),
+            None => Err(self.missing(id)),
         }
     }
 

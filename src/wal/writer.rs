@@ -252,6 +252,19 @@ impl WalWriter {
         }
     }
 
+    /// Gives up a schema change whose fence is up: the writer refuses every row from now
+    /// on (as after an I/O error, until restart), and the commits the fence holds fail. Their
+    /// rows follow a schema row that was never committed, which recovery cuts away.
+    pub fn abandon_fence(&self, cause: String) {
+        {
+            let mut state = self.shared.state.borrow_mut();
+            state.poisoned.get_or_insert(cause);
+        }
+        for waker in self.shared.fence_waiters.take() {
+            waker.wake();
+        }
+    }
+
     /// Sets what undoes the writes of a failed flush (see the module doc). The hook gets
     /// the last durable LSN and must undo every write logged after it, newest first; it
     /// runs in the flusher task, before any refused commit resolves.
@@ -470,10 +483,16 @@ impl Future for Commit {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<u64>> {
         let outcome = std::task::ready!(self.poll_durable(cx));
         if outcome.is_ok() && self.lsn >= self.shared.fence_lsn.get() {
-            if self.shared.state.borrow().flusher_done {
+            let state = self.shared.state.borrow();
+            if state.flusher_done {
                 // Closed with the fence up: the change behind it never committed.
                 return Poll::Ready(Err(WalError::Closed));
             }
+            if state.poisoned.is_some() {
+                // The change behind the fence was abandoned, or the log failed after it.
+                return Poll::Ready(Err(state.poisoned_error()));
+            }
+            drop(state);
             self.shared
                 .fence_waiters
                 .borrow_mut()

@@ -451,3 +451,27 @@ fn rows_behind_a_fence_fail_when_the_log_refuses_them_or_closes() {
     assert!(refused_after(&refused, 1), "{refused:?}");
     assert!(matches!(closed, Err(WalError::Closed)), "{closed:?}");
 }
+
+#[test]
+fn an_abandoned_fence_fails_the_rows_it_holds_and_refuses_new_ones() {
+    let sink = MemorySink::default();
+    let (before, held, later) = run(async move {
+        let (writer, _) = writer_recording_rollbacks(&sink, false);
+        let before = append(&writer, 1);
+        let change = writer
+            .append(RowKind::Schema, 512, &[0; 8])
+            .expect("accepting");
+        writer.fence(change.lsn());
+        let held = append(&writer, 3);
+        change.ignoring_fence().await.expect("durable");
+        writer.abandon_fence("the schema change was given up".into());
+        let later = writer.append(RowKind::Replace, 512, &[0x91, 0x01]).err();
+        (before.await, held.await, later)
+    });
+    assert_eq!(before.expect("before the fence: acknowledged"), 1);
+    assert!(matches!(held, Err(WalError::Poisoned { .. })), "{held:?}");
+    assert!(
+        matches!(later, Some(WalError::Poisoned { .. })),
+        "{later:?}"
+    );
+}

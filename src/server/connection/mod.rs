@@ -26,7 +26,6 @@ use crate::protocol::frame::{parse_frame_len, FrameLen};
 use crate::protocol::reply;
 use crate::protocol::ProtocolError;
 use crate::server::os;
-use crate::server::schema::SCHEMA_VERSION;
 use crate::server::session::{Deferred, Session};
 use futures_lite::{AsyncRead, AsyncWriteExt};
 use glommio::net::TcpStream;
@@ -167,7 +166,7 @@ impl Connection {
                 return Ok(false);
             }
             AfterPackets::BadFrame(error) => {
-                reply::encode_protocol_error(out, 0, SCHEMA_VERSION, &error);
+                reply::encode_protocol_error(out, 0, session.core().schema_version(), &error);
                 stream.write_all(out).await?;
                 out.clear();
                 tracing::info!(%error, "bad frame; closing connection");

@@ -292,14 +292,15 @@ fn schema_records_round_trip_and_truncations_do_not_decode() {
         (512, "a".to_owned(), vec![0x91, 0x01]),
         (513, "b".to_owned(), vec![]),
     ];
-    let bytes = encode_schema_file(7, 0, &spaces);
+    let bytes = encode_schema_file(7, 0, &spaces, &[]);
     let decoded = |version| SchemaFile {
         fingerprint: 7,
         version,
         spaces: vec![(512, vec![0x91, 0x01]), (513, vec![])],
+        made: vec![],
     };
     assert_eq!(decode_schema_file(&bytes), Some(decoded(0)));
-    let versioned = encode_schema_file(7, 9, &spaces);
+    let versioned = encode_schema_file(7, 9, &spaces, &[]);
     assert_eq!(versioned.len(), bytes.len() + 16, "the version's entry");
     assert_eq!(decode_schema_file(&versioned), Some(decoded(9)));
     for length in 0..bytes.len() {
@@ -308,6 +309,46 @@ fn schema_records_round_trip_and_truncations_do_not_decode() {
         }
         assert_eq!(decode_schema_file(&bytes[..length]), None, "{length}");
     }
+}
+
+#[test]
+fn made_spaces_round_trip_beside_the_config_spaces() {
+    let spaces = vec![(512, "a".to_owned(), vec![0x91, 0x01])];
+    let made = vec![(512, vec![0x91, 0x02]), (600, vec![0x90])];
+    let bytes = encode_schema_file(7, 3, &spaces, &made);
+    assert_eq!(
+        decode_schema_file(&bytes),
+        Some(SchemaFile {
+            fingerprint: 7,
+            version: 3,
+            spaces: vec![(512, vec![0x91, 0x01])],
+            made,
+        })
+    );
+}
+
+/// A made definition stands while the config's entry of its id is as recorded; a changed
+/// (or new) config entry is planned as a change from the made one.
+#[test]
+fn made_spaces_are_kept_until_the_config_changes_their_entry() {
+    let config: ConfigSpaces = vec![
+        (512, "kept".into(), vec![1]),
+        (513, "changed".into(), vec![9]),
+        (514, "named now".into(), vec![4]),
+    ];
+    let recorded = vec![(512, vec![1]), (513, vec![2])];
+    let made = vec![
+        (512, vec![10]),
+        (513, vec![11]),
+        (514, vec![12]),
+        (600, vec![13]),
+    ];
+    let (for_plan, kept) = with_made_spaces(&config, recorded, made);
+    assert_eq!(
+        for_plan,
+        vec![(512, vec![1]), (513, vec![11]), (514, vec![12])]
+    );
+    assert_eq!(kept, vec![(512, vec![10]), (600, vec![13])]);
 }
 
 #[test]

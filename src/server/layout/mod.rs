@@ -233,7 +233,7 @@ impl Prepared {
 
 /// [`prepare_for_recovery`], then [`Prepared::record`]: the layout the shards now have.
 pub fn prepare(config: &Config, shard_count: usize, fingerprint: u64) -> Result<Layout> {
-    let prepared = prepare_for_recovery(config, shard_count, fingerprint, 0, None)?;
+    let prepared = prepare_for_recovery(config, &[], shard_count, fingerprint, 0, None)?;
     prepared.record(&config.data_dir)?;
     Ok(prepared.layout)
 }
@@ -247,6 +247,7 @@ pub fn prepare(config: &Config, shard_count: usize, fingerprint: u64) -> Result<
 /// moved under the recorded schema only, so a move is then refused.
 pub fn prepare_for_recovery(
     config: &Config,
+    made: &[crate::storage::SpaceDef],
     shard_count: usize,
     fingerprint: u64,
     schema_version: u64,
@@ -323,7 +324,7 @@ pub fn prepare_for_recovery(
             shards_new: new.shard_count,
         });
     }
-    relayout(config, fingerprint, schema_version, &old, &new)?;
+    relayout(config, made, fingerprint, schema_version, &old, &new)?;
     Ok(Prepared {
         layout: new,
         record_stale: false,

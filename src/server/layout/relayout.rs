@@ -9,8 +9,9 @@ use crate::config::Config;
 use crate::server::recovering::Recovering;
 use crate::server::schema;
 use crate::storage::key::SearchKeyBuf;
-use crate::storage::{StorageError, Tuple};
+use crate::storage::{SpaceDef, StorageError, Tuple};
 use crate::wal::{self, RecoveryConfig, SnapshotMeta};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Instant;
 
@@ -50,11 +51,12 @@ pub(super) fn crash_here_if_asked(step: Step) {
 }
 
 /// What the rows of one new shard are, gathered from every old shard.
+#[derive(Default)]
 struct NewShardRows {
-    /// Per user space (config order): the tuples whose old shard owned them.
-    owned: Vec<Vec<Tuple>>,
-    /// Tuples found in an old shard that did not own them: (space position, tuple).
-    misplaced: Vec<(usize, Tuple)>,
+    /// Per user space id: the tuples whose old shard owned them.
+    owned: BTreeMap<u32, Vec<Tuple>>,
+    /// Tuples found in an old shard that did not own them: (space id, tuple).
+    misplaced: Vec<(u32, Tuple)>,
 }
 
 #[derive(Debug, Default)]
@@ -69,6 +71,7 @@ struct MoveCounts {
 
 pub(super) fn relayout(
     config: &Config,
+    made: &[SpaceDef],
     fingerprint: u64,
     schema_version: u64,
     old: &Layout,
@@ -84,16 +87,16 @@ pub(super) fn relayout(
          to its owner before serving"
     );
     let mut counts = MoveCounts::default();
-    let rows = read_old_shards(config, (fingerprint, schema_version), old, new, &mut counts)?;
+    let versions = (fingerprint, schema_version);
+    let (rows, defs) = read_old_shards(config, made, versions, (old, new), &mut counts)?;
     let staging = staging_dir(data_dir, new.generation);
     std::fs::create_dir_all(&staging).map_err(io_error("creating", &staging))?;
     // Each new shard's rows are dropped once its snapshot is staged.
     for (shard_id, shard_rows) in rows.into_iter().enumerate() {
         let written = stage_new_shard(
             config,
-            fingerprint,
-            old,
-            new,
+            (&defs, fingerprint, schema_version),
+            (old, new),
             shard_id,
             shard_rows,
             &staging,
@@ -133,21 +136,20 @@ pub(super) fn relayout(
     Ok(())
 }
 
-/// Recovers each old shard in turn and hands its tuples to their new owners.
+/// Recovers each old shard in turn and hands its tuples to their new owners; with them,
+/// the user spaces' definitions recovery ended with (the config's and those made over CALL,
+/// as every shard has them once the schema changes in its log are replayed).
 fn read_old_shards(
     config: &Config,
+    made: &[SpaceDef],
     (fingerprint, schema_version): (u64, u64),
-    old: &Layout,
-    new: &Layout,
+    (old, new): (&Layout, &Layout),
     counts: &mut MoveCounts,
-) -> Result<Vec<NewShardRows>> {
-    let space_ids: Vec<u32> = config.spaces.iter().map(|space| space.id).collect();
+) -> Result<(Vec<NewShardRows>, Vec<SpaceDef>)> {
     let mut rows: Vec<NewShardRows> = (0..new.shard_count)
-        .map(|_| NewShardRows {
-            owned: space_ids.iter().map(|_| Vec::new()).collect(),
-            misplaced: Vec::new(),
-        })
+        .map(|_| NewShardRows::default())
         .collect();
+    let mut defs: Vec<SpaceDef> = Vec::new();
     let mut key = SearchKeyBuf::new();
     for shard_id in 0..old.shard_count {
         let started = Instant::now();
@@ -157,8 +159,8 @@ fn read_old_shards(
         }
         // Each old shard may hold up to the whole memory budget: the quota that binds is the
         // new shards', checked when they are loaded.
-        let mut engine =
-            schema::build_engine(config, config.memory_bytes).map_err(LayoutError::Storage)?;
+        let mut engine = schema::build_engine_with(config, made, config.memory_bytes)
+            .map_err(LayoutError::Storage)?;
         let recovery = RecoveryConfig {
             dir,
             shard_id: shard_id as u32,
@@ -185,8 +187,17 @@ fn read_old_shards(
         }
         counts.lsn_last = counts.lsn_last.max(recovered.lsn_last);
         let (tuples_before, moved_before) = (counts.tuples, counts.tuples_moved);
-        for (position, &space_id) in space_ids.iter().enumerate() {
-            let space = engine.space(space_id).map_err(LayoutError::Storage)?;
+        for def in engine.space_defs() {
+            if !schema::is_system_space(def.id) && !defs.iter().any(|seen| seen.id == def.id) {
+                defs.push(def);
+            }
+        }
+        let user_spaces = engine
+            .spaces()
+            .iter()
+            .filter(|space| !schema::is_system_space(space.id));
+        for space in user_spaces {
+            let space_id = space.id;
             let primary = &space.indexes()[0];
             for (_, tuple) in primary.entries() {
                 key.clear();
@@ -198,9 +209,10 @@ fn read_old_shards(
                 let owner_new = new.owner(space_id, &key);
                 let shard_rows = &mut rows[owner_new];
                 if old.owner(space_id, &key) == shard_id {
-                    shard_rows.owned[position].push(tuple.to_tuple());
+                    let owned = shard_rows.owned.entry(space_id).or_default();
+                    owned.push(tuple.to_tuple());
                 } else {
-                    shard_rows.misplaced.push((position, tuple.to_tuple()));
+                    shard_rows.misplaced.push((space_id, tuple.to_tuple()));
                 }
                 counts.tuples += 1;
                 counts.tuples_moved += u64::from(owner_new != shard_id);
@@ -215,17 +227,15 @@ fn read_old_shards(
             "old layout: shard read"
         );
     }
-    Ok(rows)
+    Ok((rows, defs))
 }
 
 /// Loads one new shard's rows into an engine with its memory share, then writes them as its
 /// snapshot in the staging directory.
-#[allow(clippy::too_many_arguments)]
 fn stage_new_shard(
     config: &Config,
-    fingerprint: u64,
-    old: &Layout,
-    new: &Layout,
+    (defs, fingerprint, schema_version): (&[SpaceDef], u64, u64),
+    (old, new): (&Layout, &Layout),
     shard_id: usize,
     rows: NewShardRows,
     staging: &Path,
@@ -239,36 +249,36 @@ fn stage_new_shard(
     };
     // The share `Core::join` gives each shard: rows that would not fit there are refused now.
     let memory_bytes = config.memory_bytes / new.shard_count as u64;
-    let mut engine = schema::build_engine(config, memory_bytes).map_err(LayoutError::Storage)?;
-    // The tuples were built by spaces of the same definitions (one config), so their field
-    // maps are this engine's: the handles move, the bytes are not copied.
-    for (space, owned) in config.spaces.iter().zip(rows.owned) {
-        let target = engine.space_mut(space.id).map_err(LayoutError::Storage)?;
+    let mut engine =
+        schema::build_engine_with(config, defs, memory_bytes).map_err(LayoutError::Storage)?;
+    // The tuples were built by spaces of the same definitions, so their field maps are this
+    // engine's: the handles move, the bytes are not copied.
+    for (space_id, owned) in rows.owned {
+        let target = engine.space_mut(space_id).map_err(LayoutError::Storage)?;
         target
             .bulk_load_built(owned)
-            .map_err(|error| refuse(format!("space {} '{}': {error}", space.id, space.name)))?;
+            .map_err(|error| refuse(format!("space {space_id} '{}': {error}", target.name)))?;
     }
-    for (position, tuple) in rows.misplaced {
-        let space = &config.spaces[position];
-        let target = engine.space_mut(space.id).map_err(LayoutError::Storage)?;
+    for (space_id, tuple) in rows.misplaced {
+        let target = engine.space_mut(space_id).map_err(LayoutError::Storage)?;
         match target.insert(tuple.data()) {
             Ok(_) => counts.misplaced_kept += 1,
             Err(StorageError::TupleFound { .. }) => counts.misplaced_dropped += 1,
             Err(error) => {
-                return Err(refuse(format!(
-                    "space {} '{}': {error}",
-                    space.id, space.name
-                )))
+                let name = &target.name;
+                return Err(refuse(format!("space {space_id} '{name}': {error}")));
             }
         }
     }
+    // The definitions the tuples were loaded with, so that recovery loads them so too.
+    let section = schema::snapshot_schema(&engine, schema_version);
     let dir = wal::dir::shard_dir(staging, shard_id as u32);
     std::fs::create_dir_all(&dir).map_err(io_error("creating", &dir))?;
     let meta = SnapshotMeta {
         shard_id: shard_id as u32,
         lsn: counts.lsn_last,
         schema_fingerprint: fingerprint,
-        schema: &[],
+        schema: &section,
     };
     let mut progress = SnapshotProgress::new(shard_id);
     let tuples = schema::user_tuples(&engine).inspect(|_| progress.tick());

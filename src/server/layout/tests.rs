@@ -70,7 +70,8 @@ fn recover_all(config: &Config, shard_count: usize) -> Vec<Vec<Vec<u8>>> {
                 force: false,
                 schema_version_committed: 0,
             };
-            wal::recover(&recovery, &mut engine).expect("recovers");
+            let mut target = crate::server::recovering::Recovering::new(&mut engine);
+            wal::recover(&recovery, &mut target).expect("recovers");
             let space = engine.space(KV).expect("kv");
             space.indexes()[0]
                 .entries()
@@ -195,7 +196,7 @@ fn an_empty_directory_takes_the_configured_count() {
 fn a_stale_record_is_left_for_after_recovery() {
     let dir = tempfile::tempdir().expect("dir");
     let config = config(dir.path());
-    let prepared = prepare_for_recovery(&config, 2, FINGERPRINT, 0, None).expect("prepare");
+    let prepared = prepare_for_recovery(&config, &[], 2, FINGERPRINT, 0, None).expect("prepare");
     assert_eq!(prepared.layout.shard_count, 2);
     assert_eq!(
         entries(dir.path()),
@@ -208,7 +209,7 @@ fn a_stale_record_is_left_for_after_recovery() {
         Some(prepared.layout)
     );
     // Recorded and unchanged: nothing left to write.
-    let again = prepare_for_recovery(&config, 2, FINGERPRINT, 0, None).expect("again");
+    let again = prepare_for_recovery(&config, &[], 2, FINGERPRINT, 0, None).expect("again");
     assert!(!again.record_stale);
 }
 

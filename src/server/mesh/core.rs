@@ -31,10 +31,11 @@
 //! a few µs) are paid per batch, so with tens of requests per tick they are ≪ 1 per request.
 
 use crate::crud::CrudConfig;
+use crate::placement::Catalog;
 use crate::server::durability;
 use crate::server::mesh::batch::{self, Kind};
 use crate::server::mesh::inbox::Inbox;
-use crate::server::{schema, schema_change};
+use crate::server::{ddl, schema, schema_change};
 use crate::server::{ServerError, Shared};
 use crate::shard::{ScanPart, Shard};
 use glommio::channels::channel_mesh::{Full, MeshBuilder, Receivers, Senders};
@@ -66,6 +67,8 @@ pub enum Envelope {
     },
     Replies(Vec<u8>),
     Connection(OwnedFd),
+    /// A schema change every core makes (`server::ddl`): never inside a request batch.
+    Schema(Arc<ddl::Round>),
 }
 
 /// Builds the mesh that [`Core::join`] joins on every core of a pool of `shard_count`.
@@ -161,6 +164,12 @@ pub struct Core {
     pub crud: CrudConfig,
     /// The last LSN recovery found: a snapshot's when no write has moved it on.
     pub lsn_recovered: u64,
+    /// Where each space's rows are: what routes every request. Replaced whole by a schema
+    /// change (`server::ddl`), so a request holds the one it was routed by.
+    catalog: RefCell<Rc<Catalog>>,
+    /// What reply headers carry (see [`schema::SCHEMA_VERSION_BASE`]), and what a request's
+    /// own is checked against.
+    schema_version: Cell<u64>,
     id: usize,
     senders: Senders<Envelope>,
     outgoing: RefCell<Vec<Outgoing>>,
@@ -189,7 +198,8 @@ impl Core {
             .map_err(|error| ServerError::Executors(format!("channel mesh: {error}")))?;
         let id = senders.peer_id();
         let memory_bytes = shared.config.memory_bytes / shard_count as u64;
-        let mut engine = schema::build_engine(&shared.config, memory_bytes)?;
+        let mut engine =
+            schema::build_engine_with(&shared.config, &shared.made_spaces, memory_bytes)?;
         // A space the config changes is recovered as its data was written, then changed.
         for change in &shared.schema_changes {
             match change.wanted {
@@ -208,6 +218,9 @@ impl Core {
             &mut engine,
         )?;
         schema_change::apply(&shared.schema_changes, id, &mut engine)?;
+        // Recovery and the config's changes may have made, changed or dropped spaces.
+        schema::refresh_system_spaces(&mut engine, &shared.config)?;
+        let catalog = schema::catalog_of(&engine, &shared.config, shard_count);
         let lsn_next = recovered.lsn_next;
         let wal = durability::start_wal(&shared.config, id, fingerprint, lsn_next)?;
         let core = Rc::new(Core {
@@ -215,6 +228,8 @@ impl Core {
             shard_count,
             crud: CrudConfig::new(&shared.config, &shared.instance_uuid),
             lsn_recovered: lsn_next - 1,
+            catalog: RefCell::new(Rc::new(catalog)),
+            schema_version: Cell::new(schema::SCHEMA_VERSION_BASE + shared.schema_version),
             shared,
             id,
             senders,
@@ -240,6 +255,37 @@ impl Core {
 
     pub fn id(&self) -> usize {
         self.id
+    }
+
+    /// The catalog requests are routed by now.
+    #[inline]
+    pub fn catalog(&self) -> Rc<Catalog> {
+        self.catalog.borrow().clone()
+    }
+
+    /// The schema version replies carry now.
+    #[inline]
+    pub fn schema_version(&self) -> u64 {
+        self.schema_version.get()
+    }
+
+    /// After a schema change: what requests are routed by from now on.
+    pub(in crate::server) fn set_catalog(&self, catalog: Catalog) {
+        *self.catalog.borrow_mut() = Rc::new(catalog);
+    }
+
+    /// Once a schema change is committed: the version replies carry from now on.
+    pub(in crate::server) fn set_schema_version(&self, version: u64) {
+        self.schema_version.set(version);
+    }
+
+    /// Sends a schema change's round to `peer`, which follows it (`ddl::follow`).
+    pub(in crate::server) fn send_schema_round(
+        self: &Rc<Core>,
+        peer: usize,
+        round: Arc<ddl::Round>,
+    ) {
+        self.send(peer, Envelope::Schema(round));
     }
 
     pub fn stats(&self) -> MeshStats {
@@ -269,6 +315,9 @@ impl Core {
                         }
                         Envelope::Replies(batch) => core.deliver_replies(batch),
                         Envelope::Connection(socket) => core.receive_connection(socket),
+                        Envelope::Schema(round) => {
+                            glommio::spawn_local(ddl::follow(core.clone(), round)).detach();
+                        }
                     }
                 }
             })

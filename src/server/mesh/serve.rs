@@ -16,7 +16,6 @@ use crate::server::mesh::batch::{self, EntryTooLong, Kind};
 use crate::server::mesh::core::{Core, Envelope};
 use crate::server::mesh::crud_payloads;
 use crate::server::moved_key;
-use crate::server::schema::SCHEMA_VERSION;
 use crate::shard::errors::encode_log_refused;
 use crate::shard::prefetch::{Ahead, LookupPipeline, PointTarget};
 use crate::shard::{Executed, MovedKey, Shard};
@@ -76,7 +75,7 @@ impl Core {
                     }
                 }
                 if let Err(too_long) = batch::finish_reply(&mut replies, mark) {
-                    answer_too_long(&entry, too_long, &mut replies);
+                    answer_too_long(&entry, too_long, self.schema_version(), &mut replies);
                 }
             }
         }
@@ -142,7 +141,13 @@ impl Core {
         let executed = match (entry.kind, request) {
             (Kind::Execute, request) => {
                 self.debug_assert_owned(request);
-                shard.execute(header.sync, SCHEMA_VERSION, request, fetched, replies)
+                shard.execute(
+                    header.sync,
+                    self.schema_version(),
+                    request,
+                    fetched,
+                    replies,
+                )
             }
             (Kind::CrudPart, Request::Call(call)) => self.serve_crud_part(shard, call, replies),
             _ => {
@@ -167,12 +172,9 @@ impl Core {
     ) -> (u64, Executed) {
         let (sync, point) = crud_payloads::decode_point(payload);
         debug_assert_eq!(
-            point.op.route(
-                &self.shared.catalog,
-                &shard.engine,
-                point.space_id,
-                self.id()
-            ),
+            point
+                .op
+                .route(&self.catalog(), &shard.engine, point.space_id, self.id()),
             Destination::Here,
             "a crud point op another core owns was sent here"
         );
@@ -180,7 +182,7 @@ impl Core {
         let work = Work::Call {
             plan: &plan,
             sync,
-            schema_version: SCHEMA_VERSION,
+            schema_version: self.schema_version(),
             out: replies,
         };
         let ran = crud::run(shard, &self.crud, work);
@@ -215,7 +217,7 @@ impl Core {
     /// builds only: a release build routes each request once, where it was decoded.
     fn debug_assert_owned(&self, request: &Request<'_>) {
         debug_assert_eq!(
-            placement::route_request(request, &self.shared.catalog, self.id()),
+            placement::route_request(request, &self.catalog(), self.id()),
             Destination::Here,
             "a request another core owns was sent here"
         );
@@ -243,7 +245,7 @@ impl Core {
                     rebuilt.push(crud_payloads::WAL_REFUSED)
                 }
                 (Some((_, _, sync, error)), _) => {
-                    encode_log_refused(&mut rebuilt, *sync, SCHEMA_VERSION, Some(error))
+                    encode_log_refused(&mut rebuilt, *sync, self.schema_version(), Some(error))
                 }
                 (None, Some((_, reply))) => rebuilt.extend_from_slice(reply),
                 (None, None) => match bytes {
@@ -284,7 +286,12 @@ impl Core {
 /// core answers the client for.
 #[cold]
 #[inline(never)]
-fn answer_too_long(entry: &batch::RequestEntry<'_>, too_long: EntryTooLong, replies: &mut Vec<u8>) {
+fn answer_too_long(
+    entry: &batch::RequestEntry<'_>,
+    too_long: EntryTooLong,
+    schema_version: u64,
+    replies: &mut Vec<u8>,
+) {
     tracing::warn!(kind = ?entry.kind, %too_long, "a reply between cores is too long");
     // The request says whose reply it is; the schema version is this server's, as in every
     // other reply.
@@ -297,7 +304,7 @@ fn answer_too_long(entry: &batch::RequestEntry<'_>, too_long: EntryTooLong, repl
         Kind::Scan | Kind::CrudOps | Kind::CrudPart => return,
     };
     let mark = batch::reopen_too_long(replies);
-    too_long.encode_reply(replies, sync, SCHEMA_VERSION);
+    too_long.encode_reply(replies, sync, schema_version);
     if let Err(error) = batch::finish_reply(replies, mark) {
         debug_assert!(false, "an error reply is short: {error}");
     }

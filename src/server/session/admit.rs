@@ -8,7 +8,7 @@ use crate::protocol::header::Header;
 use crate::protocol::reply::{self, ErrorEntry};
 use crate::protocol::request::{Auth, Request, Select};
 use crate::protocol::{ErrorCode, ProtocolError, RequestTarget};
-use crate::server::schema::{self, SCHEMA_VERSION};
+use crate::server::schema;
 use crate::server::users::{Access, AuthError};
 use crate::storage::IteratorType;
 
@@ -39,12 +39,16 @@ impl Session {
             return Admission::Answered;
         }
         match request {
-            Request::Ping => reply::encode_ok(out, sync, SCHEMA_VERSION),
-            Request::Id(_) => reply::encode_id_reply(out, sync, SCHEMA_VERSION, 3, &[], None),
+            Request::Ping => reply::encode_ok(out, sync, self.core.schema_version()),
+            Request::Id(_) => {
+                reply::encode_id_reply(out, sync, self.core.schema_version(), 3, &[], None)
+            }
             Request::Auth(auth) => self.authenticate(auth, sync, out),
             Request::Call(_) => return Admission::Call,
-            Request::Eval(_) => unsupported(out, sync, "Lua (EVAL)"),
-            Request::Execute(_) | Request::Prepare(_) => unsupported(out, sync, "SQL"),
+            Request::Eval(_) => unsupported(out, sync, self.core.schema_version(), "Lua (EVAL)"),
+            Request::Execute(_) | Request::Prepare(_) => {
+                unsupported(out, sync, self.core.schema_version(), "SQL")
+            }
             Request::Begin(_) | Request::Commit | Request::Rollback => {
                 let name = match request {
                     Request::Begin(_) => "BEGIN",
@@ -52,7 +56,7 @@ impl Session {
                     _ => "ROLLBACK",
                 };
                 let error = ProtocolError::OutOfStream(name);
-                reply::encode_protocol_error(out, sync, SCHEMA_VERSION, &error);
+                reply::encode_protocol_error(out, sync, self.core.schema_version(), &error);
             }
             // Watchers are not offered in IPROTO_ID; a WATCH gets no reply by definition.
             Request::Watch(_) | Request::Unwatch(_) => {}
@@ -78,24 +82,25 @@ impl Session {
     #[inline(always)]
     fn header_admits(&self, header: &Header, request: &Request<'_>, out: &mut Vec<u8>) -> bool {
         let sync = header.sync;
-        let wrong_schema = header.schema_version != 0 && header.schema_version != SCHEMA_VERSION;
+        let wrong_schema =
+            header.schema_version != 0 && header.schema_version != self.core.schema_version();
         let in_stream = header.stream_id != 0 && !matches!(request, Request::Ping);
         if (wrong_schema || in_stream) && crate::protocol::crud_call::has_torn_args(request) {
             // The general decoder would have refused the packet before either check.
             let error = crate::protocol::crud_call::torn_args_error();
-            reply::encode_protocol_error(out, sync, SCHEMA_VERSION, &error);
+            reply::encode_protocol_error(out, sync, self.core.schema_version(), &error);
             return false;
         }
         if wrong_schema {
             let error = ProtocolError::WrongSchemaVersion {
-                server_version: SCHEMA_VERSION,
+                server_version: self.core.schema_version(),
                 request_version: header.schema_version,
             };
-            reply::encode_protocol_error(out, sync, SCHEMA_VERSION, &error);
+            reply::encode_protocol_error(out, sync, self.core.schema_version(), &error);
             return false;
         }
         if in_stream {
-            unsupported(out, sync, "streams");
+            unsupported(out, sync, self.core.schema_version(), "streams");
             return false;
         }
         true
@@ -106,7 +111,7 @@ impl Session {
     fn admit_select(&self, select: &Select<'_>, sync: u64, out: &mut Vec<u8>) -> bool {
         // Tarantool's `box_select` checks the iterator before it looks for the space.
         if !IteratorType::is_known_code(select.iterator) {
-            invalid_iterator(out, sync, select.iterator);
+            invalid_iterator(out, sync, self.core.schema_version(), select.iterator);
             return false;
         }
         if !self.check_access(Access::Read, select.space_id, sync, out) {
@@ -139,19 +144,20 @@ impl Session {
             Some((name, true)) => reply::encode_error(
                 out,
                 sync,
-                SCHEMA_VERSION,
+                self.core.schema_version(),
                 ErrorCode::ER_VIEW_IS_RO,
                 &format!("View '{name}' is read-only"),
             ),
             Some((_, false)) => unsupported(
                 out,
                 sync,
+                self.core.schema_version(),
                 "schema changes over IPROTO (edit the config file)",
             ),
             None => crate::shard::errors::encode_storage_error(
                 out,
                 sync,
-                SCHEMA_VERSION,
+                self.core.schema_version(),
                 &crate::storage::StorageError::NoSuchSpace(space_id.to_string().into()),
             ),
         }
@@ -162,15 +168,15 @@ impl Session {
         match self.core.shared.users.authenticate(auth, &self.salt) {
             Ok(user_id) => {
                 self.user_id = user_id;
-                reply::encode_ok(out, sync, SCHEMA_VERSION);
+                reply::encode_ok(out, sync, self.core.schema_version());
             }
             Err(AuthError::Protocol(error)) => {
-                reply::encode_protocol_error(out, sync, SCHEMA_VERSION, &error)
+                reply::encode_protocol_error(out, sync, self.core.schema_version(), &error)
             }
             Err(AuthError::CredentialsMismatch) => reply::encode_error(
                 out,
                 sync,
-                SCHEMA_VERSION,
+                self.core.schema_version(),
                 ErrorCode::ER_CREDS_MISMATCH,
                 "User not found or supplied credentials are invalid",
             ),
@@ -207,12 +213,25 @@ impl Session {
                 // It exists in Tarantool, which refuses the grant first.
                 Some((name, _)) => name.to_string(),
                 None => {
-                    crate::shard::errors::encode_storage_error(out, sync, SCHEMA_VERSION, &missing);
+                    crate::shard::errors::encode_storage_error(
+                        out,
+                        sync,
+                        self.core.schema_version(),
+                        &missing,
+                    );
                     return false;
                 }
             },
         };
-        access_denied(out, sync, access, "space", &space_name, self.user_name());
+        access_denied(
+            out,
+            sync,
+            self.core.schema_version(),
+            access,
+            "space",
+            &space_name,
+            self.user_name(),
+        );
         false
     }
 
@@ -237,12 +256,12 @@ impl Session {
                 return crate::shard::errors::encode_storage_error(
                     out,
                     sync,
-                    SCHEMA_VERSION,
+                    self.core.schema_version(),
                     &error,
                 )
             }
         };
-        let mut data = reply::DataReply::begin(out, sync, SCHEMA_VERSION);
+        let mut data = reply::DataReply::begin(out, sync, self.core.schema_version());
         let rows = entries
             .map(|(_, tuple)| tuple)
             .filter(|tuple| first_uint_field(tuple.data()).is_some_and(shown))
@@ -255,11 +274,11 @@ impl Session {
     }
 }
 
-pub(super) fn unsupported(out: &mut Vec<u8>, sync: u64, what: &str) {
+pub(super) fn unsupported(out: &mut Vec<u8>, sync: u64, schema_version: u64, what: &str) {
     reply::encode_error(
         out,
         sync,
-        SCHEMA_VERSION,
+        schema_version,
         ErrorCode::ER_UNSUPPORTED,
         &format!("tarn does not support {what}"),
     );
@@ -267,15 +286,16 @@ pub(super) fn unsupported(out: &mut Vec<u8>, sync: u64, what: &str) {
 
 /// The reply to a select whose iterator Tarantool does not know.
 #[cold]
-pub(super) fn invalid_iterator(out: &mut Vec<u8>, sync: u64, iterator: u32) {
+pub(super) fn invalid_iterator(out: &mut Vec<u8>, sync: u64, schema_version: u64, iterator: u32) {
     if let Err(error) = IteratorType::from_code(iterator) {
-        crate::shard::errors::encode_storage_error(out, sync, SCHEMA_VERSION, &error);
+        crate::shard::errors::encode_storage_error(out, sync, schema_version, &error);
     }
 }
 
 pub(super) fn access_denied(
     out: &mut Vec<u8>,
     sync: u64,
+    schema_version: u64,
     access: Access,
     object_type: &str,
     object_name: &str,
@@ -297,7 +317,7 @@ pub(super) fn access_denied(
         fields: Some(&fields),
         ..ErrorEntry::new(ErrorCode::ER_ACCESS_DENIED, &message)
     };
-    reply::encode_error_stack(out, sync, SCHEMA_VERSION, &[entry]);
+    reply::encode_error_stack(out, sync, schema_version, &[entry]);
 }
 
 /// The first field of a tuple when it is an unsigned integer (a view row's space id).

@@ -3,6 +3,7 @@
 
 use super::admit::access_denied;
 use super::{Pending, PendingReply, Session, Unacknowledged, Wait};
+use crate::crud::box_schema::SchemaPlan;
 use crate::crud::{self, CrudReply, FanOutPlan, Plan};
 use crate::msgpack::{write_str, write_uint};
 use crate::placement::{self, Destination, SpacePlacement};
@@ -11,7 +12,6 @@ use crate::protocol::request::{Call, Request};
 use crate::protocol::ErrorCode;
 use crate::server::mesh::batch::Kind;
 use crate::server::mesh::crud_payloads;
-use crate::server::schema::SCHEMA_VERSION;
 use crate::server::users::Access;
 
 impl Session {
@@ -28,11 +28,12 @@ impl Session {
             if crate::protocol::crud_call::is_torn(call.args) {
                 // The general decoder would have refused the packet before this check.
                 let error = crate::protocol::crud_call::torn_args_error();
-                return reply::encode_protocol_error(out, sync, SCHEMA_VERSION, &error);
+                return reply::encode_protocol_error(out, sync, self.core.schema_version(), &error);
             }
             return access_denied(
                 out,
                 sync,
+                self.core.schema_version(),
                 Access::Execute,
                 "function",
                 function_name,
@@ -44,6 +45,9 @@ impl Session {
             // execute grant is the only check, as on a Tarantool router.
             return self.crud(packet, call, sync, out).await;
         }
+        if crud::box_schema::is_schema_function(function_name) {
+            return self.schema_call(call, sync, out).await;
+        }
         if crud::box_space::is_box_space_function(function_name) {
             return self.box_space(packet, call, sync, out).await;
         }
@@ -54,14 +58,15 @@ impl Session {
                 self.finish(out).await;
                 match crate::server::durability::request_snapshot(&self.core.shared).await {
                     Ok(()) => {
-                        let mark = reply::begin_data_reply(out, sync, SCHEMA_VERSION, 1);
+                        let mark =
+                            reply::begin_data_reply(out, sync, self.core.schema_version(), 1);
                         write_str(out, b"ok");
                         reply::finish_packet(out, mark);
                     }
                     Err(reason) => reply::encode_error(
                         out,
                         sync,
-                        SCHEMA_VERSION,
+                        self.core.schema_version(),
                         ErrorCode::ER_WAL_IO,
                         &format!("Failed to write to disk: snapshot: {reason}"),
                     ),
@@ -70,7 +75,7 @@ impl Session {
             _ => reply::encode_error(
                 out,
                 sync,
-                SCHEMA_VERSION,
+                self.core.schema_version(),
                 ErrorCode::ER_NO_SUCH_PROC,
                 &format!("Procedure '{function_name}' is not defined"),
             ),
@@ -96,9 +101,12 @@ impl Session {
         };
         match planned {
             Ok(plan) => self.run_plan(packet, plan, sync, out).await,
-            Err(raised) => {
-                crud::encode_reply(out, sync, SCHEMA_VERSION, &CrudReply::Raised(raised))
-            }
+            Err(raised) => crud::encode_reply(
+                out,
+                sync,
+                self.core.schema_version(),
+                &CrudReply::Raised(raised),
+            ),
         }
     }
 
@@ -112,7 +120,12 @@ impl Session {
         let plan = match planned {
             Ok(plan) => plan,
             Err(raised) => {
-                return crud::encode_reply(out, sync, SCHEMA_VERSION, &CrudReply::Raised(raised))
+                return crud::encode_reply(
+                    out,
+                    sync,
+                    self.core.schema_version(),
+                    &CrudReply::Raised(raised),
+                )
             }
         };
         let checked = match &plan {
@@ -126,13 +139,62 @@ impl Session {
             if !self.check_access(access, space_id, sync, out) {
                 return;
             }
-            let catalog = &self.core.shared.catalog;
+            let catalog = &self.core.catalog();
             if catalog.placement(space_id) == SpacePlacement::Everywhere {
                 // Every shard holds it whole: one shard's count is the answer.
                 return self.crud_here(&plan, sync, out);
             }
         }
         self.run_plan(packet, plan, sync, out).await
+    }
+
+    /// A DDL call (`crud::box_schema`): planned and made in the server's one turn for schema
+    /// changes, after this connection's earlier requests are answered (as `box.snapshot`
+    /// does), then answered from the new schema. Needs the write grant (Tarantool's create,
+    /// alter and drop privileges have no counterpart in tarn's grants).
+    async fn schema_call(&mut self, call: &Call<'_>, sync: u64, out: &mut Vec<u8>) {
+        if !self.grants().write {
+            let user = self.user_name().to_owned();
+            let version = self.core.schema_version();
+            return access_denied(out, sync, version, Access::Write, "universe", "", &user);
+        }
+        self.finish(out).await;
+        let core = self.core.clone();
+        let turn = core.shared.ddl.take_turn().await;
+        let planned = {
+            let shard = core.shard.borrow();
+            let catalog = core.catalog();
+            crud::box_schema::plan(&shard.engine, &catalog, call.function_name, call.args)
+        };
+        let reply = match planned {
+            Ok(SchemaPlan::Unchanged(reply)) => reply,
+            Ok(SchemaPlan::Change { change, reply }) => {
+                match crate::server::ddl::change(&core, &turn, change).await {
+                    Ok(()) => reply,
+                    Err(error) => {
+                        let version = core.schema_version();
+                        return reply::encode_error(
+                            out,
+                            sync,
+                            version,
+                            error.code(),
+                            &error.to_string(),
+                        );
+                    }
+                }
+            }
+            Err(raised) => {
+                let version = core.schema_version();
+                return crud::encode_reply(out, sync, version, &CrudReply::Raised(raised));
+            }
+        };
+        drop(turn);
+        let mut values = Vec::new();
+        let count =
+            crate::server::ddl::encode_reply(&core.shard.borrow().engine, reply, &mut values);
+        let mark = reply::begin_data_reply(out, sync, core.schema_version(), count);
+        out.extend_from_slice(&values);
+        reply::finish_packet(out, mark);
     }
 
     /// Runs a planned call: here, on its owner, or on every core.
@@ -156,7 +218,7 @@ impl Session {
                 }
                 Destination::Here | Destination::EveryCore => self.crud_here(&plan, sync, out),
             },
-            _ if placement::route_to_every_core(&self.core.shared.catalog) == Destination::Here => {
+            _ if placement::route_to_every_core(&self.core.catalog()) == Destination::Here => {
                 self.crud_here(&plan, sync, out)
             }
             Plan::Many(_) => self.crud_many(&plan, sync, out).await,
@@ -211,7 +273,7 @@ impl Session {
         let work = crud::Work::Call {
             plan,
             sync,
-            schema_version: SCHEMA_VERSION,
+            schema_version: self.core.schema_version(),
             out,
         };
         let ran = crud::run(&mut self.core.shard.borrow_mut(), &self.core.crud, work);
@@ -228,7 +290,7 @@ impl Session {
     /// `box.info` as connection pools read it: `ro` false, `status` "running"; and tarn's
     /// own `net`: client connections open and the memory they hold (see `NetStats`).
     pub(super) fn box_info(&self, sync: u64, out: &mut Vec<u8>) {
-        let mark = reply::begin_data_reply(out, sync, SCHEMA_VERSION, 1);
+        let mark = reply::begin_data_reply(out, sync, self.core.schema_version(), 1);
         out.push(0x88);
         write_str(out, b"id");
         write_uint(out, 1);

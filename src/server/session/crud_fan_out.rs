@@ -8,7 +8,6 @@ use crate::crud::{self, CrudReply, Plan};
 use crate::placement::Destination;
 use crate::server::mesh::batch::{EntryTooLong, Kind};
 use crate::server::mesh::crud_payloads as wire;
-use crate::server::schema::SCHEMA_VERSION;
 use crate::shard::errors::encode_log_refused;
 use crate::wal::{Commit, WalError};
 use std::ops::Range;
@@ -70,7 +69,8 @@ impl Session {
             drop(replies);
             self.inbox.clear();
         }
-        if failures.answered(commit, sync, out).await {
+        let version = self.core.schema_version();
+        if failures.answered(commit, sync, version, out).await {
             return;
         }
         let values = {
@@ -78,7 +78,7 @@ impl Session {
             let space = shard.engine.space(many.space_id).expect("planned");
             crud::finish_many(space, &self.core.crud, many, &items)
         };
-        crud::encode_reply(out, sync, SCHEMA_VERSION, &CrudReply::Values(values));
+        crud::encode_reply(out, sync, version, &CrudReply::Values(values));
     }
 
     /// Runs this core's own ops of a `*_many` call (at `positions`, in order) here.
@@ -160,10 +160,15 @@ impl Session {
             for slot in read.first_slot..read.first_slot + peers {
                 parts.extend(failures.peer_part(replies.part(slot), wire::decode_part));
             }
-            if !failures.answered_now(read.sync, &mut self.merged) {
+            if !failures.answered_now(read.sync, self.core.schema_version(), &mut self.merged) {
                 let values = crud::finish_parts(&shard.engine, &self.core.crud, &read.plan, parts);
                 let reply = CrudReply::Values(values);
-                crud::encode_reply(&mut self.merged, read.sync, SCHEMA_VERSION, &reply);
+                crud::encode_reply(
+                    &mut self.merged,
+                    read.sync,
+                    self.core.schema_version(),
+                    &reply,
+                );
             }
             read.merged = start..self.merged.len();
         }
@@ -206,14 +211,22 @@ impl Session {
         }
         drop(replies);
         self.inbox.clear();
-        if failures.answered(commit, sync, out).await {
+        if failures
+            .answered(commit, sync, self.core.schema_version(), out)
+            .await
+        {
             return;
         }
         let values = {
             let shard = self.core.shard.borrow();
             crud::finish_parts(&shard.engine, &self.core.crud, plan, parts)
         };
-        crud::encode_reply(out, sync, SCHEMA_VERSION, &CrudReply::Values(values));
+        crud::encode_reply(
+            out,
+            sync,
+            self.core.schema_version(),
+            &CrudReply::Values(values),
+        );
     }
 }
 
@@ -307,30 +320,36 @@ impl PartFailures {
     }
 
     /// [`PartFailures::answered`] for a call that wrote nothing here: no commit to wait for.
-    fn answered_now(self, sync: u64, out: &mut Vec<u8>) -> bool {
+    fn answered_now(self, sync: u64, schema_version: u64, out: &mut Vec<u8>) -> bool {
         debug_assert!(self.refused_here.is_none(), "nothing was written here");
-        self.encode_reply(sync, out)
+        self.encode_reply(sync, schema_version, out)
     }
 
     /// Waits for this core's own `commit`, then writes the call's error reply if a part
     /// failed: a log refusal first (see `encode_log_refused`), then a part too long. `true`
     /// when it did, and the merge must not run.
-    async fn answered(mut self, commit: Option<Commit>, sync: u64, out: &mut Vec<u8>) -> bool {
+    async fn answered(
+        mut self,
+        commit: Option<Commit>,
+        sync: u64,
+        schema_version: u64,
+        out: &mut Vec<u8>,
+    ) -> bool {
         if let Some(commit) = commit {
             if let Err(error) = commit.await {
                 self.refused_here(error);
             }
         }
-        self.encode_reply(sync, out)
+        self.encode_reply(sync, schema_version, out)
     }
 
     /// Writes the call's error reply if a part failed: a log refusal first (see
     /// `encode_log_refused`), then a part too long. `true` when it did.
-    fn encode_reply(&self, sync: u64, out: &mut Vec<u8>) -> bool {
+    fn encode_reply(&self, sync: u64, schema_version: u64, out: &mut Vec<u8>) -> bool {
         if self.refused {
-            encode_log_refused(out, sync, SCHEMA_VERSION, self.refused_here.as_ref());
+            encode_log_refused(out, sync, schema_version, self.refused_here.as_ref());
         } else if let Some(too_long) = &self.too_long {
-            too_long.encode_reply(out, sync, SCHEMA_VERSION);
+            too_long.encode_reply(out, sync, schema_version);
         } else {
             return false;
         }

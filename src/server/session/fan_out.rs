@@ -4,7 +4,6 @@
 use super::{Pending, PendingReply, Session, Wait};
 use crate::protocol::reply::DataReply;
 use crate::protocol::request::Select;
-use crate::server::schema::SCHEMA_VERSION;
 use crate::shard::errors::encode_storage_error;
 use crate::shard::{ScanPart, SCAN_KEY_IS_HEAD};
 use crate::storage::IteratorType;
@@ -33,7 +32,7 @@ impl Session {
         let scanned = self.core.shard.borrow().scan(&part, &mut self.scans);
         if let Err(error) = scanned {
             self.scans.truncate(local_start);
-            encode_storage_error(out, sync, SCHEMA_VERSION, &error);
+            encode_storage_error(out, sync, self.core.schema_version(), &error);
             return None;
         }
         let me = self.core.id();
@@ -69,9 +68,11 @@ impl Session {
             let parts = fan_out.first_slot..fan_out.first_slot + peers;
             let start = self.merged.len();
             match parts.clone().find_map(|slot| replies.part(slot).err()) {
-                Some(too_long) => {
-                    too_long.encode_reply(&mut self.merged, fan_out.sync, SCHEMA_VERSION)
-                }
+                Some(too_long) => too_long.encode_reply(
+                    &mut self.merged,
+                    fan_out.sync,
+                    self.core.schema_version(),
+                ),
                 None => {
                     let mut streams: SmallVec<[ScanEntries<'_>; 8]> = SmallVec::new();
                     streams.push(ScanEntries::new(&self.scans[fan_out.local.clone()]));
@@ -85,7 +86,7 @@ impl Session {
                         fan_out.order,
                         &mut streams,
                         &break_tie,
-                        fan_out.sync,
+                        (fan_out.sync, self.core.schema_version()),
                         merged,
                     );
                 }
@@ -141,10 +142,10 @@ pub(super) fn merge(
     order: MergeOrder,
     streams: &mut [ScanEntries<'_>],
     break_tie: &TieBreak<'_>,
-    sync: u64,
+    (sync, schema_version): (u64, u64),
     out: &mut Vec<u8>,
 ) {
-    let mut data = DataReply::begin(out, sync, SCHEMA_VERSION);
+    let mut data = DataReply::begin(out, sync, schema_version);
     let mut skipped = 0u32;
     while data.count() < order.limit {
         let Some(next) = next_stream(streams, order.descending, break_tie) else {

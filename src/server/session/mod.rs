@@ -50,7 +50,6 @@ use crate::server::mesh::batch::Kind;
 use crate::server::mesh::core::Core;
 use crate::server::mesh::inbox::Inbox;
 use crate::server::moved_key;
-use crate::server::schema::SCHEMA_VERSION;
 use crate::shard::prefetch::{Ahead, LookupPipeline, PointTarget};
 use crate::shard::MovedKey;
 use crate::wal::Commit;
@@ -268,7 +267,7 @@ impl Session {
         let (header, request) = match decoded {
             Ok((header, request)) => (header, request),
             Err(PacketError { sync, error }) => {
-                reply::encode_protocol_error(out, *sync, SCHEMA_VERSION, error);
+                reply::encode_protocol_error(out, *sync, self.core.schema_version(), error);
                 return None;
             }
         };
@@ -281,7 +280,7 @@ impl Session {
                 let route = match routed {
                     Some(route) => route,
                     None => {
-                        let catalog = &self.core.shared.catalog;
+                        let catalog = &self.core.catalog();
                         placement::route_request(request, catalog, self.core.id())
                     }
                 };
@@ -317,7 +316,7 @@ impl Session {
     ) -> Option<Wait> {
         let start = out.len();
         let mut shard = self.core.shard.borrow_mut();
-        let executed = shard.execute(sync, SCHEMA_VERSION, request, fetched, out);
+        let executed = shard.execute(sync, self.core.schema_version(), request, fetched, out);
         if let Some(commit) = executed.commit {
             self.unacknowledged.push(Unacknowledged {
                 commit,

@@ -6,7 +6,6 @@ use super::fan_out::FanOut;
 use super::{KeyCheck, Pending, PendingReply, Session, Unacknowledged};
 use crate::server::mesh::inbox::Replies;
 use crate::server::moved_key;
-use crate::server::schema::SCHEMA_VERSION;
 
 impl Session {
     /// Waits for the replies of every queued request and puts each in its place in `out`.
@@ -56,7 +55,12 @@ impl Session {
         for (start, end, sync, refusal) in failed.into_iter().rev() {
             let mut error = Vec::new();
             let reason = Some(&refusal);
-            crate::shard::errors::encode_log_refused(&mut error, sync, SCHEMA_VERSION, reason);
+            crate::shard::errors::encode_log_refused(
+                &mut error,
+                sync,
+                self.core.schema_version(),
+                reason,
+            );
             self.replace_reply(out, start, end, error);
         }
     }

@@ -17,7 +17,7 @@ impl Session {
             Ok((_, request)) => request.target(),
             Err(_) => RequestTarget::NoData,
         };
-        let route = placement::route(&target, &self.core.shared.catalog, self.core.id());
+        let route = placement::route(&target, &self.core.catalog(), self.core.id());
         (route, target)
     }
 
@@ -25,7 +25,7 @@ impl Session {
     pub(super) fn route_crud_op(&self, space_id: u32, op: &crud::write::PointOp) -> Destination {
         let shard = self.core.shard.borrow();
         op.route(
-            &self.core.shared.catalog,
+            &self.core.catalog(),
             &shard.engine,
             space_id,
             self.core.id(),
