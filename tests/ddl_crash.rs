@@ -200,23 +200,7 @@ fn crash_during_ddl(point: u64) {
 fn select_all(addr: SocketAddr, index_id: u32) -> Result<BTreeSet<(u64, Vec<u8>)>, String> {
     use tarn::msgpack::{read_value, take_value, Value};
     let mut client = Client::connect_to(addr);
-    let mut request = Vec::new();
-    client::encode_select(
-        &mut request,
-        1,
-        &tarn::protocol::request::Select {
-            space_id: SPACE,
-            index_id,
-            limit: u32::MAX,
-            offset: 0,
-            iterator: 2,
-            key: &[0x90],
-            fetch_position: false,
-            after_position: None,
-            after_tuple: None,
-        },
-    );
-    client.send(&request);
+    client.send(&select_request(SPACE, index_id, 2, &[0x90]));
     let packet = client.read_packet().expect("a reply");
     let reply = decode_reply(&packet).expect("decodes");
     if let Some(message) = reply.error_message() {
@@ -236,6 +220,24 @@ fn select_all(addr: SocketAddr, index_id: u32) -> Result<BTreeSet<(u64, Vec<u8>)
             (id, tuple)
         })
         .collect())
+}
+
+/// A SELECT of every tuple `iterator` finds by `key` in `space_id`'s index `index_id`.
+fn select_request(space_id: u32, index_id: u32, iterator: u32, key: &[u8]) -> Vec<u8> {
+    let mut request = Vec::new();
+    let select = tarn::protocol::request::Select {
+        space_id,
+        index_id,
+        limit: u32::MAX,
+        offset: 0,
+        iterator,
+        key,
+        fetch_position: false,
+        after_position: None,
+        after_tuple: None,
+    };
+    client::encode_select(&mut request, 1, &select);
+    request
 }
 
 /// The `v` of a `[id, v]` tuple.
@@ -259,23 +261,7 @@ fn assert_every_core_sees_the_same_indexes(addr: SocketAddr, point: u64) {
     let counts: Vec<Vec<u8>> = clients
         .iter_mut()
         .map(|client| {
-            let mut request = Vec::new();
-            client::encode_select(
-                &mut request,
-                1,
-                &tarn::protocol::request::Select {
-                    space_id: 289,
-                    index_id: 0,
-                    limit: u32::MAX,
-                    offset: 0,
-                    iterator: 0,
-                    key: &key,
-                    fetch_position: false,
-                    after_position: None,
-                    after_tuple: None,
-                },
-            );
-            client.send(&request);
+            client.send(&select_request(289, 0, 0, &key));
             let packet = client.read_packet().expect("a reply");
             let reply = decode_reply(&packet).unwrap();
             reply.data().expect("rows").to_vec()

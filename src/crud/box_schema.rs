@@ -159,6 +159,14 @@ fn check_known(options: &[(&str, &[u8])], known: &[&str]) -> Result<(), Raised> 
     }
 }
 
+/// The value of `key` among a map's raw pairs.
+fn value_of<'a>(pairs: &[(&[u8], &'a [u8])], key: &str) -> Option<&'a [u8]> {
+    pairs
+        .iter()
+        .find(|(k, _)| mp::as_str(k) == Some(key))
+        .map(|(_, v)| *v)
+}
+
 fn option<'a>(options: &[(&str, &'a [u8])], key: &str) -> Option<&'a [u8]> {
     options
         .iter()
@@ -290,12 +298,7 @@ fn parse_format(raw: &[u8], space_name: &str) -> Result<Vec<FieldDef>, Raised> {
         let (name, type_name, nullable) = match mp::value(field) {
             Value::Map(_) => {
                 let pairs = mp::map_items(field).unwrap_or_default();
-                let get = |key: &str| {
-                    pairs
-                        .iter()
-                        .find(|(k, _)| mp::as_str(k) == Some(key))
-                        .map(|(_, v)| *v)
-                };
+                let get = |key: &str| value_of(&pairs, key);
                 (
                     get("name").and_then(mp::as_str),
                     get("type").and_then(mp::as_str),
@@ -581,12 +584,7 @@ impl PartReader<'_> {
     /// `{field = ..., type = ..., is_nullable = ..., collation = ...}`.
     fn map_part(&self, item: &[u8]) -> Result<KeyPart, Raised> {
         let pairs = mp::map_items(item).unwrap_or_default();
-        let get = |key: &str| {
-            pairs
-                .iter()
-                .find(|(k, _)| mp::as_str(k) == Some(key))
-                .map(|(_, v)| *v)
-        };
+        let get = |key: &str| value_of(&pairs, key);
         let field = get("field").ok_or_else(|| illegal("options.parts: field is expected"))?;
         let mut part = self.part(self.field_no(field)?, get("type"))?;
         if let Some(nullable) = get("is_nullable") {
@@ -628,16 +626,22 @@ fn check_part_types(def: &SpaceDef, key_def: &KeyDef) -> Result<(), Raised> {
     Ok(())
 }
 
-fn plan_space_drop(space: &SpaceDef) -> Result<SchemaPlan, Raised> {
-    if space.id < USER_SPACE_ID_MIN {
-        return Err(raised(
-            ErrorCode::ER_LAST_DROP,
-            format!(
-                "Can't drop the primary key in a system space, space '{}'",
-                space.name
-            ),
-        ));
+/// Tarantool's refusal to drop a system space or one of its indexes.
+fn refuse_system_drop(space: &SpaceDef) -> Result<(), Raised> {
+    if space.id >= USER_SPACE_ID_MIN {
+        return Ok(());
     }
+    Err(raised(
+        ErrorCode::ER_LAST_DROP,
+        format!(
+            "Can't drop the primary key in a system space, space '{}'",
+            space.name
+        ),
+    ))
+}
+
+fn plan_space_drop(space: &SpaceDef) -> Result<SchemaPlan, Raised> {
+    refuse_system_drop(space)?;
     Ok(SchemaPlan::Change {
         change: DefinitionChange::Drop(space.id),
         reply: DdlReply::Nothing,
@@ -645,15 +649,7 @@ fn plan_space_drop(space: &SpaceDef) -> Result<SchemaPlan, Raised> {
 }
 
 fn plan_index_drop(space: SpaceDef, index_id: u32) -> Result<SchemaPlan, Raised> {
-    if space.id < USER_SPACE_ID_MIN {
-        return Err(raised(
-            ErrorCode::ER_LAST_DROP,
-            format!(
-                "Can't drop the primary key in a system space, space '{}'",
-                space.name
-            ),
-        ));
-    }
+    refuse_system_drop(&space)?;
     let mut def = space;
     if index_id == 0 && def.indexes.len() > 1 {
         return Err(raised(
