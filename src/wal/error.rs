@@ -100,8 +100,8 @@ pub enum WalError {
     /// acknowledged, and since the kernel may have dropped the dirty pages, retrying could
     /// report success for data that is gone: the writer refuses all writes until restart.
     #[error(
-        "the WAL writer is stopped after an I/O error and accepts no writes until restart \
-         (rows after LSN {lsn_durable_last} were not made durable): {cause}"
+        "the WAL writer is stopped (an I/O error, or an abandoned schema change) and accepts no \
+         writes until restart (rows after LSN {lsn_durable_last} were not made durable): {cause}"
     )]
     Poisoned {
         lsn_durable_last: u64,
