@@ -198,28 +198,8 @@ fn crash_during_ddl(point: u64) {
 /// Every tuple of the space by index `index_id` (a select that fans out to both shards),
 /// with its id; the error message if a shard refuses it.
 fn select_all(addr: SocketAddr, index_id: u32) -> Result<BTreeSet<(u64, Vec<u8>)>, String> {
-    use tarn::msgpack::{read_value, take_value, Value};
-    let mut client = Client::connect_to(addr);
-    client.send(&select_request(SPACE, index_id, 2, &[0x90]));
-    let packet = client.read_packet().expect("a reply");
-    let reply = decode_reply(&packet).expect("decodes");
-    if let Some(message) = reply.error_message() {
-        return Err(message.to_string());
-    }
-    let mut data = reply.data().expect("rows");
-    let Ok(Value::Array(count)) = read_value(&mut data) else {
-        panic!("rows are an array");
-    };
-    Ok((0..count)
-        .map(|_| {
-            let tuple = take_value(&mut data).expect("a tuple").to_vec();
-            let mut fields = &tuple[1..];
-            let Ok(Value::Uint(id)) = read_value(&mut fields) else {
-                panic!("an id first");
-            };
-            (id, tuple)
-        })
-        .collect())
+    common::try_select_rows(addr, SPACE, index_id, 2, &[0x90])
+        .map(|rows| rows.into_iter().collect())
 }
 
 /// A SELECT of every tuple `iterator` finds by `key` in `space_id`'s index `index_id`.

@@ -245,7 +245,7 @@ fn plan_space_create(engine: &Engine, name: &[u8], opts: &[u8]) -> Result<Schema
         },
         _ => next_space_id(engine),
     };
-    if engine.space_defs().iter().any(|def| def.id == id) {
+    if engine.space_def(id).is_some() {
         return Err(duplicate_in("primary", "_space"));
     }
     if id < USER_SPACE_ID_MIN {

@@ -46,12 +46,7 @@ impl<'e> Recovering<'e> {
     /// Creates the space `def` describes, or redefines the one of its id unless it is
     /// defined so already.
     fn define(&mut self, def: SpaceDef) -> Result<(), String> {
-        let held = self
-            .engine
-            .space_defs()
-            .into_iter()
-            .find(|held| held.id == def.id)
-            .map(|held| space_rows(&held));
+        let held = self.engine.space_def(def.id).map(|held| space_rows(&held));
         let outcome = match held {
             Some(rows) if rows == space_rows(&def) => return Ok(()),
             Some(_) => self.engine.redefine_space(def),

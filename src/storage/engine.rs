@@ -170,6 +170,14 @@ impl Engine {
         defs
     }
 
+    /// The definition of space `id`, bare or not.
+    pub fn space_def(&self, id: u32) -> Option<SpaceDef> {
+        match self.find_space(id) {
+            Some(space) => Some(space.def()),
+            None => self.bare.iter().find(|bare| bare.id == id).cloned(),
+        }
+    }
+
     /// The definition of the space (bare or not) named `name`.
     pub fn space_def_named(&self, name: &[u8]) -> Option<SpaceDef> {
         match self.space_named(name) {

@@ -365,6 +365,18 @@ pub fn select_rows(
     iterator: u32,
     key: &[u8],
 ) -> Vec<(u64, Vec<u8>)> {
+    try_select_rows(addr, space_id, index_id, iterator, key)
+        .unwrap_or_else(|message| panic!("{message}"))
+}
+
+/// [`select_rows`], or the error message the server answered.
+pub fn try_select_rows(
+    addr: SocketAddr,
+    space_id: u32,
+    index_id: u32,
+    iterator: u32,
+    key: &[u8],
+) -> Result<Vec<(u64, Vec<u8>)>, String> {
     use tarn::msgpack::{self, Value};
     let mut client = Client::connect_to(addr);
     let mut request = Vec::new();
@@ -386,12 +398,14 @@ pub fn select_rows(
     client.send(&request);
     let packet = client.read_packet().expect("a select reply");
     let reply = tarn::protocol::client::decode_reply(&packet).expect("the reply decodes");
-    assert!(!reply.is_error(), "{:?}", reply.error_message());
+    if let Some(message) = reply.error_message() {
+        return Err(message.to_string());
+    }
     let mut data = reply.data().expect("data");
     let Ok(Value::Array(count)) = msgpack::read_value(&mut data) else {
         panic!("the rows are an array");
     };
-    (0..count)
+    Ok((0..count)
         .map(|_| {
             let tuple = msgpack::take_value(&mut data).expect("a tuple").to_vec();
             let mut fields = &tuple[1..];
@@ -400,7 +414,7 @@ pub fn select_rows(
             };
             (id, tuple)
         })
-        .collect()
+        .collect())
 }
 
 /// The ids of [`kv_rows`].
