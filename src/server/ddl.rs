@@ -8,9 +8,12 @@
 //! committed, which the change's fence holds: a deadlock). Each core follows the round's
 //! phases:
 //!
-//! 1. **check**: whether its data allows the change (a redefinition is built aside and
-//!    dropped), so that a duplicate or a tuple the new format refuses on any shard refuses
-//!    the change before any shard has made it;
+//! 1. **check**: whether its data allows the change, so that a duplicate or a tuple the
+//!    new format refuses on any shard refuses the change before any shard has made it. A
+//!    redefinition that keeps the primary index is prepared while the core serves
+//!    (`storage::Space::prepare_redefinition`): new indexes built and tuples checked in
+//!    slices of [`BUILD_SLICE`], the core serving requests between them, its writes kept in
+//!    the new indexes; others are built aside once, in one step, and dropped;
 //! 2. **switch**: the change made in one step of its thread ([`Shard::change_schema`]: the
 //!    engine, the schema row, the fence), its system spaces and catalog refreshed; it
 //!    answers once its schema row is durable;
@@ -34,13 +37,23 @@ use crate::server::mesh::core::Core;
 use crate::server::schema;
 use crate::shard::{DefinitionChange, SchemaChangeError};
 use crate::storage::{Collation, Engine, StorageError};
+use glommio::{Latency, Shares, TaskQueueHandle};
+use std::cell::OnceCell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How often a core looks at a round's phase, and a change waits for the one before it.
 const POLL: Duration = Duration::from_millis(1);
+
+/// How long a core prepares a redefinition, at most, before it polls its network and
+/// serves what arrived.
+const BUILD_SLICE: Duration = Duration::from_micros(100);
+/// Tuples a preparation step takes (about 10 to 40 µs).
+const STEP_TUPLES: usize = 32;
+/// How often a long preparation says how far it is.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 /// The server's one change at a time, and the schema record it commits to.
 pub struct Ddl {
@@ -166,12 +179,14 @@ impl Round {
             .take()
     }
 
-    /// Waits until every core has answered at least `step` (a refusal or failure counts).
-    async fn all_answered(&self, step: u8) {
+    /// Waits until every core has answered at least `step` (a refusal or failure counts),
+    /// or, with `until_failed`, until one has refused or failed.
+    async fn all_answered(&self, step: u8, until_failed: bool) {
         while self
             .answers
             .iter()
             .any(|answer| answer.load(Ordering::Acquire) < step)
+            && !(until_failed && self.any_failed())
         {
             glommio::timer::sleep(POLL).await;
         }
@@ -227,12 +242,13 @@ pub async fn change(
         round.phase.store(PHASE_ABANDON, Ordering::Release);
         round.take_failure()
     };
-    round.all_answered(ANSWER_CHECKED).await;
+    // A refusal ends the wait: the others stop preparing once the round is abandoned.
+    round.all_answered(ANSWER_CHECKED, true).await;
     if round.any_failed() {
         return Err(abandon(&round).expect("a refusal says why"));
     }
     round.phase.store(PHASE_SWITCH, Ordering::Release);
-    round.all_answered(ANSWER_SWITCHED).await;
+    round.all_answered(ANSWER_SWITCHED, false).await;
     if round.any_failed() {
         let failure = abandon(&round).expect("a failure says why");
         tracing::error!(version, space = space_id, %failure, "schema change abandoned");
@@ -249,7 +265,7 @@ pub async fn change(
         return Err(DdlError::NotDurable(reason));
     }
     round.phase.store(PHASE_COMMIT, Ordering::Release);
-    round.all_answered(ANSWER_DONE).await;
+    round.all_answered(ANSWER_DONE, false).await;
     tracing::info!(version, space = space_id, "schema change committed");
     Ok(())
 }
@@ -257,18 +273,26 @@ pub async fn change(
 /// What one core does of a round (see the module doc).
 pub async fn follow(core: Rc<Core>, round: Arc<Round>) {
     let me = core.id();
-    match check(&core.shard.borrow().engine, &round.change) {
+    let cancel = || {
+        let space_id = round.change.space_id();
+        core.shard.borrow_mut().engine.cancel_redefinition(space_id);
+    };
+    match prepare(&core, &round).await {
         Ok(()) => round.answer(me, ANSWER_CHECKED),
-        Err(error) => return round.fail(me, ANSWER_REFUSED, DdlError::Refused(error)),
+        Err(error) => {
+            cancel();
+            return round.fail(me, ANSWER_REFUSED, DdlError::Refused(error));
+        }
     }
     if round.past(PHASE_CHECK).await != PHASE_SWITCH {
-        return;
+        return cancel();
     }
     let switched = switch(&core, &round);
     let commit = match switched {
         Ok(commit) => commit,
         Err(SchemaChangeError::Refused(error)) => {
-            return round.fail(me, ANSWER_REFUSED, DdlError::Refused(error))
+            cancel();
+            return round.fail(me, ANSWER_REFUSED, DdlError::Refused(error));
         }
         Err(SchemaChangeError::NotLogged(error)) => {
             return round.fail(me, ANSWER_FAILED, DdlError::NotDurable(error.to_string()))
@@ -303,12 +327,97 @@ pub async fn follow(core: Rc<Core>, round: Arc<Round>) {
     }
 }
 
-/// Whether `engine`'s data allows `change`: a redefinition built aside (and dropped).
-fn check(engine: &Engine, change: &DefinitionChange) -> Result<(), StorageError> {
-    match change {
-        DefinitionChange::Redefine(def) => engine.check_redefinition(def),
-        DefinitionChange::Create(_) | DefinitionChange::Drop(_) => Ok(()),
+/// Whether this core's data allows the round's change, answered once it is ready to switch:
+/// a redefinition prepared in slices while the core serves, or, where it cannot be
+/// (another primary index), built aside in one step and dropped. Stops early, answering
+/// `Ok`, when the round is abandoned (another core refused it).
+async fn prepare(core: &Rc<Core>, round: &Arc<Round>) -> Result<(), StorageError> {
+    let DefinitionChange::Redefine(def) = &round.change else {
+        return Ok(());
+    };
+    let online = core.shard.borrow_mut().engine.prepare_redefinition(def)?;
+    if !online {
+        return core.shard.borrow().engine.check_redefinition(def);
     }
+    let slices = build_in_slices(core.clone(), round.clone(), def.id, def.name.clone());
+    match glommio::spawn_local_into(slices, build_queue()) {
+        Ok(task) => task.await,
+        Err(error) => {
+            tracing::warn!(%error, "no task queue for the build: built in one step");
+            let mut shard = core.shard.borrow_mut();
+            while !shard.engine.redefinition_step(def.id, usize::MAX)? {}
+            Ok(())
+        }
+    }
+}
+
+thread_local! {
+    /// This core's task queue for preparing schema changes (see [`build_queue`]).
+    static BUILD_QUEUE: OnceCell<TaskQueueHandle> = const { OnceCell::new() };
+}
+
+/// The task queue a core prepares schema changes in: as many shares as the requests' queue
+/// (glommio's default), so a build and busy requests each get half the core, and a latency
+/// of [`BUILD_SLICE`], so that while it has work glommio preempts every queue that often
+/// and polls the network between (a task that merely yields keeps its queue running).
+fn build_queue() -> TaskQueueHandle {
+    BUILD_QUEUE.with(|queue| {
+        *queue.get_or_init(|| {
+            glommio::executor().create_task_queue(
+                Shares::default(),
+                Latency::Matters(BUILD_SLICE),
+                "schema-build",
+            )
+        })
+    })
+}
+
+/// Walks space `space_id`'s prepared redefinition to its end, a step at a time, yielding
+/// whenever glommio asks (every [`BUILD_SLICE`] or so), saying how far it is every
+/// [`PROGRESS_EVERY`].
+async fn build_in_slices(
+    core: Rc<Core>,
+    round: Arc<Round>,
+    space_id: u32,
+    name: Box<str>,
+) -> Result<(), StorageError> {
+    let tuples = core
+        .shard
+        .borrow()
+        .engine
+        .space(space_id)
+        .map_or(0, |space| space.len());
+    let started = Instant::now();
+    let mut reported = started;
+    let mut steps = 0usize;
+    // The preemption timer glommio armed last is the requests' queue's (100 ms); the build's
+    // latency takes effect when it is armed again, on the next poll of the network.
+    glommio::timer::sleep(Duration::from_micros(1)).await;
+    loop {
+        steps += 1;
+        if core
+            .shard
+            .borrow_mut()
+            .engine
+            .redefinition_step(space_id, STEP_TUPLES)?
+        {
+            break;
+        }
+        if round.phase.load(Ordering::Acquire) == PHASE_ABANDON {
+            return Ok(());
+        }
+        if reported.elapsed() >= PROGRESS_EVERY {
+            reported = Instant::now();
+            let walked = (steps * STEP_TUPLES).min(tuples);
+            tracing::info!(space = %name, walked, tuples, "preparing a schema change");
+        }
+        glommio::yield_if_needed().await;
+    }
+    if steps > 1 && tuples >= 100_000 {
+        let seconds = started.elapsed().as_secs_f64();
+        tracing::info!(space = %name, tuples, seconds, "schema change prepared");
+    }
+    Ok(())
 }
 
 /// The switch on this core: the shard's change, then what this core derives from its

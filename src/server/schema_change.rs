@@ -2,11 +2,12 @@
 //! written with (its schema record, Tarantool's `_space` and `_index` rows, see
 //! `data_dir.rs`) and the config's, and whether tarn can make the change.
 //!
-//! A changed space is recovered under its recorded definition, then rebuilt under the
-//! config's ([`crate::storage::Engine::redefine_space`]): every tuple is checked against the
-//! new format and every index built over the recovered data, so a change holds exactly when
-//! the data as it is now satisfies it (a new unique index without duplicates, a narrower
-//! type no tuple violates), whatever its history. A recorded space missing from the config
+//! A changed space is recovered under its recorded definition, then put under the config's
+//! ([`crate::storage::Engine::redefine_space`]): every tuple is checked against a format
+//! whose rules changed, and each index the config adds is built over the recovered data by
+//! one sort (the kept ones stay), so a change holds exactly when the data as it is now
+//! satisfies it (a new unique index without duplicates, a narrower type no tuple violates),
+//! whatever its history. A recorded space missing from the config
 //! is refused before recovery unless the operator starts with `--drop-missing-spaces`: it is
 //! then recovered as recorded and dropped. A new primary key is refused (rows are placed on
 //! shards by it).
@@ -122,7 +123,7 @@ pub fn apply(
                     shard = shard_id,
                     space = id,
                     tuples,
-                    "schema change: checking the recovered tuples and rebuilding the space"
+                    "schema change: checking the recovered tuples, building what is added"
                 );
                 engine.redefine_space(wanted.clone())
             }

@@ -110,8 +110,9 @@ impl Engine {
             .all(|(position, space)| self.position_of(space.id) == Some(position)));
     }
 
-    /// Puts space `def.id` under `def`, its tuples kept: see [`Space::redefined`], which
-    /// says what is checked. A refused change leaves the space as it was.
+    /// Puts space `def.id` under `def`, its tuples kept: the redefinition prepared for it
+    /// when one is ready (which `def` must be), else [`Space::redefine_at_once`], which says
+    /// what is checked. A refused change leaves the space as it was.
     /// A bare space given indexes becomes a space (empty); a space left without indexes
     /// becomes bare, its tuples dropped (as Tarantool's drop of a primary index does).
     pub fn redefine_space(&mut self, def: SpaceDef) -> Result<()> {
@@ -136,8 +137,39 @@ impl Engine {
             self.drop_space(def.id)?;
             return self.create_space(def);
         }
-        self.spaces[at] = self.spaces[at].redefined(def)?;
-        Ok(())
+        let space = &mut self.spaces[at];
+        if space.finish_redefinition() {
+            return Ok(());
+        }
+        space.cancel_redefinition();
+        space.redefine_at_once(def)
+    }
+
+    /// Starts preparing space `def.id`'s redefinition as `def` while it serves (see
+    /// [`Space::prepare_redefinition`]); [`Engine::redefine_space`] of `def` then switches
+    /// to it once [`Engine::redefinition_step`] says it is done. `Ok(false)` when it cannot
+    /// be prepared so ([`Engine::check_redefinition`] then says whether the change can be
+    /// made at all, in one step).
+    pub fn prepare_redefinition(&mut self, def: &SpaceDef) -> Result<bool> {
+        match self.position_of(def.id) {
+            Some(at) if !def.indexes.is_empty() => {
+                self.spaces[at].prepare_redefinition(def.clone())
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Takes the prepared redefinition of space `id` up to `tuples` tuples further;
+    /// `Ok(true)` once done (see [`Space::redefinition_step`]).
+    pub fn redefinition_step(&mut self, id: u32, tuples: usize) -> Result<bool> {
+        self.space_mut(id)?.redefinition_step(tuples)
+    }
+
+    /// Drops the prepared redefinition of space `id`, if any.
+    pub fn cancel_redefinition(&mut self, id: u32) {
+        if let Ok(space) = self.space_mut(id) {
+            space.cancel_redefinition();
+        }
     }
 
     /// Whether [`Engine::redefine_space`] of `def` would succeed, changing nothing: the space

@@ -17,7 +17,7 @@ use crate::storage::prefetch::{prefetch_line, prefetch_slice};
 use crate::storage::range::{IteratorType, KeyRange};
 use crate::storage::slab::TupleSlab;
 use crate::storage::tuple::{
-    ArenaTuples, FieldMap, SpaceFormat, Tuple, TupleRef, UnsignedKeyedTuples,
+    ArenaTuples, FieldMap, FieldSlot, SpaceFormat, Tuple, TupleRef, UnsignedKeyedTuples,
 };
 use smallvec::{Array, SmallVec};
 use std::collections::{hash_map, HashMap};
@@ -436,6 +436,14 @@ impl Index {
         }
     }
 
+    /// `insert` under a key held elsewhere (a scratch buffer): a TREE index keeps no copy.
+    pub fn insert_slice(&mut self, key: &[u8], tuple: Tuple) -> Option<Tuple> {
+        match &mut self.data {
+            IndexData::Tree(map) => map.insert(key, tuple),
+            _ => self.insert(KeyBuf::from_slice(key), tuple),
+        }
+    }
+
     /// The key of `tuple` in an index keyed by one unsigned part, read from the tuple's
     /// field map without encoding it. `None` when the index is keyed otherwise or the field
     /// is not a plain unsigned integer: the general path then decides, errors included.
@@ -814,19 +822,30 @@ pub fn encode_tuple_key<A: Array<Item = u8>>(
     format: &SpaceFormat,
     out: &mut SmallVec<A>,
 ) -> Result<()> {
-    for part in &key_def.parts {
+    let fault_of = |part: &KeyPart, fault| match fault {
+        KeyPartFault::Missing => StorageError::FieldMissing(format.label(part.field_no)),
+        KeyPartFault::Type(actual) => StorageError::FieldType {
+            field: format.label(part.field_no),
+            expected: part.field_type.name(),
+            actual,
+        },
+        KeyPartFault::Malformed(error) => error,
+    };
+    for (at, part) in key_def.parts.iter().enumerate() {
         let slot = field_map
             .slot_of(part.field_no)
             .expect("every indexed field has a slot");
-        encode_key_part(part, tuple.field_in_slot(slot), out).map_err(|fault| match fault {
-            KeyPartFault::Missing => StorageError::FieldMissing(format.label(part.field_no)),
-            KeyPartFault::Type(actual) => StorageError::FieldType {
-                field: format.label(part.field_no),
-                expected: part.field_type.name(),
-                actual,
-            },
-            KeyPartFault::Malformed(error) => error,
-        })?;
+        if !tuple.has_slot(slot) {
+            let rest = &key_def.parts[at..];
+            let field_nos: SmallVec<[u32; 8]> = rest.iter().map(|part| part.field_no).collect();
+            let fields = tuple.fields_by_walking(&field_nos);
+            for (part, field) in rest.iter().zip(fields) {
+                encode_key_part(part, field, out).map_err(|fault| fault_of(part, fault))?;
+            }
+            return Ok(());
+        }
+        encode_key_part(part, tuple.field_in_slot(slot), out)
+            .map_err(|fault| fault_of(part, fault))?;
     }
     Ok(())
 }
@@ -874,7 +893,7 @@ fn encode_key_part<A: Array<Item = u8>>(
 pub struct TreeTuples {
     pub(crate) tuples: ArenaTuples,
     /// The entry key's parts, each with the field map slot of its field.
-    parts: SmallVec<[(KeyPart, u8); 6]>,
+    parts: SmallVec<[(KeyPart, FieldSlot); 6]>,
     /// No entry key is shorter: 8 bytes for each plain unsigned part (others not counted).
     pub(crate) shortest_key: usize,
 }
@@ -909,8 +928,27 @@ impl TreeTuples {
     /// Appends the entry key of `tuple`, a tuple this index holds (so every part encodes).
     #[inline]
     pub fn write<A: Array<Item = u8>>(&self, tuple: &Tuple, out: &mut SmallVec<A>) {
-        for (part, slot) in &self.parts {
+        for (at, (part, slot)) in self.parts.iter().enumerate() {
+            if !tuple.has_slot(*slot) {
+                return self.write_walking(&self.parts[at..], tuple, out);
+            }
             let encoded = encode_key_part(part, tuple.field_in_slot(*slot), out);
+            debug_assert!(encoded.is_ok(), "a stored tuple's key encodes");
+        }
+    }
+
+    /// `write`'s `parts` of a tuple built before the index was (it has no slots for their
+    /// fields): every field found in one walk of its array.
+    #[cold]
+    fn write_walking<A: Array<Item = u8>>(
+        &self,
+        parts: &[(KeyPart, FieldSlot)],
+        tuple: &Tuple,
+        out: &mut SmallVec<A>,
+    ) {
+        let field_nos: SmallVec<[u32; 8]> = parts.iter().map(|(part, _)| part.field_no).collect();
+        for ((part, _), field) in parts.iter().zip(tuple.fields_by_walking(&field_nos)) {
+            let encoded = encode_key_part(part, field, out);
             debug_assert!(encoded.is_ok(), "a stored tuple's key encodes");
         }
     }

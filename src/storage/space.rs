@@ -17,10 +17,15 @@ use crate::storage::memory::MemoryQuota;
 use crate::storage::range::{IteratorType, KeyRange};
 use crate::storage::slab::TupleSlab;
 use crate::storage::text::msgpack_to_text;
-use crate::storage::tuple::{out_of_memory, FieldMap, SpaceFormat, Tuple, TupleRef};
+use crate::storage::tuple::{
+    out_of_memory, FieldMap, SpaceFormat, Tuple, TupleRef, MAX_FIELD_SLOTS,
+};
 use crate::storage::update::UpdateOps;
+use redefinition::Redefinition;
 use smallvec::SmallVec;
 use std::rc::Rc;
+
+mod redefinition;
 
 #[derive(Debug, Clone)]
 pub struct SpaceDef {
@@ -62,6 +67,15 @@ pub struct Space {
     double_fields: Box<[bool]>,
     /// See [`Space::instance`].
     instance: u64,
+    /// The next definition, while it is prepared (see [`redefinition`]).
+    redefinition: Option<Box<Redefinition>>,
+}
+
+/// The field numbers `indexes` read, in their order (repeats included).
+fn indexed_fields(indexes: &[IndexDef]) -> impl Iterator<Item = u32> + '_ {
+    indexes
+        .iter()
+        .flat_map(|index| index.key_def.parts.iter().map(|part| part.field_no))
 }
 
 /// The next [`Space::instance`].
@@ -112,11 +126,9 @@ impl Space {
         if primary.key_def.parts.iter().any(|part| part.is_nullable) {
             return invalid("primary key parts cannot be nullable".into());
         }
-        let field_map = FieldMap::new(
-            def.indexes
-                .iter()
-                .flat_map(|index| index.key_def.parts.iter().map(|part| part.field_no)),
-        );
+        let Some(field_map) = FieldMap::new(indexed_fields(&def.indexes)) else {
+            return invalid(format!("more than {MAX_FIELD_SLOTS} fields are indexed"));
+        };
         let primary_key_def = primary.key_def.clone();
         let double_fields = double_fields(&def.format, &def.indexes);
         let slab = TupleSlab::new(quota.clone());
@@ -137,6 +149,7 @@ impl Space {
             update_scratch: Vec::new(),
             double_fields,
             instance: NEXT_INSTANCE.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            redefinition: None,
         })
     }
 
@@ -525,6 +538,9 @@ impl Space {
         for index in &mut self.indexes {
             index.clear();
         }
+        if let Some(redefinition) = &mut self.redefinition {
+            redefinition.clear();
+        }
         self.settle_index_bytes();
     }
 
@@ -535,7 +551,15 @@ impl Space {
     /// index nodes.
     #[inline]
     fn settle_index_bytes(&mut self) {
-        let now: usize = self.indexes.iter().map(Index::allocated_bytes).sum();
+        let now: usize = self
+            .indexes
+            .iter()
+            .map(Index::allocated_bytes)
+            .sum::<usize>()
+            + self
+                .redefinition
+                .as_ref()
+                .map_or(0, |redefinition| redefinition.allocated_bytes());
         if now > self.index_bytes {
             self.quota
                 .reserve_past_limit((now - self.index_bytes) as u64);
@@ -694,7 +718,7 @@ impl Space {
     /// Stores `new`, replacing the tuple with the same primary key if `mode` allows. All
     /// checks run before the first index is touched.
     fn put(&mut self, new: Tuple, mode: WriteMode) -> Result<Change> {
-        if self.indexes.len() == 1 {
+        if self.indexes.len() == 1 && self.redefinition.is_none() {
             return self.put_primary_only(new, mode);
         }
         let keys = self.tuple_keys(&new)?;
@@ -726,8 +750,15 @@ impl Space {
                 .collect::<Result<_>>()?,
             None => TupleKeys::new(),
         };
+        let build_keys = match &self.redefinition {
+            Some(redefinition) => Some(self.redefinition_keys(redefinition, &new, old.as_ref())?),
+            None => None,
+        };
         self.refuse_when_over_limit(&new)?;
 
+        if let (Some(redefinition), Some(build_keys)) = (&mut self.redefinition, build_keys) {
+            redefinition.put(build_keys, &new, old.as_ref());
+        }
         let mut keys = keys.into_iter();
         let primary_key = keys.next().expect("a space has a primary index");
         let mut old_secondary_keys = old_secondary_keys.into_iter();
@@ -803,6 +834,9 @@ impl Space {
         let [primary] = self.indexes.as_slice() else {
             return None;
         };
+        if self.redefinition.is_some() {
+            return None;
+        }
         let [part] = primary.def.key_def.parts.as_slice() else {
             return None;
         };
@@ -887,6 +921,7 @@ impl Space {
             let displaced = index.insert(key, old.clone());
             debug_assert!(displaced.is_none(), "a key taken by another tuple");
         }
+        self.put_back_in_redefinition(&old);
         self.settle_index_bytes();
         Ok(())
     }
@@ -897,6 +932,7 @@ impl Space {
             let removed = index.remove(key);
             debug_assert!(removed.is_some_and(|t| Tuple::ptr_eq(&t, old)));
         }
+        self.remove_from_redefinition(old);
         self.settle_index_bytes();
         Ok(())
     }
@@ -908,6 +944,9 @@ impl Drop for Space {
     fn drop(&mut self) {
         for index in &mut self.indexes {
             index.clear();
+        }
+        if let Some(redefinition) = &mut self.redefinition {
+            redefinition.clear();
         }
         self.quota.release(self.index_bytes as u64);
     }

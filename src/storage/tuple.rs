@@ -269,15 +269,21 @@ impl Tuple {
         unsafe { std::slice::from_raw_parts(self.0.as_ptr().add(self.data_at()), self.data_len()) }
     }
 
-    /// The bytes from the start of the indexed field in `slot` to the end of the tuple, or
-    /// `None` when the tuple does not reach that field.
+    /// The bytes from the start of the indexed field `slot` names to the end of the tuple,
+    /// or `None` when the tuple does not reach that field. A tuple built before its space's
+    /// field map grew (an index added while serving) has no slot for the new fields: those
+    /// are found by walking the array, as Tarantool reads a field its tuple's format has no
+    /// offset for.
     #[inline]
-    pub fn field_in_slot(&self, slot: u8) -> Option<&[u8]> {
-        if slot == FIRST_FIELD_SLOT {
+    pub fn field_in_slot(&self, slot: FieldSlot) -> Option<&[u8]> {
+        if slot.slot == FIRST_FIELD_SLOT {
             return first_field(self.data());
         }
-        let slot = slot as usize;
-        debug_assert!(slot < self.slot_count());
+        let slot_no = slot.slot as usize;
+        if slot_no >= self.slot_count() {
+            return field_by_walking(self.data(), slot.field_no);
+        }
+        let slot = slot_no;
         // SAFETY: slot `slot` of the field map lies within the object (the field map has
         // `slot_count` slots) and was written before the tuple was handed out.
         let offset = unsafe {
@@ -294,6 +300,33 @@ impl Tuple {
         Some(&self.data()[offset as usize..])
     }
 
+    /// Whether this tuple's field map holds `slot` (a tuple built before its space's field
+    /// map grew lacks the new slots; [`Tuple::field_in_slot`] then walks the array).
+    #[inline]
+    pub fn has_slot(&self, slot: FieldSlot) -> bool {
+        slot.slot == FIRST_FIELD_SLOT || usize::from(slot.slot) < self.slot_count()
+    }
+
+    /// For each of `field_nos`, the bytes from that field to the end of the array (`None`
+    /// where the array is shorter), found in one walk: what a tuple without slots for
+    /// several fields gives a key of several parts.
+    pub fn fields_by_walking(&self, field_nos: &[u32]) -> SmallVec<[Option<&[u8]>; 8]> {
+        let last = field_nos.iter().copied().max().unwrap_or(0);
+        let mut starts: SmallVec<[&[u8]; 16]> = SmallVec::new();
+        let mut cursor = self.data();
+        if let Ok(Some(count)) = msgpack::read_array_len(&mut cursor) {
+            for _ in 0..count.min(last.saturating_add(1)) {
+                starts.push(cursor);
+                if msgpack::skip_value(&mut cursor).is_err() {
+                    break;
+                }
+            }
+        }
+        field_nos
+            .iter()
+            .map(|&field_no| starts.get(field_no as usize).copied())
+            .collect()
+    }
     /// Bytes this tuple holds: its slot in the slab (or, past the largest class, its own
     /// allocation as malloc rounds it).
     pub fn allocated_bytes(&self) -> usize {
@@ -416,7 +449,7 @@ impl<'a> TupleRef<'a> {
 
     /// [`Tuple::field_in_slot`], for as long as the borrow.
     #[inline]
-    pub fn field_in_slot(self, slot: u8) -> Option<&'a [u8]> {
+    pub fn field_in_slot(self, slot: FieldSlot) -> Option<&'a [u8]> {
         let field = Tuple::field_in_slot(&self, slot)?;
         // SAFETY: as in `data`.
         Some(unsafe { std::slice::from_raw_parts(field.as_ptr(), field.len()) })
@@ -543,12 +576,12 @@ impl ArenaTuples {
 #[derive(Clone)]
 pub struct UnsignedKeyedTuples {
     tuples: ArenaTuples,
-    key_slot: u8,
+    key_slot: FieldSlot,
 }
 
 impl UnsignedKeyedTuples {
     /// The tuples of `slab`'s arena, keyed by the unsigned field in `key_slot`.
-    pub fn new(slab: &TupleSlab, key_slot: u8) -> UnsignedKeyedTuples {
+    pub fn new(slab: &TupleSlab, key_slot: FieldSlot) -> UnsignedKeyedTuples {
         UnsignedKeyedTuples {
             tuples: ArenaTuples::new(slab),
             key_slot,
@@ -691,6 +724,21 @@ fn write_offsets(map: *mut u8, offsets: &[u32]) {
 
 /// Field 0 of the array `data` and what follows it, found from the array's header.
 #[inline]
+/// The bytes from field `field_no` of the array `data` to its end, found by skipping the
+/// fields before it; `None` when the array is shorter.
+#[cold]
+fn field_by_walking(data: &[u8], field_no: u32) -> Option<&[u8]> {
+    let mut cursor = data;
+    let count = msgpack::read_array_len(&mut cursor).ok()??;
+    if field_no >= count {
+        return None;
+    }
+    for _ in 0..field_no {
+        msgpack::skip_value(&mut cursor).ok()?;
+    }
+    Some(cursor)
+}
+
 fn first_field(data: &[u8]) -> Option<&[u8]> {
     let (&marker, rest) = data.split_first()?;
     let (header_bytes, empty) = match marker {
@@ -762,12 +810,22 @@ impl FieldMap {
     #[inline]
     fn stored_slot_of(&self, field_no: u32) -> Option<u8> {
         self.slot_of(field_no)
+            .map(|slot| slot.slot)
             .filter(|&slot| slot != FIRST_FIELD_SLOT)
     }
 
-    /// Assigns a slot to every distinct field number in `indexed_fields`, in first-seen order.
-    pub fn new(indexed_fields: impl IntoIterator<Item = u32>) -> FieldMap {
-        let mut map = FieldMap::default();
+    /// Assigns a slot to every distinct field number in `indexed_fields`, in first-seen
+    /// order; `None` when they need more than [`MAX_FIELD_SLOTS`] slots.
+    pub fn new(indexed_fields: impl IntoIterator<Item = u32>) -> Option<FieldMap> {
+        FieldMap::default().extended(indexed_fields)
+    }
+
+    /// This map with a slot for each of `indexed_fields` that has none, after the slots it
+    /// has: a tuple built under this map reads its fields where it read them before, so
+    /// the tuples of a space outlive its map growing (see [`Tuple::field_in_slot`]).
+    /// `None` when they need more than [`MAX_FIELD_SLOTS`] slots.
+    pub fn extended(&self, indexed_fields: impl IntoIterator<Item = u32>) -> Option<FieldMap> {
+        let mut map = self.clone();
         for field_no in indexed_fields {
             let field_no = field_no as usize;
             if field_no == 0 {
@@ -780,30 +838,37 @@ impl FieldMap {
                 map.slot_of_field.resize(field_no + 1, NO_SLOT);
             }
             if map.slot_of_field[field_no] == NO_SLOT {
-                assert!(
-                    (map.slot_count as usize) < MAX_FIELD_SLOTS,
-                    "too many indexed fields"
-                );
+                if usize::from(map.slot_count) >= MAX_FIELD_SLOTS {
+                    return None;
+                }
                 map.slot_of_field[field_no] = map.slot_count;
                 map.slot_count += 1;
             }
         }
-        map
+        Some(map)
     }
 
-    /// The slot of an indexed field's offset in the tuples' field map; field 0, which
-    /// has none, is named by a slot `Tuple::field_in_slot` finds without one.
+    /// Where an indexed field's offset is in the tuples' field map; field 0, which has
+    /// none, is named by a slot `Tuple::field_in_slot` finds without one.
     #[inline]
-    pub fn slot_of(&self, field_no: u32) -> Option<u8> {
+    pub fn slot_of(&self, field_no: u32) -> Option<FieldSlot> {
         match self.slot_of_field.get(field_no as usize) {
-            Some(&slot) if slot != NO_SLOT => Some(slot),
+            Some(&slot) if slot != NO_SLOT => Some(FieldSlot { slot, field_no }),
             _ => None,
         }
     }
 }
 
+/// An indexed field as a tuple finds it: its slot in the field map, and its number for a
+/// tuple built before the slot existed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FieldSlot {
+    slot: u8,
+    field_no: u32,
+}
+
 /// The shape a space's tuples must have.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SpaceFormat {
     pub fields: Vec<FieldDef>,
     /// 0 = not enforced.
@@ -1016,8 +1081,38 @@ mod tests {
     }
 
     #[test]
+    fn a_grown_field_map_reads_tuples_built_under_the_old_one() {
+        let old = FieldMap::new([0, 2]).unwrap();
+        let grown = old.extended([1, 2, 1]).unwrap();
+        assert_eq!(
+            grown.slot_of(2),
+            old.slot_of(2),
+            "old slots keep their place"
+        );
+        let data = [0x93, 0x07, 0xa1, b'x', 0x2a];
+        let before = kv_format().build_tuple(&slab(), &old, &data).unwrap();
+        let after = kv_format().build_tuple(&slab(), &grown, &data).unwrap();
+        for tuple in [&before, &after] {
+            assert_eq!(
+                tuple.field_in_slot(grown.slot_of(1).unwrap()),
+                Some(&[0xa1, b'x', 0x2a][..])
+            );
+            assert_eq!(
+                tuple.field_in_slot(grown.slot_of(2).unwrap()),
+                Some(&[0x2a][..])
+            );
+        }
+        let short = SpaceFormat::default()
+            .build_tuple(&slab(), &old, &[0x91, 0x07])
+            .unwrap();
+        assert_eq!(short.field_in_slot(grown.slot_of(1).unwrap()), None);
+        let too_many = FieldMap::new(0..MAX_FIELD_SLOTS as u32 + 1).unwrap();
+        assert!(too_many.extended([MAX_FIELD_SLOTS as u32 + 1]).is_none());
+    }
+
+    #[test]
     fn field_map_reaches_indexed_fields_directly() {
-        let map = FieldMap::new([2, 0, 2]);
+        let map = FieldMap::new([2, 0, 2]).unwrap();
         let tuple = kv_format()
             .build_tuple(&slab(), &map, &[0x93, 0x07, 0xa1, b'x', 0x2a])
             .unwrap();
@@ -1053,7 +1148,7 @@ mod tests {
         data.extend([b'v'; 100]);
         assert_eq!(data.len(), 111);
         // Field 0 takes no slot: the primary key is found from the array's header.
-        let map = FieldMap::new([0]);
+        let map = FieldMap::new([0]).unwrap();
         assert_eq!(map.slot_count, 0);
         let slab = slab();
         let tuple = format.build_tuple(&slab, &map, &data).unwrap();
@@ -1091,7 +1186,7 @@ mod tests {
     fn short_long_and_large_tuples_keep_their_bytes_and_fields() {
         let quota = Rc::new(MemoryQuota::unlimited());
         let slab = TupleSlab::new(quota.clone());
-        let map = FieldMap::new([0, 1]);
+        let map = FieldMap::new([0, 1]).unwrap();
         let format = SpaceFormat::default();
         // Short (a page slot), large (its own allocation), long (its length in a word).
         for len in [16, 8_000, 9_000, 65_534, 65_535, 65_536, 200_000] {
@@ -1144,7 +1239,7 @@ mod tests {
         );
         let (ours, theirs) = (TupleSlab::new(here.clone()), TupleSlab::new(there.clone()));
         let format = SpaceFormat::default();
-        let map = FieldMap::new([0]);
+        let map = FieldMap::new([0]).unwrap();
         let foreign = format
             .build_tuple(&theirs, &map, &[0x92, 0x05, 0xa1, b'x'])
             .unwrap();
@@ -1173,7 +1268,7 @@ mod tests {
 
     #[test]
     fn field_zero_is_found_behind_every_array_header() {
-        let map = FieldMap::new([1, 0]);
+        let map = FieldMap::new([1, 0]).unwrap();
         let format = SpaceFormat::default();
         for data in [
             vec![0x92, 0x07, 0x08],
@@ -1195,7 +1290,7 @@ mod tests {
 
     #[test]
     fn validation_errors_are_tarantools() {
-        let map = FieldMap::new([0]);
+        let map = FieldMap::new([0]).unwrap();
         let format = kv_format();
         let err = format
             .build_tuple(&slab(), &map, &[0x92, 0xa1, b'x', 0x01])
