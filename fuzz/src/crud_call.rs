@@ -208,7 +208,10 @@ pub fn call(bytes: &mut Bytes<'_>) -> (String, Vec<u8>) {
             let index = FIELDS[bytes.below(FIELDS.len())];
             match bytes.byte() % 6 {
                 0 => "box.schema.space.create".to_string(),
-                1 => format!("box.space.{space}.index.{index}:drop"),
+                1 => {
+                    let method = ["drop", "alter"][usize::from(bytes.byte() % 2)];
+                    format!("box.space.{space}.index.{index}:{method}")
+                }
                 method => {
                     let method =
                         ["create_index", "drop", "rename", "format"][usize::from(method) - 2];
@@ -310,6 +313,27 @@ fn change_schema(engine: Engine, name: &str, args: &[u8]) {
         DefinitionChange::Redefine(def) => engine.check_redefinition(def).is_ok(),
         DefinitionChange::Create(_) | DefinitionChange::Drop(_) => true,
     };
+    let mut engine = engine;
+    if let DefinitionChange::Redefine(def) = &change {
+        // Prepared while serving, where it can be: the walk agrees with the check, and a
+        // walk that finished leaves the switch to the prepared definition.
+        match engine.prepare_redefinition(def) {
+            Ok(true) => {
+                let walked = loop {
+                    match engine.redefinition_step(def.id, 3) {
+                        Ok(false) => continue,
+                        done => break done.is_ok(),
+                    }
+                };
+                assert_eq!(walked, checked, "{name} {args:02x?}: walk vs check");
+                if !walked {
+                    engine.cancel_redefinition(def.id);
+                }
+            }
+            Ok(false) => {}
+            Err(error) => assert!(!checked, "{name}: checked, then prepare refused {error}"),
+        }
+    }
     let mut shard = tarn::shard::Shard::new(0, engine, None);
     let made = shard.change_schema(change.clone(), &[0; 8]);
     let refused = made.err();

@@ -1,7 +1,7 @@
 //! DDL over CALL, as a migration calls it through `conn.call(...)`:
 //! `box.schema.space.create(name, opts)`, `box.space.NAME:create_index(name, opts)`,
-//! `box.space.NAME:drop()`, `box.space.NAME:rename(new)`, `box.space.NAME:format(format)`
-//! and `box.space.NAME.index.INAME:drop()`. Each is read as Tarantool 2.6's Lua reads it
+//! `box.space.NAME:drop()`, `box.space.NAME:rename(new)`, `box.space.NAME:format(format)`,
+//! `box.space.NAME.index.INAME:drop()` and `box.space.NAME.index.INAME:alter(opts)`. Each is read as Tarantool 2.6's Lua reads it
 //! (its option checks and errors, `docs/tarantool-reference.md` (o)) and planned against
 //! this core's schema into the one change of one space's definition it makes
 //! ([`SchemaPlan::Change`]); the server makes that change on every shard (`server::ddl`)
@@ -113,6 +113,11 @@ pub fn plan(
         (Some(index_name), "drop") => {
             let index_id = index_named(&space, index_name).ok_or_else(not_defined)?.id;
             plan_index_drop(space, index_id)
+        }
+        (Some(index_name), "alter") => {
+            let index_id = index_named(&space, index_name).ok_or_else(not_defined)?.id;
+            let spread = catalog.placement(space.id) == SpacePlacement::ByPrimaryKey;
+            plan_index_alter(space, spread, index_id, arg(0))
         }
         _ => Err(not_defined()),
     }
@@ -421,6 +426,122 @@ fn plan_create_index(
             not_created: false,
         },
     })
+}
+
+/// The options `index:alter` reads (Tarantool 2.6's `alter_index_template`, less vinyl's
+/// and the functional and spatial indexes' options, which tarn has no use for).
+const INDEX_ALTER_OPTIONS: [&str; 5] = ["id", "name", "type", "unique", "parts"];
+
+/// `box.space.X.index.Y:alter(opts)`: the index under its new options, the others kept as
+/// they are (its type, uniqueness and parts default to its own). Answers nothing.
+fn plan_index_alter(
+    space: SpaceDef,
+    spread: bool,
+    index_id: u32,
+    opts: &[u8],
+) -> Result<SchemaPlan, Raised> {
+    let opts = options(opts)?;
+    check_known(&opts, &INDEX_ALTER_OPTIONS)?;
+    let Some(at) = space.indexes.iter().position(|index| index.id == index_id) else {
+        return Err(illegal("no such index"));
+    };
+    let old = space.indexes[at].clone();
+    let mut new = old.clone();
+    rename_index(&space, &opts, &mut new)?;
+    let modify = |reason: &str| {
+        raised(
+            ErrorCode::ER_MODIFY_INDEX,
+            format!(
+                "Can't create or modify index '{}' in space '{}': {reason}",
+                new.name, space.name
+            ),
+        )
+    };
+    (new.kind, new.unique) = altered_kind(&old, &opts).map_err(|reason| match reason {
+        Ok(reason) => modify(&reason),
+        Err(raised) => raised,
+    })?;
+    if new.kind == IndexKind::Hash && !new.unique {
+        return Err(modify("HASH index must be unique"));
+    }
+    if index_id == 0 && !new.unique {
+        return Err(modify("primary key must be unique"));
+    }
+    if index_id != 0 && new.unique && !old.unique && spread {
+        return Err(modify(
+            "a unique secondary index needs the whole space on one shard, and tarn spreads \
+             this space's rows over the shards by primary key",
+        ));
+    }
+    if let Some(raw) = option(&opts, "parts").filter(|raw| !mp::is_nil(raw)) {
+        new.key_def = KeyDef::new(parse_parts(raw, &space.format)?);
+    }
+    if index_id == 0 && spread && new.key_def != old.key_def {
+        return Err(modify(
+            "tarn places this space's rows on its shards by primary key, so the primary \
+             key's parts cannot change",
+        ));
+    }
+    let unchanged = new.name == old.name
+        && new.kind == old.kind
+        && new.unique == old.unique
+        && new.key_def == old.key_def;
+    if unchanged {
+        return Ok(SchemaPlan::Unchanged(DdlReply::Nothing));
+    }
+    let mut def = space;
+    def.indexes[at] = new;
+    check_part_types(&def, &def.indexes[at].key_def)?;
+    Ok(SchemaPlan::Change {
+        change: DefinitionChange::Redefine(def),
+        reply: DdlReply::Nothing,
+    })
+}
+
+/// `alter`'s `id` (which must stay the index's own) and `name` options, onto `index`.
+fn rename_index(
+    space: &SpaceDef,
+    opts: &[(&str, &[u8])],
+    index: &mut IndexDef,
+) -> Result<(), Raised> {
+    if let Some(id) = option(opts, "id").filter(|raw| !mp::is_nil(raw)) {
+        if mp::value(id) != Value::Uint(u64::from(index.id)) {
+            return Err(raised(
+                ErrorCode::ER_CANT_UPDATE_PRIMARY_KEY,
+                "Attempt to modify a tuple field which is part of index 'primary' in space \
+                 '_index'"
+                    .into(),
+            ));
+        }
+    }
+    if let Some(name) = option(opts, "name").filter(|raw| !mp::is_nil(raw)) {
+        let name = name_argument(name, "name")?;
+        if index_named(space, name).is_some_and(|other| other.id != index.id) {
+            return Err(duplicate_in("name", "_index"));
+        }
+        index.name = name.into();
+    }
+    Ok(())
+}
+
+/// `alter`'s type and uniqueness: the options', else `old`'s own (see [`index_kind`]).
+fn altered_kind(
+    old: &IndexDef,
+    opts: &[(&str, &[u8])],
+) -> Result<(IndexKind, bool), Result<String, Raised>> {
+    let mut given = opts.to_vec();
+    if option(opts, "unique").is_none() {
+        let unique: &[u8] = if old.unique { b"\xc3" } else { b"\xc2" };
+        given.push(("unique", unique));
+    }
+    if option(opts, "type").is_none() {
+        let kind: &[u8] = match old.kind {
+            IndexKind::Tree => b"\xa4tree",
+            IndexKind::Hash => b"\xa4hash",
+        };
+        given.push(("type", kind));
+    }
+    index_kind(&given)
 }
 
 /// The new index's id (the option, else one past the largest), checked as Tarantool checks

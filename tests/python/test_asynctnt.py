@@ -7,12 +7,14 @@ against Tarantool 2.6 alike.
 import asyncio
 
 import asynctnt
-from asynctnt.exceptions import TarantoolDatabaseError
+from asynctnt.exceptions import TarantoolDatabaseError, TarantoolSchemaError
 
 LO, HI = 30201, 30206  # kv ids of this module
 A = 700500  # customers' field `a`, used only here
 ER_TUPLE_FOUND = 3
 ER_EXACT_MATCH = 19
+ER_PROC_LUA = 32
+ER_NO_SUCH_PROC = 33
 
 
 def run(addr, body):
@@ -80,3 +82,44 @@ def test_box_space_calls(addr, key_range):
         return True
 
     assert run(addr, body)
+
+
+def test_a_connection_opened_before_create_index_reads_by_the_new_name(addr):
+    ddl_format = [{"name": "id", "type": "unsigned"}, {"name": "v", "type": "string"}]
+
+    async def ddl(*calls):
+        admin = asynctnt.Connection(host=addr[0], port=addr[1], username="bench",
+                                    password="secret")
+        await admin.connect()
+        try:
+            for name, args in calls:
+                try:
+                    await admin.call(name, args)
+                except TarantoolDatabaseError as error:
+                    # Tarantool makes the space, then cannot encode the object it returns;
+                    # a drop of a space that is not there is not defined.
+                    assert error.code in (ER_PROC_LUA, ER_NO_SUCH_PROC), error
+        finally:
+            await admin.disconnect()
+
+    async def body(conn):
+        await ddl(("box.space.ddl_f:drop", []),
+                  ("box.schema.space.create", ["ddl_f", {"format": ddl_format, "id": 605}]),
+                  ("box.space.ddl_f:create_index", ["pk"]))
+        await conn.refetch_schema()
+        for i in range(4):
+            await conn.insert("ddl_f", [i, "v%d" % (i % 2)])
+        await ddl(("box.space.ddl_f:create_index", ["by_v", {"parts": ["v"], "unique": False}]))
+        # asynctnt resolves index names from its schema; a reply after the change carries
+        # the new schema version, on which it fetches the schema again, in the background.
+        await conn.ping()
+        for _ in range(100):
+            try:
+                got = await conn.select("ddl_f", ["v1"], index="by_v")
+                break
+            except TarantoolSchemaError:
+                await asyncio.sleep(0.02)
+        await ddl(("box.space.ddl_f:drop", []))
+        return rows(got)
+
+    assert run(addr, body) == [[1, "v1"], [3, "v1"]]

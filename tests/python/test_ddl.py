@@ -145,3 +145,42 @@ def test_tarn_refuses_a_unique_secondary_index_on_a_spread_space(conn, bench_con
                              {"parts": ["v"]})
     assert code == 14 and "a unique secondary index needs the whole space" in message
     assert call(bench_conn, "box.space.ddl_d:drop") == []
+
+
+def test_index_alter_as_tarantool_answers_it(conn, bench_conn, is_tarn):
+    drop_if_there(bench_conn, "ddl_e")
+    fmt = [{"name": "id", "type": "unsigned"}, {"name": "g", "type": "unsigned"},
+           {"name": "s", "type": "string"}]
+    create_space(bench_conn, is_tarn, "ddl_e", {"format": fmt, "id": 604})
+    call(bench_conn, "box.space.ddl_e:create_index", "pk")
+    call(bench_conn, "box.space.ddl_e:create_index", "g", {"parts": ["g"], "unique": False})
+    for row in ([1, 1, "a"], [2, 1, "b"], [3, 2, "c"]):
+        conn.insert("ddl_e", row)
+    assert call(bench_conn, "box.space.ddl_e.index.g:alter", {"name": "g2"}) == []
+    assert conn.select("_vindex", [604]).data[1][2:6] == [
+        "g2", "tree", {"unique": False}, [[1, "unsigned"]]]
+    # New parts: the index is rebuilt over the tuples, and read under its new name by a
+    # connection that loaded the schema before.
+    assert call(bench_conn, "box.space.ddl_e.index.g2:alter", {"parts": ["s"]}) == []
+    assert conn.select("ddl_e", ["b"], index="g2").data == [[2, 1, "b"]]
+    assert call(bench_conn, "box.space.ddl_e.index.g2:alter") == []
+    assert error_of(bench_conn, "box.space.ddl_e.index.g2:alter", {"bogus": 1}) == (
+        1, "Illegal parameters, unexpected option 'bogus'")
+    assert error_of(bench_conn, "box.space.ddl_e.index.g2:alter", "x") == (
+        1, "Illegal parameters, options should be a table")
+    assert error_of(bench_conn, "box.space.ddl_e.index.g2:alter", {"name": "pk"}) == (
+        ER_TUPLE_FOUND, "Duplicate key exists in unique index 'name' in space '_index'")
+    assert error_of(bench_conn, "box.space.ddl_e.index.g2:alter", {"id": 5}) == (
+        94, "Attempt to modify a tuple field which is part of index 'primary' in space '_index'")
+    assert error_of(bench_conn, "box.space.ddl_e.index.pk:alter", {"unique": False}) == (
+        14, "Can't create or modify index 'pk' in space 'ddl_e': primary key must be unique")
+    assert error_of(bench_conn, "box.space.ddl_e.index.g2:alter", {"type": "hash",
+                                                                  "unique": False}) == (
+        14, "Can't create or modify index 'g2' in space 'ddl_e': HASH index must be unique")
+    assert error_of(bench_conn, "box.space.ddl_e.index.nope:alter", {"name": "x"}) == (
+        ER_NO_SUCH_PROC, "Procedure 'box.space.ddl_e.index.nope:alter' is not defined")
+    # The failed calls changed nothing.
+    assert conn.select("_vindex", [604]).data[1][2:6] == [
+        "g2", "tree", {"unique": False}, [[2, "string"]]]
+    assert conn.select("ddl_e", [], index="g2").data == [[1, 1, "a"], [2, 1, "b"], [3, 2, "c"]]
+    assert call(bench_conn, "box.space.ddl_e:drop") == []

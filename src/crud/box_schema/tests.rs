@@ -302,3 +302,48 @@ fn drops_and_renames() {
         (33, "Procedure 'box.space.nope:drop' is not defined".into())
     );
 }
+
+#[test]
+fn index_alter_keeps_what_it_is_not_given_and_refuses_what_tarn_cannot_place() {
+    let engine = engine();
+    let DefinitionChange::Redefine(def) = change(
+        &engine,
+        "box.space.customers.index.composite:alter",
+        r#"[{"name": "abcd", "parts": ["a", "b"]}]"#,
+    ) else {
+        panic!("not a redefinition");
+    };
+    let altered = &def.indexes[1];
+    assert_eq!((altered.id, &*altered.name), (1, "abcd"));
+    assert_eq!((altered.kind, altered.unique), (IndexKind::Tree, false));
+    let fields: Vec<u32> = altered.key_def.parts.iter().map(|p| p.field_no).collect();
+    assert_eq!(fields, [2, 3]);
+    assert!(matches!(
+        plan(
+            &engine,
+            "box.space.customers.index.composite:alter",
+            &args("[{}]")
+        ),
+        Ok(SchemaPlan::Unchanged(DdlReply::Nothing))
+    ));
+    let (code, message) = refused(
+        &engine,
+        "box.space.customers.index.primary:alter",
+        r#"[{"parts": ["a"]}]"#,
+    );
+    assert_eq!(code, 14);
+    assert!(
+        message.contains("so the primary key's parts cannot change"),
+        "{message}"
+    );
+    let (code, message) = refused(
+        &engine,
+        "box.space.customers.index.composite:alter",
+        r#"[{"unique": true}]"#,
+    );
+    assert_eq!(code, 14);
+    assert!(
+        message.contains("a unique secondary index needs the whole space"),
+        "{message}"
+    );
+}
