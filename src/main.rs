@@ -1,5 +1,5 @@
 //! `tarn`: the server binary. Reads the config (file, then flags), starts one executor per
-//! core, serves until SIGINT or SIGTERM.
+//! core, serves until SIGINT or SIGTERM; SIGHUP reloads the config's spaces.
 
 use clap::Parser;
 use std::io::IsTerminal;
@@ -30,7 +30,9 @@ fn main() -> ExitCode {
         huge_pages = tarn::server::os::heap::huge_pages_requested(),
         "heap set up (huge pages: glibc.malloc.hugetlb in GLIBC_TUNABLES)"
     );
-    match tarn::server::run(config) {
+    // SIGHUP reads the config again as here: the file, then the same flags.
+    let read_config = Box::new(move || config::load(&args).map_err(|error| error.to_string()));
+    match tarn::server::run_reloading(config, Some(read_config)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!("{error}");

@@ -260,3 +260,70 @@ fn a_change_that_fails_on_one_shard_writes_nothing_on_the_others() {
     assert_eq!(common::kv_ids(server.addr).len(), 40);
     assert_eq!(server.stop(), Some(0));
 }
+
+/// A space the config may add: `notes`, id 520, one unsigned field.
+const NOTES_SPACE: &str = r#"
+[[space]]
+name = "notes"
+id = 520
+shard = "all"
+format = [{ name = "id", type = "unsigned" }]
+
+[[space.index]]
+name = "primary"
+type = "TREE"
+unique = true
+parts = ["id"]
+"#;
+
+fn hang_up(server: &Server) {
+    let sent = std::process::Command::new("kill")
+        .args(["-HUP", &server.pid().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+}
+
+#[test]
+fn sighup_makes_the_configs_new_index_field_and_space_while_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = start(dir.path(), SHIPPED).unwrap();
+    write_rows(&server, 0..200);
+    let config_path = dir.path().join("tarn.toml");
+    let changed = format!("{}{NOTES_SPACE}", with_value_index());
+    std::fs::write(&config_path, &changed).unwrap();
+    hang_up(&server);
+    let made = "SIGHUP: schema change made: space 520 'notes' created";
+    let waited = std::time::Duration::from_secs(20);
+    assert!(server.wait_for_log(made, waited), "{}", server.log_so_far());
+    assert!(server.log_so_far().contains(
+        "SIGHUP: schema change made: space 512 'kv' (field 4 'note' added as nullable string, \
+         index 1 'by_value' added as non-unique tree on [3 string])"
+    ));
+    let expected: Vec<u64> = (0..200).filter(|id| id % 7 == 3).collect();
+    assert_eq!(ids_by_value(&server, "v3"), expected);
+    assert!(common::select_rows(server.addr, 520, 0, 2, &[0x90]).is_empty());
+
+    // A change SIGHUP does not make (a new primary key) is logged; nothing changes.
+    let new_primary = changed.replacen("parts = [\"id\"]", "parts = [\"value\"]", 1);
+    std::fs::write(&config_path, new_primary).unwrap();
+    hang_up(&server);
+    let refused = "SIGHUP: the config's spaces were not changed";
+    assert!(
+        server.wait_for_log(refused, waited),
+        "{}",
+        server.log_so_far()
+    );
+    assert_eq!(ids_by_value(&server, "v3"), expected);
+    assert_eq!(server.stop(), Some(0));
+
+    // Recorded: a start under the changed config has nothing to change.
+    let server = start(dir.path(), &changed).unwrap();
+    assert!(
+        !server.log_so_far().contains("schema change"),
+        "{}",
+        server.log_so_far()
+    );
+    assert_eq!(ids_by_value(&server, "v3"), expected);
+    assert_eq!(server.stop(), Some(0));
+}

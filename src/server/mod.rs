@@ -71,6 +71,7 @@ pub mod moved_key;
 #[allow(unsafe_code)]
 pub mod os;
 pub mod recovering;
+pub mod reload;
 pub mod schema;
 pub mod schema_change;
 pub mod session;
@@ -431,6 +432,15 @@ fn placement_for(shard_count: usize) -> Result<PoolPlacement, ServerError> {
 
 /// Runs the server until SIGINT or SIGTERM.
 pub fn run(config: Config) -> Result<(), ServerError> {
+    run_reloading(config, None)
+}
+
+/// [`run`], reloading the config's spaces with `read_config` on each SIGHUP (see
+/// [`reload`]).
+pub fn run_reloading(
+    config: Config,
+    read_config: Option<reload::ConfigReader>,
+) -> Result<(), ServerError> {
     let shard_count = shard_count_for(&config);
     let per_shard = config.memory_bytes / shard_count as u64;
     if per_shard > crate::storage::slab::MAX_PAGE_BYTES {
@@ -456,9 +466,18 @@ pub fn run(config: Config) -> Result<(), ServerError> {
     os::open_files::raise_open_files_limit(config.max_connections as u64, shard_count);
     // Before recovery, which may take long: a port in use fails the start at once.
     let listening = Arc::new(Listening::bind(config.listen, shard_count, shutdown)?);
+    let reloader = match read_config {
+        Some(read) => Some(Arc::new(reload::Reloader::new(read, &config)?)),
+        None => None,
+    };
     let results = start_cores(config, shard_count, {
         let listening = listening.clone();
-        move |core| listen::serve_clients(core, listening.clone())
+        move |core| {
+            if let (0, Some(reloader)) = (core.id(), &reloader) {
+                glommio::spawn_local(reload::watch(core.clone(), reloader.clone())).detach();
+            }
+            listen::serve_clients(core, listening.clone())
+        }
     })?;
     match results.into_iter().find_map(Result::err) {
         Some(error) => Err(error),
