@@ -37,8 +37,6 @@ use crate::server::mesh::core::Core;
 use crate::server::schema;
 use crate::shard::{DefinitionChange, SchemaChangeError};
 use crate::storage::{Collation, Engine, StorageError};
-use glommio::{Latency, Shares, TaskQueueHandle};
-use std::cell::OnceCell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -50,6 +48,8 @@ const POLL: Duration = Duration::from_millis(1);
 /// How long a core prepares a redefinition, at most, before it polls its network and
 /// serves what arrived.
 const BUILD_SLICE: Duration = Duration::from_micros(100);
+/// The sleep between slices: the least a timer takes (it fires on the core's next turn).
+const SERVE_BETWEEN_SLICES: Duration = Duration::from_micros(1);
 /// Tuples a preparation step takes (about 10 to 40 µs).
 const STEP_TUPLES: usize = 32;
 /// How often a long preparation says how far it is.
@@ -254,11 +254,22 @@ pub async fn change(
         tracing::error!(version, space = space_id, %failure, "schema change abandoned");
         return Err(failure);
     }
-    let rows = (!round.rows.is_empty()).then_some(&round.rows[..]);
-    let recorded = match ddl.record().as_mut() {
-        Some(record) => record.write(version, space_id, rows),
-        None => Ok(()),
-    };
+    debug_assert!(
+        std::ptr::eq(ddl, &core.shared.ddl),
+        "the turn is the server's"
+    );
+    // Written and fsynced on glommio's thread for blocking calls: an fsync under load takes
+    // tens of milliseconds, which this core's requests would wait out.
+    let (shared, written) = (core.shared.clone(), round.clone());
+    let recorded = glommio::executor()
+        .spawn_blocking(move || {
+            let rows = (!written.rows.is_empty()).then_some(&written.rows[..]);
+            match shared.ddl.record().as_mut() {
+                Some(record) => record.write(version, space_id, rows),
+                None => Ok(()),
+            }
+        })
+        .await;
     if let Err(reason) = recorded {
         abandon(&round);
         tracing::error!(version, space = space_id, %reason, "schema change abandoned");
@@ -339,47 +350,24 @@ async fn prepare(core: &Rc<Core>, round: &Arc<Round>) -> Result<(), StorageError
     if !online {
         return core.shard.borrow().engine.check_redefinition(def);
     }
-    let slices = build_in_slices(core.clone(), round.clone(), def.id, def.name.clone());
-    match glommio::spawn_local_into(slices, build_queue()) {
-        Ok(task) => task.await,
-        Err(error) => {
-            tracing::warn!(%error, "no task queue for the build: built in one step");
-            let mut shard = core.shard.borrow_mut();
-            while !shard.engine.redefinition_step(def.id, usize::MAX)? {}
-            Ok(())
-        }
-    }
+    build_in_slices(core, round, def.id, &def.name).await
 }
 
-thread_local! {
-    /// This core's task queue for preparing schema changes (see [`build_queue`]).
-    static BUILD_QUEUE: OnceCell<TaskQueueHandle> = const { OnceCell::new() };
-}
-
-/// The task queue a core prepares schema changes in: as many shares as the requests' queue
-/// (glommio's default), so a build and busy requests each get half the core, and a latency
-/// of [`BUILD_SLICE`], so that while it has work glommio preempts every queue that often
-/// and polls the network between (a task that merely yields keeps its queue running).
-fn build_queue() -> TaskQueueHandle {
-    BUILD_QUEUE.with(|queue| {
-        *queue.get_or_init(|| {
-            glommio::executor().create_task_queue(
-                Shares::default(),
-                Latency::Matters(BUILD_SLICE),
-                "schema-build",
-            )
-        })
-    })
-}
-
-/// Walks space `space_id`'s prepared redefinition to its end, a step at a time, yielding
-/// whenever glommio asks (every [`BUILD_SLICE`] or so), saying how far it is every
+/// Walks space `space_id`'s prepared redefinition to its end, a step at a time, for
+/// [`BUILD_SLICE`] at most before it lets the core serve, saying how far it is every
 /// [`PROGRESS_EVERY`].
+///
+/// Between slices it sleeps on a timer rather than yields: a yielding task keeps its queue
+/// running, and the network is polled only once the queue is empty (or glommio's 100 ms
+/// preemption timer fires). A task queue of its own with a latency of its own, which has
+/// glommio preempt every queue that often, lost the build's wake-up now and then (a build
+/// stalled until the thread was interrupted), so timers it is: the timer fires on the
+/// core's next turn, after the requests that arrived are served.
 async fn build_in_slices(
-    core: Rc<Core>,
-    round: Arc<Round>,
+    core: &Rc<Core>,
+    round: &Round,
     space_id: u32,
-    name: Box<str>,
+    name: &str,
 ) -> Result<(), StorageError> {
     let tuples = core
         .shard
@@ -390,18 +378,22 @@ async fn build_in_slices(
     let started = Instant::now();
     let mut reported = started;
     let mut steps = 0usize;
-    // The preemption timer glommio armed last is the requests' queue's (100 ms); the build's
-    // latency takes effect when it is armed again, on the next poll of the network.
-    glommio::timer::sleep(Duration::from_micros(1)).await;
     loop {
-        steps += 1;
-        if core
-            .shard
-            .borrow_mut()
-            .engine
-            .redefinition_step(space_id, STEP_TUPLES)?
-        {
-            break;
+        let slice = Instant::now();
+        while slice.elapsed() < BUILD_SLICE {
+            steps += 1;
+            if core
+                .shard
+                .borrow_mut()
+                .engine
+                .redefinition_step(space_id, STEP_TUPLES)?
+            {
+                if steps > 1 && tuples >= 100_000 {
+                    let seconds = started.elapsed().as_secs_f64();
+                    tracing::info!(space = %name, tuples, seconds, "schema change prepared");
+                }
+                return Ok(());
+            }
         }
         if round.phase.load(Ordering::Acquire) == PHASE_ABANDON {
             return Ok(());
@@ -411,13 +403,8 @@ async fn build_in_slices(
             let walked = (steps * STEP_TUPLES).min(tuples);
             tracing::info!(space = %name, walked, tuples, "preparing a schema change");
         }
-        glommio::yield_if_needed().await;
+        glommio::timer::sleep(SERVE_BETWEEN_SLICES).await;
     }
-    if steps > 1 && tuples >= 100_000 {
-        let seconds = started.elapsed().as_secs_f64();
-        tracing::info!(space = %name, tuples, seconds, "schema change prepared");
-    }
-    Ok(())
 }
 
 /// The switch on this core: the shard's change, then what this core derives from its

@@ -436,6 +436,27 @@ impl Index {
         }
     }
 
+    /// A loader of this index's contents from `len` entries in key order, for a TREE index
+    /// keyed as bytes (see [`bytes::SortedLoader`]); `None` for the others.
+    pub fn sorted_loader(&self, len: usize) -> Option<bytes::SortedLoader<TreeTuples>> {
+        match &self.data {
+            IndexData::Tree(map) => Some(bytes::SortedLoader::new(map.store().clone(), len)),
+            _ => None,
+        }
+    }
+
+    /// Replaces the contents with `tree`, loaded by [`Index::sorted_loader`].
+    pub fn install(&mut self, tree: BytesTree<TreeTuples>) {
+        debug_assert!(matches!(self.data, IndexData::Tree(_)));
+        self.spilled_key_bytes = 0;
+        self.data = IndexData::Tree(tree);
+    }
+
+    /// Whether [`Index::sorted_loader`] gives a loader.
+    pub fn loads_sorted(&self) -> bool {
+        matches!(self.data, IndexData::Tree(_))
+    }
+
     /// `insert` under a key held elsewhere (a scratch buffer): a TREE index keeps no copy.
     pub fn insert_slice(&mut self, key: &[u8], tuple: Tuple) -> Option<Tuple> {
         match &mut self.data {

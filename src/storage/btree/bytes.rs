@@ -811,61 +811,19 @@ impl<S: KeyStore> BytesTree<S> {
 
     /// Builds a tree from entries sorted by strictly increasing key, each with the key its
     /// value holds, filling every leaf (spreading the remainder so none is underfull) and
-    /// then each level above it: O(n), no searches.
+    /// then each level above it: O(n), no searches. See [`SortedLoader`] for the same a
+    /// step at a time.
     pub fn from_sorted<'k, I>(store: S, entries: I) -> BytesTree<S>
     where
         I: IntoIterator<Item = (&'k [u8], S::Value)>,
         I::IntoIter: ExactSizeIterator,
     {
-        let mut entries = entries.into_iter();
-        let len = entries.len();
-        let mut tree = BytesTree::new(store);
-        if len == 0 {
-            return tree;
+        let entries = entries.into_iter();
+        let mut loader = SortedLoader::new(store, entries.len());
+        for (key, value) in entries {
+            loader.push(key, value);
         }
-        // Each node with the least key under it, the separator it gives its parent.
-        let mut level: Vec<(KeyBuf, BytesNode)> = Vec::with_capacity(len.div_ceil(LEAF_CAPACITY));
-        for size in even_sizes(len, LEAF_CAPACITY) {
-            let mut leaf = BytesLeaf::empty();
-            let mut first = KeyBuf::new();
-            for (slot, (key, value)) in entries.by_ref().take(size).enumerate() {
-                if slot == 0 {
-                    first = KeyBuf::from_slice(key);
-                }
-                leaf.heads[slot] = head_of(key);
-                leaf.handles[slot] = tree.store.pack(value);
-                leaf.len = slot + 1;
-            }
-            level.push((first, BytesNode::Leaf(leaf)));
-        }
-        debug_assert!(entries.next().is_none(), "ExactSizeIterator told the truth");
-        tree.leaves = level.len();
-        while level.len() > 1 {
-            let mut nodes = level.into_iter();
-            let count = nodes.len();
-            let mut parents = Vec::with_capacity(count.div_ceil(INTERNAL_FANOUT));
-            for size in even_sizes(count, INTERNAL_FANOUT) {
-                let mut parent = BytesInternal::empty();
-                let mut first = KeyBuf::new();
-                for (slot, (key, child)) in nodes.by_ref().take(size).enumerate() {
-                    if slot == 0 {
-                        first = key;
-                    } else {
-                        let separator = (head_of(&key), key);
-                        tree.separator_bytes += spilled_bytes(&separator.1) as usize;
-                        parent.set_separator(slot - 1, separator);
-                    }
-                    parent.children[slot] = Some(child);
-                }
-                parent.len = size - 1;
-                parents.push((first, BytesNode::Internal(parent)));
-            }
-            tree.internals += parents.len();
-            level = parents;
-        }
-        tree.root = level.pop().map(|(_, root)| root);
-        tree.len = len;
-        tree
+        loader.finish()
     }
 
     /// Entries with keys within the bounds, lazily, from either end. Bounds that admit no
@@ -911,6 +869,116 @@ impl<S: KeyStore> BytesTree<S> {
 
     pub fn iter(&self) -> BytesRange<'_, S> {
         self.range(Bound::Unbounded, Bound::Unbounded)
+    }
+}
+
+/// A [`BytesTree`] built as [`BytesTree::from_sorted`] builds it, from `len` entries in
+/// strictly increasing key order given one at a time, so that a build can be spread over
+/// many steps with other work between them: the leaves are filled as the entries come, the
+/// levels above them built by [`SortedLoader::finish`] (a node per 64 leaves: fast). A
+/// loader dropped unfinished gives back the values it holds.
+pub struct SortedLoader<S: KeyStore> {
+    /// `None` once finished.
+    tree: Option<BytesTree<S>>,
+    /// Entries the tree will hold, and those pushed so far.
+    len: usize,
+    pushed: usize,
+    /// The leaf being filled, the least key in it, and the leaf's number.
+    leaf: Box<BytesLeaf>,
+    first: KeyBuf,
+    leaf_no: usize,
+    /// Leaves as `even_sizes` sizes them: `base` entries each, one more in the first
+    /// `larger`.
+    base: usize,
+    larger: usize,
+    /// The filled leaves, each with its least key.
+    level: Vec<(KeyBuf, BytesNode)>,
+}
+
+impl<S: KeyStore> SortedLoader<S> {
+    pub fn new(store: S, len: usize) -> SortedLoader<S> {
+        let leaves = len.div_ceil(LEAF_CAPACITY).max(1);
+        SortedLoader {
+            tree: Some(BytesTree::new(store)),
+            len,
+            pushed: 0,
+            leaf: BytesLeaf::empty(),
+            first: KeyBuf::new(),
+            leaf_no: 0,
+            base: len / leaves,
+            larger: len % leaves,
+            level: Vec::with_capacity(len.div_ceil(LEAF_CAPACITY)),
+        }
+    }
+
+    /// Adds the next entry: its key must be above every key pushed before.
+    pub fn push(&mut self, key: &[u8], value: S::Value) {
+        debug_assert!(self.pushed < self.len, "more entries than announced");
+        let Some(tree) = &self.tree else {
+            return;
+        };
+        let slot = self.leaf.len;
+        if slot == 0 {
+            self.first = KeyBuf::from_slice(key);
+        }
+        self.leaf.heads[slot] = head_of(key);
+        self.leaf.handles[slot] = tree.store.pack(value);
+        self.leaf.len = slot + 1;
+        self.pushed += 1;
+        let size = self.base + usize::from(self.leaf_no < self.larger);
+        if self.leaf.len == size {
+            let leaf = std::mem::replace(&mut self.leaf, BytesLeaf::empty());
+            self.level
+                .push((std::mem::take(&mut self.first), BytesNode::Leaf(leaf)));
+            self.leaf_no += 1;
+        }
+    }
+
+    /// The tree of every entry pushed (all `len` of them), its levels built over the leaves.
+    pub fn finish(mut self) -> BytesTree<S> {
+        debug_assert_eq!(self.pushed, self.len, "fewer entries than announced");
+        let mut tree = self.tree.take().expect("a loader finishes once");
+        let mut level = std::mem::take(&mut self.level);
+        tree.leaves = level.len();
+        while level.len() > 1 {
+            let mut nodes = level.into_iter();
+            let count = nodes.len();
+            let mut parents = Vec::with_capacity(count.div_ceil(INTERNAL_FANOUT));
+            for size in even_sizes(count, INTERNAL_FANOUT) {
+                let mut parent = BytesInternal::empty();
+                let mut first = KeyBuf::new();
+                for (slot, (key, child)) in nodes.by_ref().take(size).enumerate() {
+                    if slot == 0 {
+                        first = key;
+                    } else {
+                        let separator = (head_of(&key), key);
+                        tree.separator_bytes += spilled_bytes(&separator.1) as usize;
+                        parent.set_separator(slot - 1, separator);
+                    }
+                    parent.children[slot] = Some(child);
+                }
+                parent.len = size - 1;
+                parents.push((first, BytesNode::Internal(parent)));
+            }
+            tree.internals += parents.len();
+            level = parents;
+        }
+        tree.root = level.pop().map(|(_, root)| root);
+        tree.len = self.pushed;
+        tree
+    }
+}
+
+impl<S: KeyStore> Drop for SortedLoader<S> {
+    fn drop(&mut self) {
+        let Some(tree) = &self.tree else {
+            return;
+        };
+        for (_, node) in &mut self.level {
+            unpack_all(node, &tree.store);
+        }
+        let mut leaf = BytesNode::Leaf(std::mem::replace(&mut self.leaf, BytesLeaf::empty()));
+        unpack_all(&mut leaf, &tree.store);
     }
 }
 

@@ -9,7 +9,9 @@
 //!
 //! A write puts its tuple in the indexes being built whether or not the walk has passed its
 //! key: the walk putting it again later finds it there, so no write needs to know where
-//! the walk is. Tuples keep the field map they were built with; the space's map grows by
+//! the walk is. New non-unique TREE indexes are built by sorting instead
+//! ([`sorted_build`]): the walk collects their keys, writes go to a log replayed once the
+//! tree is filled. Tuples keep the field map they were built with; the space's map grows by
 //! the new indexes' fields, and a tuple built before finds them by walking its array.
 //!
 //! Knows nothing of shards or of how the steps are scheduled: the caller (the DDL
@@ -22,6 +24,9 @@ use crate::storage::key::{KeyBuf, SearchKeyBuf};
 use crate::storage::range::IteratorType;
 use crate::storage::tuple::{SpaceFormat, Tuple, MAX_FIELD_SLOTS};
 use smallvec::SmallVec;
+use sorted_build::SortedBuilds;
+
+mod sorted_build;
 
 /// A definition being prepared (see the module doc).
 pub(super) struct Redefinition {
@@ -33,9 +38,14 @@ pub(super) struct Redefinition {
     /// The indexes `def` adds, or redefines with other parts; hidden from reads until the
     /// switch.
     pub(super) building: Vec<Index>,
+    /// The indexes of `building` built by sorting, until they are (see [`sorted_build`]):
+    /// writes do not go to them but to its log.
+    sorted: Option<Box<SortedBuilds>>,
     /// The primary key (a MessagePack array) of the last tuple the walk took; `None`
     /// before its first step.
     walked_to: Option<Vec<u8>>,
+    /// Whether the walk has taken every tuple, and whether everything is built.
+    walked: bool,
     done: bool,
     /// What made the new definition impossible outside a step (a tuple put back by an
     /// undo that a new unique index already holds another tuple under), for the next step
@@ -100,11 +110,20 @@ impl Space {
         let format = (!same_format_rules(&self.format, &def.format)).then(|| def.format.clone());
         // Nothing to build or check (a drop, a rename): ready at once.
         let done = building.is_empty() && format.is_none();
+        let sorted = SortedBuilds::new(
+            building
+                .iter()
+                .enumerate()
+                .filter(|(_, index)| !index.def.unique && index.loads_sorted())
+                .map(|(position, _)| position),
+        );
         self.redefinition = Some(Box::new(Redefinition {
             def,
             format,
             building,
+            sorted,
             walked_to: None,
+            walked: done,
             done,
             failure: None,
             batch: Vec::new(),
@@ -159,7 +178,8 @@ impl Space {
         for index in &mut redefinition.building {
             index.bulk_build(&tuples, &self.field_map, &self.format, &self.name)?;
         }
-        redefinition.done = true;
+        redefinition.sorted = None;
+        (redefinition.walked, redefinition.done) = (true, true);
         Ok(())
     }
 
@@ -188,6 +208,20 @@ impl Space {
         if redefinition.done {
             return Ok(true);
         }
+        if redefinition.walked {
+            let Redefinition {
+                sorted, building, ..
+            } = redefinition;
+            if let Some(builds) = sorted {
+                let field_map_and_format = (&self.field_map, &self.format);
+                if !builds.step(building, field_map_and_format, tuples)? {
+                    return Ok(false);
+                }
+            }
+            *sorted = None;
+            redefinition.done = true;
+            return Ok(true);
+        }
         let mut batch = std::mem::take(&mut redefinition.batch);
         batch.clear();
         batch.extend(
@@ -206,7 +240,8 @@ impl Space {
             key.clear();
             self.write_primary_key(last, key);
         }
-        redefinition.done = batch.len() < tuples;
+        redefinition.walked = batch.len() < tuples;
+        redefinition.done = redefinition.walked && redefinition.sorted.is_none();
         batch.clear();
         redefinition.batch = batch;
         walked.map(|()| redefinition.done)
@@ -220,11 +255,18 @@ impl Space {
             format.check_tuple(&self.field_map, tuple.data())?;
         }
         let Redefinition {
-            building, scratch, ..
+            building,
+            scratch,
+            sorted,
+            ..
         } = redefinition;
-        for index in building {
+        for (position, index) in building.iter_mut().enumerate() {
             scratch.clear();
             index.encode_tuple_key(tuple, &self.field_map, &self.format, scratch)?;
+            if let Some(builds) = sorted.as_mut().filter(|builds| builds.builds(position)) {
+                builds.collect(position, scratch, tuple);
+                continue;
+            }
             if index.def.unique {
                 if let Some(holder) = index.get(scratch) {
                     if !Tuple::ptr_eq(&holder, tuple) {
@@ -345,7 +387,17 @@ impl Space {
         let Some(redefinition) = redefinition else {
             return;
         };
-        for index in &mut redefinition.building {
+        if let Some(builds) = &mut redefinition.sorted {
+            builds.log(Some(tuple), None);
+        }
+        for (position, index) in redefinition.building.iter_mut().enumerate() {
+            if redefinition
+                .sorted
+                .as_ref()
+                .is_some_and(|builds| builds.builds(position))
+            {
+                continue;
+            }
             let mut key = KeyBuf::new();
             if index
                 .encode_tuple_key(tuple, field_map, format, &mut key)
@@ -376,8 +428,20 @@ impl Space {
 impl Redefinition {
     /// Puts `tuple` in every index being built under `keys` ([`Space::redefinition_keys`]),
     /// taking out `old`, the tuple it replaces.
+    /// Indexes built by sorting get the write in their log instead.
     pub(super) fn put(&mut self, keys: BuildKeys, tuple: &Tuple, old: Option<&Tuple>) {
-        for (index, (key, old_key)) in self.building.iter_mut().zip(keys) {
+        if let Some(builds) = &mut self.sorted {
+            builds.log(old, Some(tuple));
+        }
+        let building = self.building.iter_mut().zip(keys).enumerate();
+        for (position, (index, (key, old_key))) in building {
+            if self
+                .sorted
+                .as_ref()
+                .is_some_and(|builds| builds.builds(position))
+            {
+                continue;
+            }
             if let (Some(old_key), Some(old)) = (old_key, old) {
                 remove_if_held(index, &old_key, old);
             }
@@ -385,9 +449,16 @@ impl Redefinition {
         }
     }
 
+    /// Empties the indexes being built, as a truncate empties the space; a build by
+    /// sorting starts over (the walk with it).
     pub(super) fn clear(&mut self) {
         for index in &mut self.building {
             index.clear();
+        }
+        if let Some(builds) = &mut self.sorted {
+            builds.reset();
+            self.walked_to = None;
+            (self.walked, self.done) = (false, false);
         }
     }
 
@@ -399,7 +470,7 @@ impl Redefinition {
 /// Takes `key` out of `index` if `tuple` holds it there. A tuple the walk has not reached
 /// may share a new unique index's key with one a write put in (a duplicate the walk will
 /// find): taking the key out for it would take the other tuple out.
-fn remove_if_held(index: &mut Index, key: &[u8], tuple: &Tuple) {
+pub(super) fn remove_if_held(index: &mut Index, key: &[u8], tuple: &Tuple) {
     if index
         .get(key)
         .is_some_and(|holder| Tuple::ptr_eq(&holder, tuple))
