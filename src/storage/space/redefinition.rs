@@ -116,6 +116,7 @@ impl Space {
                 .enumerate()
                 .filter(|(_, index)| !index.def.unique && index.loads_sorted())
                 .map(|(position, _)| position),
+            self.len(),
         );
         self.redefinition = Some(Box::new(Redefinition {
             def,

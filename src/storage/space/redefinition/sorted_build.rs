@@ -67,6 +67,9 @@ struct Collected {
     tuples: Vec<Option<Tuple>>,
     /// Positions in key order, run by run: `order[..sorted]` holds the sorted runs.
     order: Vec<u32>,
+    /// The keys the walk will give, about: what the buffers are sized for at the first
+    /// key, so that none grows by a copy of tens of megabytes in one step.
+    expected: usize,
 }
 
 impl Collected {
@@ -81,6 +84,13 @@ impl Collected {
 
     fn push(&mut self, key: &[u8], tuple: Tuple) {
         if self.bounds.is_empty() {
+            let expected = self.expected;
+            self.keys
+                .reserve(expected.saturating_mul(key.len() + key.len() / 4));
+            self.heads.reserve(expected);
+            self.bounds.reserve(expected + 1);
+            self.tuples.reserve(expected);
+            self.order.reserve(expected);
             self.bounds.push(0);
         }
         self.keys.extend_from_slice(key);
@@ -200,11 +210,21 @@ impl RunMerge {
 }
 
 impl SortedBuilds {
-    /// Builds by sorting the indexes at `positions` of the redefinition's `building`.
-    pub(super) fn new(positions: impl IntoIterator<Item = usize>) -> Option<Box<SortedBuilds>> {
+    /// Builds by sorting the indexes at `positions` of the redefinition's `building`, over
+    /// about `expected` tuples.
+    pub(super) fn new(
+        positions: impl IntoIterator<Item = usize>,
+        expected: usize,
+    ) -> Option<Box<SortedBuilds>> {
         let builds: Vec<(usize, Collected)> = positions
             .into_iter()
-            .map(|position| (position, Collected::default()))
+            .map(|position| {
+                let collected = Collected {
+                    expected,
+                    ..Collected::default()
+                };
+                (position, collected)
+            })
             .collect();
         (!builds.is_empty()).then(|| {
             Box::new(SortedBuilds {
