@@ -115,9 +115,13 @@ pub fn plan(
             plan_index_drop(space, index_id)
         }
         (Some(index_name), "alter") => {
-            let index_id = index_named(&space, index_name).ok_or_else(not_defined)?.id;
+            let at = space
+                .indexes
+                .iter()
+                .position(|index| *index.name == *index_name)
+                .ok_or_else(not_defined)?;
             let spread = catalog.placement(space.id) == SpacePlacement::ByPrimaryKey;
-            plan_index_alter(space, spread, index_id, arg(0))
+            plan_index_alter(space, spread, at, arg(0))
         }
         _ => Err(not_defined()),
     }
@@ -432,19 +436,18 @@ fn plan_create_index(
 /// and the functional and spatial indexes' options, which tarn has no use for).
 const INDEX_ALTER_OPTIONS: [&str; 5] = ["id", "name", "type", "unique", "parts"];
 
-/// `box.space.X.index.Y:alter(opts)`: the index under its new options, the others kept as
-/// they are (its type, uniqueness and parts default to its own). Answers nothing.
+/// `box.space.X.index.Y:alter(opts)` of the index at `at`: the index under its new
+/// options, the others kept as they are (its type, uniqueness and parts default to its
+/// own). Answers nothing.
 fn plan_index_alter(
     space: SpaceDef,
     spread: bool,
-    index_id: u32,
+    at: usize,
     opts: &[u8],
 ) -> Result<SchemaPlan, Raised> {
     let opts = options(opts)?;
     check_known(&opts, &INDEX_ALTER_OPTIONS)?;
-    let Some(at) = space.indexes.iter().position(|index| index.id == index_id) else {
-        return Err(illegal("no such index"));
-    };
+    let index_id = space.indexes[at].id;
     let old = space.indexes[at].clone();
     let mut new = old.clone();
     rename_index(&space, &opts, &mut new)?;
