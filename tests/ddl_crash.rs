@@ -202,24 +202,6 @@ fn select_all(addr: SocketAddr, index_id: u32) -> Result<BTreeSet<(u64, Vec<u8>)
         .map(|rows| rows.into_iter().collect())
 }
 
-/// A SELECT of every tuple `iterator` finds by `key` in `space_id`'s index `index_id`.
-fn select_request(space_id: u32, index_id: u32, iterator: u32, key: &[u8]) -> Vec<u8> {
-    let mut request = Vec::new();
-    let select = tarn::protocol::request::Select {
-        space_id,
-        index_id,
-        limit: u32::MAX,
-        offset: 0,
-        iterator,
-        key,
-        fetch_position: false,
-        after_position: None,
-        after_tuple: None,
-    };
-    client::encode_select(&mut request, 1, &select);
-    request
-}
-
 /// The `v` of a `[id, v]` tuple.
 fn generation_of(tuple: &[u8]) -> u64 {
     use tarn::msgpack::{read_value, take_value, Value};
@@ -241,7 +223,9 @@ fn assert_every_core_sees_the_same_indexes(addr: SocketAddr, point: u64) {
     let counts: Vec<Vec<u8>> = clients
         .iter_mut()
         .map(|client| {
-            client.send(&select_request(289, 0, 0, &key));
+            let mut request = Vec::new();
+            common::encode_select_all(&mut request, 1, 289, 0, 0, &key);
+            client.send(&request);
             let packet = client.read_packet().expect("a reply");
             let reply = decode_reply(&packet).unwrap();
             reply.data().expect("rows").to_vec()

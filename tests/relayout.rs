@@ -12,7 +12,6 @@ use std::path::Path;
 use tarn::msgpack::{self, write_array_len, write_str, write_uint, Value};
 use tarn::protocol::client::{self, decode_reply};
 use tarn::protocol::error_code::ErrorCode;
-use tarn::protocol::request::Select;
 
 const KV: u32 = 512;
 const CUSTOMERS: u32 = 513;
@@ -52,24 +51,6 @@ fn key(parts: &[u64]) -> Vec<u8> {
         write_uint(&mut out, part);
     }
     out
-}
-
-fn select(out: &mut Vec<u8>, sync: u64, space_id: u32, index_id: u32, iterator: u32, key: &[u8]) {
-    client::encode_select(
-        out,
-        sync,
-        &Select {
-            space_id,
-            index_id,
-            limit: u32::MAX,
-            offset: 0,
-            iterator,
-            key,
-            fetch_position: false,
-            after_position: None,
-            after_tuple: None,
-        },
-    );
 }
 
 /// Sends the requests `encode(i, sync)` writes for `0..count`, a chunk at a time, and returns
@@ -177,7 +158,7 @@ fn assert_serves(server: &Server, model: &Model, shards: u32) {
         // Every key by primary key, plus keys that must be absent.
         let probes: Vec<u64> = (0..ROWS + 2_000).collect();
         let replies = exchange(&mut client, probes.len(), |at, out, sync| {
-            select(out, sync, space_id, 0, 0, &key(&[probes[at]]))
+            common::encode_select_all(out, sync, space_id, 0, 0, &key(&[probes[at]]))
         });
         let mut missing = Vec::new();
         for (id, packet) in probes.iter().zip(&replies) {
@@ -195,7 +176,7 @@ fn assert_serves(server: &Server, model: &Model, shards: u32) {
         );
         // Select-all: each row once, in key order.
         let mut request = Vec::new();
-        select(&mut request, 1, space_id, 0, 2, &[0x90]);
+        common::encode_select_all(&mut request, 1, space_id, 0, 2, &[0x90]);
         client.send(&request);
         let all = tuples(&client.read_packet().expect("select-all"));
         let ids: Vec<u64> = all.iter().map(|tuple| id_of(tuple)).collect();
@@ -220,7 +201,7 @@ fn assert_serves(server: &Server, model: &Model, shards: u32) {
         };
         expected.sort_by_key(|tuple| composite_key(tuple));
         let mut request = Vec::new();
-        select(&mut request, 1, CUSTOMERS, 1, 0, &key(&[a]));
+        common::encode_select_all(&mut request, 1, CUSTOMERS, 1, 0, &key(&[a]));
         client.send(&request);
         let found = tuples(&client.read_packet().expect("composite"));
         assert_eq!(
@@ -238,7 +219,7 @@ fn assert_serves(server: &Server, model: &Model, shards: u32) {
             .map(|(_, tuple)| tuple.clone())
             .collect();
         let mut request = Vec::new();
-        select(&mut request, 1, CUSTOMERS, 2, 0, &key(&[bucket]));
+        common::encode_select_all(&mut request, 1, CUSTOMERS, 2, 0, &key(&[bucket]));
         client.send(&request);
         let found = tuples(&client.read_packet().expect("bucket_id"));
         assert_eq!(found, expected, "bucket_id = {bucket} at {shards} shards");

@@ -401,16 +401,22 @@ fn a_new_file_that_could_not_be_created_leaves_the_previous_one_whole() {
     assert_eq!(observed.lsns_on_disk(), [1, 2, 3, 4]);
 }
 
+/// A schema row appended, with the fence up from it (as a schema change's switch does).
+fn fenced_schema_row(writer: &WalWriter) -> Commit {
+    let change = writer
+        .append(RowKind::Schema, 512, &[0; 8])
+        .expect("accepting");
+    writer.fence(change.lsn());
+    change
+}
+
 #[test]
 fn a_fence_holds_the_acknowledgement_of_rows_from_it_on_until_it_is_lifted() {
     let sink = MemorySink::default();
     let (before, held_while_fenced, change, after) = run(async move {
         let (writer, _) = writer_recording_rollbacks(&sink, false);
         let before = append(&writer, 1);
-        let change = writer
-            .append(RowKind::Schema, 512, &[0; 8])
-            .expect("accepting");
-        writer.fence(change.lsn());
+        let change = fenced_schema_row(&writer);
         let after = append(&writer, 3);
         // Everything is durable, but the rows from the fence on are not acknowledged.
         let before = before.await.expect("durable");
@@ -435,10 +441,7 @@ fn rows_behind_a_fence_fail_when_the_log_refuses_them_or_closes() {
         let (writer, _) = writer_recording_rollbacks(&sink, false);
         append(&writer, 1).await.expect("durable");
         sink.plan("append", PlannedOutcome::Fails(io::ErrorKind::StorageFull));
-        let change = writer
-            .append(RowKind::Schema, 512, &[0; 8])
-            .expect("accepting");
-        writer.fence(change.lsn());
+        let _change = fenced_schema_row(&writer);
         let refused = append(&writer, 3).await;
         // Written after the failure, durable, but behind the fence when the log closes.
         let held = append(&writer, 4);
@@ -458,10 +461,7 @@ fn an_abandoned_fence_fails_the_rows_it_holds_and_refuses_new_ones() {
     let (before, held, later) = run(async move {
         let (writer, _) = writer_recording_rollbacks(&sink, false);
         let before = append(&writer, 1);
-        let change = writer
-            .append(RowKind::Schema, 512, &[0; 8])
-            .expect("accepting");
-        writer.fence(change.lsn());
+        let change = fenced_schema_row(&writer);
         let held = append(&writer, 3);
         change.ignoring_fence().await.expect("durable");
         writer.abandon_fence("the schema change was given up".into());

@@ -369,20 +369,19 @@ pub fn select_rows(
         .unwrap_or_else(|message| panic!("{message}"))
 }
 
-/// [`select_rows`], or the error message the server answered.
-pub fn try_select_rows(
-    addr: SocketAddr,
+/// Appends a SELECT (sync `sync`) of every tuple `iterator` finds by `key` in `space_id`'s
+/// index `index_id`: no limit, no offset.
+pub fn encode_select_all(
+    out: &mut Vec<u8>,
+    sync: u64,
     space_id: u32,
     index_id: u32,
     iterator: u32,
     key: &[u8],
-) -> Result<Vec<(u64, Vec<u8>)>, String> {
-    use tarn::msgpack::{self, Value};
-    let mut client = Client::connect_to(addr);
-    let mut request = Vec::new();
+) {
     tarn::protocol::client::encode_select(
-        &mut request,
-        1,
+        out,
+        sync,
         &tarn::protocol::request::Select {
             space_id,
             index_id,
@@ -395,6 +394,20 @@ pub fn try_select_rows(
             after_tuple: None,
         },
     );
+}
+
+/// [`select_rows`], or the error message the server answered.
+pub fn try_select_rows(
+    addr: SocketAddr,
+    space_id: u32,
+    index_id: u32,
+    iterator: u32,
+    key: &[u8],
+) -> Result<Vec<(u64, Vec<u8>)>, String> {
+    use tarn::msgpack::{self, Value};
+    let mut client = Client::connect_to(addr);
+    let mut request = Vec::new();
+    encode_select_all(&mut request, 1, space_id, index_id, iterator, key);
     client.send(&request);
     let packet = client.read_packet().expect("a select reply");
     let reply = tarn::protocol::client::decode_reply(&packet).expect("the reply decodes");
