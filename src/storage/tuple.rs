@@ -281,7 +281,7 @@ impl Tuple {
         }
         let slot_no = slot.slot as usize;
         if slot_no >= self.slot_count() {
-            return field_by_walking(self.data(), slot.field_no);
+            return self.fields_by_walking(&[slot.field_no])[0];
         }
         let slot = slot_no;
         // SAFETY: slot `slot` of the field map lies within the object (the field map has
@@ -310,6 +310,7 @@ impl Tuple {
     /// For each of `field_nos`, the bytes from that field to the end of the array (`None`
     /// where the array is shorter), found in one walk: what a tuple without slots for
     /// several fields gives a key of several parts.
+    #[cold]
     pub fn fields_by_walking(&self, field_nos: &[u32]) -> SmallVec<[Option<&[u8]>; 8]> {
         let last = field_nos.iter().copied().max().unwrap_or(0);
         let mut starts: SmallVec<[&[u8]; 16]> = SmallVec::new();
@@ -724,21 +725,6 @@ fn write_offsets(map: *mut u8, offsets: &[u32]) {
 
 /// Field 0 of the array `data` and what follows it, found from the array's header.
 #[inline]
-/// The bytes from field `field_no` of the array `data` to its end, found by skipping the
-/// fields before it; `None` when the array is shorter.
-#[cold]
-fn field_by_walking(data: &[u8], field_no: u32) -> Option<&[u8]> {
-    let mut cursor = data;
-    let count = msgpack::read_array_len(&mut cursor).ok()??;
-    if field_no >= count {
-        return None;
-    }
-    for _ in 0..field_no {
-        msgpack::skip_value(&mut cursor).ok()?;
-    }
-    Some(cursor)
-}
-
 fn first_field(data: &[u8]) -> Option<&[u8]> {
     let (&marker, rest) = data.split_first()?;
     let (header_bytes, empty) = match marker {
