@@ -64,6 +64,15 @@ pub struct CliArgs {
     #[arg(long, value_name = "US")]
     pub sched_slice_us: Option<u64>,
 
+    /// Refuse writes from clients (ER_READONLY), as Tarantool's `read_only`; a replica.
+    #[arg(long)]
+    pub read_only: bool,
+
+    /// Follow this master, `[user[:password]@]IP:PORT`, as Tarantool's `replication`
+    /// (replaces the file's list).
+    #[arg(long, value_name = "URI")]
+    pub replication: Option<String>,
+
     /// Skip damaged WAL rows during recovery instead of refusing to start.
     #[arg(long)]
     pub force_recovery: bool,
@@ -104,6 +113,12 @@ impl CliArgs {
         }
         if let Some(sched_slice_us) = self.sched_slice_us {
             raw.sched_slice_us = sched_slice_us;
+        }
+        if self.read_only {
+            raw.read_only = true;
+        }
+        if let Some(uri) = &self.replication {
+            raw.replication = vec![uri.clone()];
         }
         if let Some(memory_bytes) = self.memory {
             raw.memory = RawSize::Bytes(memory_bytes);

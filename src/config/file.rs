@@ -44,6 +44,10 @@ pub(crate) struct RawConfig {
     #[serde(default = "default_sched_slice_us")]
     pub sched_slice_us: u64,
     #[serde(default)]
+    pub read_only: bool,
+    #[serde(default)]
+    pub replication: Vec<String>,
+    #[serde(default)]
     pub guest: RawGuest,
     #[serde(default, rename = "user")]
     pub users: Vec<RawUser>,

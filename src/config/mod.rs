@@ -14,6 +14,7 @@
 //! * [`settings`]: listen, shards, data_dir, memory and connection limits, log level, buckets.
 //! * [`durability`]: WAL mode and size, checkpoints, forced recovery.
 //! * [`access`]: guest grants, users.
+//! * [`replication`]: the master followed (`replication`), `read_only`.
 //! * [`field`], [`index`], [`space`]: space formats, indexes and spaces.
 //! * [`error`]: the error type, [`ConfigError`].
 //!
@@ -31,6 +32,7 @@ pub mod error;
 pub mod field;
 mod file;
 pub mod index;
+pub mod replication;
 pub mod settings;
 pub mod size;
 pub mod space;
@@ -44,6 +46,7 @@ pub use durability::{Durability, WalMode};
 pub use error::ConfigError;
 pub use field::{FieldConfig, FieldType};
 pub use index::{CollationConfig, IndexConfig, IndexPartConfig, IndexType};
+pub use replication::Upstream;
 pub use settings::LogLevel;
 pub use size::{parse_size_bytes, SizeError};
 pub use space::{Placement, SpaceConfig};
@@ -104,6 +107,10 @@ pub struct Config {
     /// The scheduler slice each shard's thread asks for; `None` = the kernel's default.
     pub sched_slice: Option<std::time::Duration>,
     pub durability: Durability,
+    /// Writes from clients are refused (ER_READONLY); a replica's own applier still writes.
+    pub read_only: bool,
+    /// The master this instance follows (at most one), as `box.cfg.replication` names it.
+    pub replication: Vec<Upstream>,
     pub access: AccessConfig,
     /// In file order; ids and names are unique.
     pub spaces: Vec<SpaceConfig>,
@@ -198,6 +205,7 @@ fn resolve(
         raw.checkpoint_count,
         force_recovery,
     )?;
+    let replication = replication::resolve_upstreams(&raw.replication)?;
     let access = access::resolve_access(&raw.guest, &raw.users)?;
     let spaces = space::resolve_spaces(&raw.spaces)?;
     Ok(Config {
@@ -213,6 +221,8 @@ fn resolve(
         idle_poll,
         sched_slice,
         durability,
+        read_only: raw.read_only,
+        replication,
         access,
         spaces,
         drop_missing_spaces: false,
