@@ -36,6 +36,8 @@ mod python_connector;
 mod recovery_damage;
 #[path = "relayout.rs"]
 mod relayout;
+#[path = "replication.rs"]
+mod replication;
 #[path = "schema_changes.rs"]
 mod schema_changes;
 #[path = "server_batching.rs"]

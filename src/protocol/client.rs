@@ -160,7 +160,9 @@ fn write_request_body(out: &mut Vec<u8>, request: &Request<'_>) {
                 key_str(out, body_key::AUTH_TYPE, auth_type.as_bytes());
             }
         }
-        Request::Execute(raw) | Request::Prepare(raw) => out.extend_from_slice(raw.body),
+        Request::Execute(raw) | Request::Prepare(raw) | Request::Subscribe(raw) => {
+            out.extend_from_slice(raw.body)
+        }
         Request::Begin(b) => {
             out.push(0x81 + u8::from(b.timeout_seconds.is_some()));
             key_uint(out, body_key::TXN_ISOLATION, b.isolation.into());

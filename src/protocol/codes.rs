@@ -65,6 +65,8 @@ pub mod body_key {
     pub const TUPLE: u64 = 0x21;
     pub const FUNCTION_NAME: u64 = 0x22;
     pub const USER_NAME: u64 = 0x23;
+    pub const INSTANCE_UUID: u64 = 0x24;
+    pub const VCLOCK: u64 = 0x26;
     pub const EXPR: u64 = 0x27;
     pub const OPS: u64 = 0x28;
     pub const OPTIONS: u64 = 0x2b;

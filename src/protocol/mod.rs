@@ -24,6 +24,7 @@
 //! | [`header`] | the header map |
 //! | [`request`] | request bodies |
 //! | `fast_decode` | one pass over header and body of the common requests |
+//! | [`replication`] | the packets between a tarn master and a tarn replica |
 //! | [`reply`] | server replies |
 //! | [`auth`] | chap-sha1 |
 //! | [`client`] | request encoders and a reply decoder for tests and tools |
@@ -43,6 +44,7 @@ pub mod fast_decode;
 pub mod frame;
 pub mod greeting;
 pub mod header;
+pub mod replication;
 pub mod reply;
 pub mod request;
 

@@ -35,6 +35,8 @@ pub enum Request<'a> {
     Rollback,
     Watch(Watch<'a>),
     Unwatch(Watch<'a>),
+    /// A replica's SUBSCRIBE (66): its body is `protocol::replication`'s to decode.
+    Subscribe(RawBody<'a>),
 }
 
 impl Request<'_> {
@@ -60,6 +62,7 @@ impl Request<'_> {
             Request::Rollback => request_type::ROLLBACK,
             Request::Watch(_) => request_type::WATCH,
             Request::Unwatch(_) => request_type::UNWATCH,
+            Request::Subscribe(_) => request_type::SUBSCRIBE,
         }
     }
 }
@@ -133,7 +136,8 @@ impl<'a> Request<'a> {
             | Request::Commit
             | Request::Rollback
             | Request::Watch(_)
-            | Request::Unwatch(_) => RequestTarget::NoData,
+            | Request::Unwatch(_)
+            | Request::Subscribe(_) => RequestTarget::NoData,
         }
     }
 }
@@ -295,6 +299,8 @@ pub fn decode_body(type_code: u64, body: &[u8]) -> Result<Request<'_>, ProtocolE
         t::JOIN | t::SUBSCRIBE | t::REGISTER if body.is_empty() => {
             return Err(ProtocolError::InvalidMsgpack(invalid_msgpack::REQUEST_BODY))
         }
+        // A tarn replica's; the session answers a Tarantool replica's with 48 as before.
+        t::SUBSCRIBE => Request::Subscribe(decode_raw(body)?),
         other => {
             // Tarantool checks the body's msgpack before it looks at the type.
             check_whole_value(body)?;

@@ -339,6 +339,14 @@ fn replication_requests_without_a_body_are_request_body_errors() {
             (20, "Invalid MsgPack - request body".to_string()),
             "{request_type}"
         );
+        if request_type == 66 {
+            // A SUBSCRIBE with a body is the session's to judge: a tarn replica's is served,
+            // a Tarantool replica's answered 48 there (tests/replication.rs).
+            let body = hex("80");
+            let decoded = decode_body(request_type, &body).unwrap();
+            assert!(matches!(decoded, Request::Subscribe(_)));
+            continue;
+        }
         assert_eq!(
             body_error(request_type, &hex("80")),
             (48, format!("Unknown request type {request_type}")),

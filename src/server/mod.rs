@@ -72,6 +72,7 @@ pub mod moved_key;
 pub mod os;
 pub mod recovering;
 pub mod reload;
+pub mod replication;
 pub mod schema;
 pub mod schema_change;
 pub mod session;
@@ -121,6 +122,11 @@ pub struct Shared {
     pub made_spaces: Vec<crate::storage::SpaceDef>,
     /// Schema changes while serving: one at a time, and the record they commit to.
     pub ddl: ddl::Ddl,
+    /// Per shard, the last LSN its WAL writer has written (0 without a WAL): how far a
+    /// relay may read its files.
+    pub wal_written: Vec<Arc<AtomicU64>>,
+    /// The master followed and the replicas following, for `box.info`.
+    pub replication: replication::status::ReplicationStatus,
 }
 
 impl Shared {
@@ -138,6 +144,10 @@ impl Shared {
             schema_changes: Vec::new(),
             made_spaces: Vec::new(),
             ddl: ddl::Ddl::new(None),
+            wal_written: (0..shard_count)
+                .map(|_| Arc::new(AtomicU64::new(0)))
+                .collect(),
+            replication: replication::status::ReplicationStatus::default(),
         }
     }
 }
@@ -475,6 +485,10 @@ pub fn run_reloading(
         move |core| {
             if let (0, Some(reloader)) = (core.id(), &reloader) {
                 glommio::spawn_local(reload::watch(core.clone(), reloader.clone())).detach();
+            }
+            if let (0, Some(upstream)) = (core.id(), core.shared.config.replication.first()) {
+                let follow = replication::applier::follow(core.clone(), upstream.clone());
+                glommio::spawn_local(follow).detach();
             }
             listen::serve_clients(core, listening.clone())
         }

@@ -14,7 +14,8 @@ pub struct UserEntry {
     pub grants: Grants,
 }
 
-/// The users a server knows: index 0 is guest.
+/// The users a server knows: index 0 is guest, then the config's, then the applier's (which
+/// no AUTH finds).
 pub struct Users {
     entries: Vec<UserEntry>,
 }
@@ -38,9 +39,20 @@ impl Users {
             hash2: password_hash2(user.password.as_bytes()),
             grants: user.grants,
         });
+        let applier = UserEntry {
+            name: "admin".into(),
+            hash2: [0; 20],
+            grants: Grants::ALL,
+        };
+        let entries = std::iter::once(guest).chain(users).chain([applier]);
         Users {
-            entries: std::iter::once(guest).chain(users).collect(),
+            entries: entries.collect(),
         }
+    }
+
+    /// The user a replica's applier writes as: every grant, and no password opens it.
+    pub fn applier_id(&self) -> usize {
+        self.entries.len() - 1
     }
 
     pub fn get(&self, user_id: usize) -> &UserEntry {
@@ -49,8 +61,7 @@ impl Users {
 
     /// Checks an AUTH request against the connection's greeting salt; returns the user id.
     pub fn authenticate(&self, auth: &Auth<'_>, salt: &[u8]) -> Result<usize, AuthError> {
-        let found = self
-            .entries
+        let found = self.entries[..self.applier_id()]
             .iter()
             .position(|user| &*user.name == auth.user_name);
         if found == Some(0) && auth.method.is_none() {

@@ -10,10 +10,12 @@
 //! * [`reader`]: one WAL file's batches, torn tail versus corruption.
 //! * [`writer`]: LSNs, group commit, rotation, poisoning after an I/O error.
 //! * [`snapshot`]: writing (`.inprogress`, fsync, rename) and reading snapshots.
+//! * [`follow`]: one shard's batches from an LSN on, as its writer appends (a relay's).
 //! * [`recovery`]: newest snapshot + WAL rows after it; checkpoint garbage collection.
 
 pub mod dir;
 pub mod error;
+pub mod follow;
 pub mod format;
 pub mod reader;
 pub mod recovery;

@@ -44,6 +44,8 @@ use std::io;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering as AtomicOrdering};
+use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -175,6 +177,9 @@ struct WriterShared {
     lsn_durable_last: Cell<u64>,
     /// Apart from `state`, so the hook runs with no borrow of it held.
     on_rollback: RefCell<Option<RollbackHook>>,
+    /// Where the last durable LSN is told to other threads (a relay; see
+    /// [`WalWriter::publish_durable_to`]).
+    published: RefCell<Option<Arc<AtomicU64>>>,
     /// Rows from this LSN on are not acknowledged, durable or not, until the fence is lifted
     /// ([`WalWriter::fence`]); `u64::MAX`: no fence. Apart from `state`: every commit
     /// compares against it.
@@ -224,6 +229,7 @@ impl WalWriter {
                 failure_log: FailureLog::default(),
             }),
             on_rollback: RefCell::new(None),
+            published: RefCell::new(None),
             lsn_durable_last: Cell::new(config.lsn_next - 1),
             fence_lsn: Cell::new(NO_FENCE),
             fence_waiters: RefCell::new(Vec::new()),
@@ -270,6 +276,14 @@ impl WalWriter {
     /// runs in the flusher task, before any refused commit resolves.
     pub fn on_rollback(&self, hook: impl FnMut(u64) + 'static) {
         *self.shared.on_rollback.borrow_mut() = Some(Box::new(hook));
+    }
+
+    /// Stores the last durable LSN into `target` now and after every flush (release order:
+    /// a thread that reads it finds the batches up to it in the file). Relays read it to
+    /// know how far a WAL file may be read while it grows.
+    pub fn publish_durable_to(&self, target: Arc<AtomicU64>) {
+        target.store(self.shared.lsn_durable_last.get(), AtomicOrdering::Release);
+        *self.shared.published.borrow_mut() = Some(target);
     }
 
     /// Logs one row and returns the future of its durability, which resolves to its LSN.
@@ -584,6 +598,9 @@ fn record_durable(shared: &WriterShared, generation: u64, lsn_last: u64, written
     state.generation_durable = generation;
     state.lsn_durable_last = lsn_last;
     shared.lsn_durable_last.set(lsn_last);
+    if let Some(published) = shared.published.borrow().as_ref() {
+        published.store(lsn_last, AtomicOrdering::Release);
+    }
     state.stats.flushes += 1;
     state.stats.bytes_written += written.bytes;
     state.stats.syncs += u64::from(written.synced);

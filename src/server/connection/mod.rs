@@ -125,7 +125,27 @@ impl Connection {
             if !self.serve_arrived(stream, max_packet_bytes).await? {
                 return Ok(());
             }
+            if let Some(subscription) = self.session.take_subscription() {
+                return self.become_relay(stream, *subscription);
+            }
         }
+    }
+
+    /// A replica subscribed: its socket goes to a relay thread (a duplicate of the
+    /// descriptor; this connection's own closes when it ends, the relay's stays open).
+    fn become_relay(
+        &self,
+        stream: &TcpStream,
+        mut subscription: crate::server::replication::Subscription,
+    ) -> std::io::Result<()> {
+        subscription.peer = stream
+            .peer_addr()
+            .map_or_else(|_| "?".to_owned(), |peer| peer.to_string());
+        let socket = std::net::TcpStream::from(crate::server::os::sockets::duplicate(stream)?);
+        socket.set_nonblocking(false)?;
+        let shared = self.session.core().shared.clone();
+        crate::server::replication::relay::spawn(shared, socket, subscription);
+        Ok(())
     }
 
     /// Serves every complete packet in the read buffer, writes their replies and keeps the

@@ -246,6 +246,9 @@ impl Core {
             handed_over_waiter: RefCell::default(),
         });
         durability::roll_back_refused_writes(&core);
+        if let Some(wal) = &core.shard.borrow().wal {
+            wal.publish_durable_to(core.shared.wal_written[id].clone());
+        }
         core.start_tasks(receivers);
         let checkpoint =
             durability::checkpoint_loop(core.clone(), core.lsn_recovered, recovered.damage_skipped);

@@ -60,6 +60,7 @@ impl Session {
             }
             // Watchers are not offered in IPROTO_ID; a WATCH gets no reply by definition.
             Request::Watch(_) | Request::Unwatch(_) => {}
+            Request::Subscribe(raw) => self.admit_subscribe(raw.body, sync, out),
             Request::Select(select) if self.admit_select(select, sync, out) => {
                 return Admission::Data
             }

@@ -38,6 +38,7 @@ mod crud_fan_out;
 mod fan_out;
 mod order;
 mod route;
+mod subscribe;
 
 use admit::Admission;
 
@@ -154,6 +155,8 @@ pub struct Session {
     crud_read_bytes: usize,
     /// The merged replies of `fan_outs` and `crud_reads`, in `finish`.
     merged: Vec<u8>,
+    /// A replica's SUBSCRIBE, accepted: the connection becomes a relay's.
+    subscription: Option<Box<crate::server::replication::Subscription>>,
 }
 
 impl Session {
@@ -172,7 +175,16 @@ impl Session {
             crud_reads: Vec::new(),
             crud_read_bytes: 0,
             merged: Vec::new(),
+            subscription: None,
         }
+    }
+
+    /// The session a replica's applier writes through: every grant, whoever the config's
+    /// users are (it is no client's: nobody can log in as it).
+    pub fn for_applier(core: Rc<Core>) -> Session {
+        let mut session = Session::new(core);
+        session.user_id = session.core.shared.users.applier_id();
+        session
     }
 
     pub fn core(&self) -> &Rc<Core> {

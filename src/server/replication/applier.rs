@@ -1,0 +1,494 @@
+//! The replica's side: a task on core 0 that connects to the master, subscribes from the
+//! replica's position, and applies what the master streams — snapshot tuples while it
+//! copies, then WAL rows — through a session of its own, as a client's replaces and deletes
+//! would be: each row is placed by its key on this instance's shards (whatever their count),
+//! logged in their WALs, and counted applied only once those are durable.
+//!
+//! A copy that did not finish is not resumed: without a position the replica empties its
+//! spaces and copies again (rows the master deleted since would otherwise stay). The link
+//! is retried with a growing pause; what cannot be retried (the master refused, a row did
+//! not apply) stops the applier with its reason in `box.info.replication`.
+
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use glommio::net::TcpStream;
+
+use crate::config::Upstream as UpstreamConfig;
+use crate::msgpack::{read_value, take_value, Value};
+use crate::protocol::client::{self, decode_reply, split_server_frame};
+use crate::protocol::greeting::parse_greeting;
+use crate::protocol::replication::{self as wire, stream_type, Streamed, Subscribe, Vclock};
+use crate::server::mesh::core::Core;
+use crate::server::session::Session;
+use crate::wal::format::{decode_batch, RowKind};
+
+use super::position::{Position, PositionError};
+use super::status::UpstreamStatus;
+
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// How often the position is written and acknowledged while rows flow.
+const POSITION_EVERY: Duration = Duration::from_millis(100);
+/// Bytes read from the master at a time.
+const READ_BYTES: usize = 1 << 20;
+/// The longest packet the master may send (a WAL batch is at most 16 MiB).
+const PACKET_BYTES_MAX: usize = 64 << 20;
+
+/// Why following stopped: `fatal` ones stop the applier, the others are retried.
+#[derive(Debug, thiserror::Error)]
+enum ApplyError {
+    #[error("{0}")]
+    Link(#[from] std::io::Error),
+    #[error("the master refused: {0}")]
+    Refused(String),
+    #[error("{0}")]
+    Protocol(String),
+    #[error("{0}")]
+    Position(#[from] PositionError),
+    #[error("{0}")]
+    Apply(String),
+}
+
+impl ApplyError {
+    fn is_fatal(&self) -> bool {
+        !matches!(self, ApplyError::Link(_))
+    }
+}
+
+/// Follows `upstream` for as long as the server runs.
+pub async fn follow(core: Rc<Core>, upstream: UpstreamConfig) {
+    let mut backoff = BACKOFF_MIN;
+    set_status(&core, &upstream, "connect", None);
+    loop {
+        let mut link = Link::new(core.clone(), &upstream);
+        let outcome = link.run().await;
+        if link.subscribed {
+            backoff = BACKOFF_MIN;
+        }
+        let error = match outcome {
+            Ok(()) => ApplyError::Link(std::io::ErrorKind::UnexpectedEof.into()),
+            Err(error) => error,
+        };
+        let (status, level_warn) = match error.is_fatal() {
+            true => ("stopped", true),
+            false => ("disconnected", link.subscribed),
+        };
+        if level_warn {
+            tracing::warn!(master = %upstream, %error, status, "replication");
+        } else {
+            tracing::debug!(master = %upstream, %error, "replication: connecting");
+        }
+        set_status(&core, &upstream, status, Some(error.to_string()));
+        if error.is_fatal() {
+            return;
+        }
+        glommio::timer::sleep(backoff).await;
+        backoff = (backoff * 2).min(BACKOFF_MAX);
+    }
+}
+
+fn set_status(
+    core: &Core,
+    upstream: &UpstreamConfig,
+    status: &'static str,
+    message: Option<String>,
+) {
+    let mut state = core.shared.replication.upstream();
+    let entry = state.get_or_insert_with(|| UpstreamStatus {
+        status,
+        message: None,
+        peer: upstream.to_string(),
+        master_uuid: None,
+        applied: Vclock::new(),
+        master_written: Vclock::new(),
+        last_heard: None,
+    });
+    entry.status = status;
+    entry.message = message;
+}
+
+/// One connection to the master, from connect to its end.
+struct Link<'u> {
+    core: Rc<Core>,
+    upstream: &'u UpstreamConfig,
+    session: Session,
+    /// Per master shard, the last LSN applied (and durable) here.
+    applied: Vclock,
+    /// Copying the master: no position is written until every shard's snapshot is applied.
+    copying: Option<Instant>,
+    master_fingerprint: u64,
+    subscribed: bool,
+    /// Requests to run for the packets read, and what they applied once durable.
+    requests: Vec<u8>,
+    replies: Vec<u8>,
+    reached: Vec<(usize, u64)>,
+    copied_tuples: u64,
+}
+
+impl<'u> Link<'u> {
+    fn new(core: Rc<Core>, upstream: &'u UpstreamConfig) -> Link<'u> {
+        Link {
+            session: Session::for_applier(core.clone()),
+            core,
+            upstream,
+            applied: Vclock::new(),
+            copying: None,
+            master_fingerprint: 0,
+            subscribed: false,
+            requests: Vec::new(),
+            replies: Vec::new(),
+            reached: Vec::new(),
+            copied_tuples: 0,
+        }
+    }
+
+    async fn run(&mut self) -> Result<(), ApplyError> {
+        let mut stream = TcpStream::connect(self.upstream.address)
+            .await
+            .map_err(std::io::Error::from)?;
+        stream.set_nodelay(true).map_err(std::io::Error::from)?;
+        let mut greeting = [0u8; 128];
+        stream.read_exact(&mut greeting).await?;
+        let salt = parse_greeting(&greeting)
+            .map(|greeting| greeting.salt().to_vec())
+            .ok_or_else(|| {
+                ApplyError::Refused("the master's greeting is not Tarantool's".into())
+            })?;
+        let mut buffer = Vec::with_capacity(READ_BYTES);
+        if let Some(user) = &self.upstream.user {
+            set_status(&self.core, self.upstream, "auth", None);
+            let mut auth = Vec::new();
+            client::encode_auth(&mut auth, 1, user, &salt, self.upstream.password.as_bytes());
+            stream.write_all(&auth).await?;
+            let packet = read_packet(&mut stream, &mut buffer).await?;
+            check_reply(&packet)?;
+        }
+        let position = Position::read(&self.core.shared.config.data_dir)?;
+        if position.is_none() {
+            self.empty_spaces().await?;
+        }
+        self.subscribe(&mut stream, &mut buffer, position).await?;
+        self.stream(&mut stream, &mut buffer).await
+    }
+
+    /// Sends SUBSCRIBE from `position` and reads the master's answer.
+    async fn subscribe(
+        &mut self,
+        stream: &mut TcpStream,
+        buffer: &mut Vec<u8>,
+        position: Option<Position>,
+    ) -> Result<(), ApplyError> {
+        let uuid = self.core.shared.instance_uuid.to_string();
+        let mut request = Vec::new();
+        Subscribe {
+            protocol: wire::PROTOCOL_VERSION,
+            instance_uuid: &uuid,
+            fingerprint: position.as_ref().map_or(0, |p| p.master_fingerprint),
+            vclock: position.as_ref().map(Position::vclock).unwrap_or_default(),
+        }
+        .encode(1, &mut request);
+        stream.write_all(&request).await?;
+        let packet = read_packet(stream, buffer).await?;
+        let answer =
+            wire::decode_subscribed(&packet).map_err(|e| ApplyError::Protocol(e.to_string()))?;
+        let subscribed = answer
+            .map_err(|(code, message)| ApplyError::Refused(format!("{message} (error {code})")))?;
+        let shards = subscribed.shard_count as usize;
+        if let Some(position) = &position {
+            if position.applied.len() != shards {
+                return Err(ApplyError::Refused(format!(
+                    "the master has {shards} shards; this replica's position names {}: empty its \
+                     data directory to copy the master again",
+                    position.applied.len()
+                )));
+            }
+        }
+        self.applied = position.as_ref().map(Position::vclock).unwrap_or_default();
+        self.applied.resize(shards, None);
+        self.master_fingerprint = subscribed.fingerprint;
+        self.copying = position.is_none().then(Instant::now);
+        self.subscribed = true;
+        let status = if position.is_none() { "sync" } else { "follow" };
+        tracing::info!(master = %self.upstream, master_uuid = subscribed.instance_uuid, shards,
+            from = ?self.applied, "replication: subscribed");
+        let mut state = self.core.shared.replication.upstream();
+        if let Some(upstream) = state.as_mut() {
+            upstream.status = status;
+            upstream.message = None;
+            upstream.master_uuid = Some(subscribed.instance_uuid.to_owned());
+            upstream.applied = self.applied.clone();
+            upstream.master_written = subscribed.vclock.clone();
+            upstream.last_heard = Some(Instant::now());
+        }
+        Ok(())
+    }
+
+    /// Applies what the master streams until the link ends.
+    async fn stream(
+        &mut self,
+        stream: &mut TcpStream,
+        buffer: &mut Vec<u8>,
+    ) -> Result<(), ApplyError> {
+        let mut last_position = Instant::now();
+        let mut chunk = vec![0u8; READ_BYTES];
+        loop {
+            let read = stream.read(&mut chunk).await?;
+            if read == 0 {
+                return Ok(());
+            }
+            buffer.extend_from_slice(&chunk[..read]);
+            let consumed = self.take_packets(buffer)?;
+            buffer.drain(..consumed);
+            if buffer.len() > PACKET_BYTES_MAX {
+                return Err(ApplyError::Protocol("a packet over 64 MiB".into()));
+            }
+            self.apply().await?;
+            if last_position.elapsed() >= POSITION_EVERY || self.copy_finished() {
+                last_position = Instant::now();
+                self.record_position()?;
+                let mut ack = Vec::new();
+                wire::encode_vclock_packet(stream_type::ACK, 0, &self.applied, &mut ack);
+                stream.write_all(&ack).await?;
+            }
+        }
+    }
+
+    /// Turns every whole packet at the front of `buffer` into requests; the bytes taken.
+    fn take_packets(&mut self, buffer: &[u8]) -> Result<usize, ApplyError> {
+        let mut consumed = 0;
+        while let Some((packet, taken)) = split_server_frame(&buffer[consumed..])
+            .map_err(|e| ApplyError::Protocol(e.to_string()))?
+        {
+            let streamed =
+                wire::decode_streamed(packet).map_err(|e| ApplyError::Protocol(e.to_string()))?;
+            self.take(streamed)?;
+            consumed += taken;
+        }
+        Ok(consumed)
+    }
+
+    fn take(&mut self, streamed: Streamed<'_>) -> Result<(), ApplyError> {
+        match streamed {
+            Streamed::SnapshotTuples {
+                shard,
+                space_id,
+                tuples,
+            } => {
+                self.known_shard(shard)?;
+                let mut rest = tuples;
+                let Ok(Value::Array(count)) = read_value(&mut rest) else {
+                    return Err(ApplyError::Protocol(
+                        "snapshot tuples are not an array".into(),
+                    ));
+                };
+                for _ in 0..count {
+                    let tuple = take_value(&mut rest).map_err(|_| {
+                        ApplyError::Protocol("a snapshot tuple is cut short".into())
+                    })?;
+                    client::encode_replace(&mut self.requests, 0, space_id, tuple);
+                    self.copied_tuples += 1;
+                }
+            }
+            Streamed::SnapshotEnd { shard, lsn } => {
+                self.known_shard(shard)?;
+                self.reached.push((shard as usize, lsn));
+            }
+            Streamed::WalBatch { shard, batch } => self.take_batch(shard, batch)?,
+            Streamed::Heartbeat { vclock } => {
+                if let Some(upstream) = self.core.shared.replication.upstream().as_mut() {
+                    upstream.master_written = vclock;
+                    upstream.last_heard = Some(Instant::now());
+                }
+            }
+            Streamed::Ack { .. } => {
+                return Err(ApplyError::Protocol("an ACK from the master".into()))
+            }
+            Streamed::Error { code, message } => {
+                return Err(ApplyError::Refused(format!("{message} (error {code})")))
+            }
+        }
+        Ok(())
+    }
+
+    fn known_shard(&self, shard: u32) -> Result<(), ApplyError> {
+        match (shard as usize) < self.applied.len() {
+            true => Ok(()),
+            false => Err(ApplyError::Protocol(format!(
+                "a packet of master shard {shard}, which it does not have"
+            ))),
+        }
+    }
+
+    /// The rows of a WAL batch after what shard `shard` has applied, as requests.
+    fn take_batch(&mut self, shard: u32, batch: &[u8]) -> Result<(), ApplyError> {
+        self.known_shard(shard)?;
+        let batch =
+            decode_batch(batch).map_err(|e| ApplyError::Protocol(format!("a WAL batch: {e}")))?;
+        let pending = self
+            .reached
+            .iter()
+            .rev()
+            .find(|(at, _)| *at == shard as usize);
+        let Some(after) = pending
+            .map(|(_, lsn)| *lsn)
+            .or(self.applied[shard as usize])
+        else {
+            return Err(ApplyError::Protocol(
+                "WAL rows before the shard's snapshot ended".into(),
+            ));
+        };
+        for row in batch.rows().filter(|row| row.lsn > after) {
+            match row.kind {
+                RowKind::Replace => {
+                    client::encode_replace(&mut self.requests, row.lsn, row.space_id, row.body)
+                }
+                RowKind::Delete => {
+                    client::encode_delete(&mut self.requests, row.lsn, row.space_id, 0, row.body)
+                }
+                RowKind::Schema => {
+                    return Err(ApplyError::Apply(format!(
+                        "master shard {shard} LSN {}: a schema change; schema changes do not \
+                         replicate yet (docs/replication.md): make it on the replica too, empty \
+                         the replica's data directory and start it again",
+                        row.lsn
+                    )))
+                }
+            }
+        }
+        self.reached.push((shard as usize, batch.lsn_last()));
+        Ok(())
+    }
+
+    /// Runs the requests taken and waits until they are durable; then what they reached is
+    /// applied.
+    async fn apply(&mut self) -> Result<(), ApplyError> {
+        let requests = std::mem::take(&mut self.requests);
+        let mut rest = requests.as_slice();
+        self.replies.clear();
+        while let Ok(Some((packet, taken))) = split_server_frame(rest) {
+            self.session.submit(packet, &mut self.replies).await;
+            rest = &rest[taken..];
+        }
+        self.session.finish(&mut self.replies).await;
+        self.requests = requests;
+        self.requests.clear();
+        check_replies(&self.replies)?;
+        for (shard, lsn) in self.reached.drain(..) {
+            self.applied[shard] = Some(lsn);
+        }
+        if let Some(upstream) = self.core.shared.replication.upstream().as_mut() {
+            upstream.applied = self.applied.clone();
+            upstream.last_heard = Some(Instant::now());
+        }
+        Ok(())
+    }
+
+    fn copy_finished(&self) -> bool {
+        self.copying.is_some() && self.applied.iter().all(Option::is_some)
+    }
+
+    /// Writes the position (not while copying: a copy that stops is started over).
+    fn record_position(&mut self) -> Result<(), ApplyError> {
+        if let Some(started) = self.copying {
+            if !self.copy_finished() {
+                return Ok(());
+            }
+            self.copying = None;
+            tracing::info!(master = %self.upstream, tuples = self.copied_tuples,
+                seconds = started.elapsed().as_secs_f64(), at = ?self.applied,
+                "replication: copied the master; following its WAL");
+            if let Some(upstream) = self.core.shared.replication.upstream().as_mut() {
+                upstream.status = "follow";
+            }
+        }
+        let position = Position {
+            master_fingerprint: self.master_fingerprint,
+            applied: self.applied.iter().map(|lsn| lsn.unwrap_or(0)).collect(),
+        };
+        let sync = self.core.shared.config.durability.wal_mode == crate::config::WalMode::Fsync;
+        position.write(&self.core.shared.config.data_dir, sync)?;
+        Ok(())
+    }
+
+    /// Before a copy: removes whatever an earlier copy that did not finish left.
+    async fn empty_spaces(&mut self) -> Result<(), ApplyError> {
+        let names: Vec<String> = {
+            let shard = self.core.shard.borrow();
+            let spaces = shard.engine.spaces();
+            spaces
+                .iter()
+                .filter(|space| space.id >= crate::config::space::SPACE_ID_MIN)
+                .map(|space| space.name.to_string())
+                .collect()
+        };
+        let mut requests = Vec::new();
+        for name in &names {
+            client::encode_call(
+                &mut requests,
+                0,
+                &format!("box.space.{name}:truncate"),
+                &[0x90],
+            );
+        }
+        self.requests = requests;
+        self.apply().await?;
+        tracing::info!(master = %self.upstream, spaces = names.len(),
+            "replication: no position recorded; spaces emptied before copying the master");
+        Ok(())
+    }
+}
+
+/// Reads one whole packet (buffered in `buffer`).
+async fn read_packet(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> Result<Vec<u8>, ApplyError> {
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some((packet, taken)) =
+            split_server_frame(buffer).map_err(|e| ApplyError::Protocol(e.to_string()))?
+        {
+            let packet = packet.to_vec();
+            buffer.drain(..taken);
+            return Ok(packet);
+        }
+        if buffer.len() > PACKET_BYTES_MAX {
+            return Err(ApplyError::Protocol("a packet over 64 MiB".into()));
+        }
+        let read = stream.read(&mut chunk).await?;
+        if read == 0 {
+            return Err(ApplyError::Link(std::io::ErrorKind::UnexpectedEof.into()));
+        }
+        buffer.extend_from_slice(&chunk[..read]);
+    }
+}
+
+fn check_reply(packet: &[u8]) -> Result<(), ApplyError> {
+    let reply = decode_reply(packet).map_err(|e| ApplyError::Protocol(e.to_string()))?;
+    match reply.is_error() {
+        true => Err(ApplyError::Refused(format!(
+            "{} (error {})",
+            reply.error_message().unwrap_or(""),
+            reply.status() & 0x7fff
+        ))),
+        false => Ok(()),
+    }
+}
+
+/// The first error among the replies to the applied rows, if any: a row the replica could
+/// not apply stops it (its data would differ from the master's from then on).
+fn check_replies(replies: &[u8]) -> Result<(), ApplyError> {
+    let mut rest = replies;
+    while let Ok(Some((packet, taken))) = split_server_frame(rest) {
+        let reply = decode_reply(packet).map_err(|e| ApplyError::Protocol(e.to_string()))?;
+        if reply.is_error() {
+            return Err(ApplyError::Apply(format!(
+                "a row did not apply (sync {}): {} (error {})",
+                reply.sync(),
+                reply.error_message().unwrap_or(""),
+                reply.status() & 0x7fff
+            )));
+        }
+        rest = &rest[taken..];
+    }
+    Ok(())
+}

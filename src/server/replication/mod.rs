@@ -1,0 +1,34 @@
+//! Replication (`docs/replication.md`): replicas that copy a master and then follow every one
+//! of its shards' WAL, asynchronously.
+//!
+//! * `relay`: the master's side, a thread per subscribed replica that streams snapshots and
+//!   WAL batches from the files (what each shard's writer has written, no more).
+//! * `applier`: the replica's side, a task on core 0 that applies what its master streams
+//!   through a session of its own, placed by key on its own shards.
+//! * `position`: what a replica has applied, on disk (`replica.toml`).
+//! * `status`: what `box.info` says of both.
+//!
+//! The packets are `protocol::replication`'s; the WAL is read by `wal::follow`.
+
+pub mod applier;
+pub mod position;
+pub mod relay;
+pub mod status;
+
+use crate::protocol::replication::Vclock;
+
+/// A replica's SUBSCRIBE, accepted by its session: the connection hands its socket to a
+/// relay with it.
+#[derive(Debug, Clone)]
+pub struct Subscription {
+    /// The request's sync: every packet of the stream carries it.
+    pub sync: u64,
+    /// The replica's address, for the log and `box.info.replication`.
+    pub peer: String,
+    pub instance_uuid: String,
+    /// The master fingerprint the replica's position is of; 0 when it copies the master.
+    pub fingerprint: u64,
+    /// What the replica has applied of each master shard; a shard it has not copied is
+    /// absent.
+    pub vclock: Vclock,
+}

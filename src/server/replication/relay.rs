@@ -1,0 +1,278 @@
+//! The master's side of a replica's subscription: a thread per replica that streams every
+//! shard's snapshot (when the replica has none of the shard yet) and then its WAL, batch by
+//! batch as the files hold them, following each shard's writer as it appends.
+//!
+//! A thread, not a task on a shard's core: it reads files and waits on a socket, and a
+//! shard's core must do neither. It reads only what each writer has reported written (the
+//! LSN the writer publishes), so it never sees a batch half copied. What the replica
+//! acknowledges is read by a second thread, which also notices the replica leaving.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::protocol::client::split_server_frame;
+use crate::protocol::replication::{self as wire, stream_type, Streamed, Subscribed, Vclock};
+use crate::protocol::ErrorCode;
+use crate::server::Shared;
+use crate::wal::follow::{newest_snapshot, WalFollower};
+use crate::wal::{SnapshotReader, WalError};
+
+use super::status::{Downstream, DownstreamState};
+use super::Subscription;
+
+/// How long the relay sleeps when no shard has anything new.
+const IDLE_SLEEP: Duration = Duration::from_millis(1);
+/// A heartbeat goes out after this long without a packet.
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+/// The bytes of packets gathered before they are written.
+const SEND_BYTES: usize = 1 << 20;
+/// The longest partial packet the acknowledgement reader keeps.
+const ACK_BYTES_MAX: usize = 64 * 1024;
+/// Tuples per snapshot packet, at most.
+const SNAPSHOT_TUPLES_PER_PACKET: usize = 4096;
+
+/// Why a relay stopped.
+#[derive(Debug, thiserror::Error)]
+enum RelayError {
+    #[error("the replica's socket: {0}")]
+    Socket(#[from] std::io::Error),
+    #[error("{0}")]
+    Wal(#[from] WalError),
+    #[error("{0}")]
+    Refused(String),
+}
+
+/// Where one master shard's stream is.
+enum Source {
+    /// Its snapshot, block by block; then the WAL (in `dir`) after `lsn`.
+    Snapshot {
+        reader: Box<SnapshotReader>,
+        lsn: u64,
+        dir: PathBuf,
+    },
+    /// No snapshot on disk yet: the WAL from its first row.
+    Empty {
+        dir: PathBuf,
+    },
+    Wal(WalFollower),
+}
+
+/// Starts the relay of a subscription answered on `socket`.
+pub fn spawn(shared: Arc<Shared>, socket: TcpStream, subscription: Subscription) {
+    let name = format!("relay-{}", subscription.peer);
+    let spawned = std::thread::Builder::new().name(name).spawn(move || {
+        let peer = subscription.peer.clone();
+        let downstream = shared.replication.add_downstream(&subscription);
+        match relay(&shared, socket, &subscription, &downstream) {
+            Ok(()) => tracing::info!(%peer, "replica left"),
+            Err(error) => tracing::warn!(%peer, %error, "relay stopped"),
+        }
+        downstream.set_state(DownstreamState::Stopped);
+    });
+    if let Err(error) = spawned {
+        tracing::error!(%error, "cannot start a relay thread");
+    }
+}
+
+fn relay(
+    shared: &Shared,
+    mut socket: TcpStream,
+    subscription: &Subscription,
+    downstream: &Arc<Downstream>,
+) -> Result<(), RelayError> {
+    let shard_count = shared.wal_written.len();
+    let mut out = Vec::with_capacity(SEND_BYTES + 64 * 1024);
+    let refusal = refuse(shared, subscription, shard_count);
+    if let Some(message) = refusal {
+        crate::protocol::reply::encode_error(
+            &mut out,
+            subscription.sync,
+            0,
+            ErrorCode::ER_UNSUPPORTED,
+            &message,
+        );
+        socket.write_all(&out)?;
+        return Err(RelayError::Refused(message));
+    }
+    Subscribed {
+        protocol: wire::PROTOCOL_VERSION,
+        instance_uuid: &shared.instance_uuid.to_string(),
+        fingerprint: shared.fingerprint,
+        shard_count: shard_count as u32,
+        vclock: written(shared),
+    }
+    .encode(subscription.sync, &mut out);
+    socket.write_all(&out)?;
+    out.clear();
+    let mut sources = open_sources(shared, subscription)?;
+    tracing::info!(peer = %subscription.peer, replica = %subscription.instance_uuid,
+        from = ?subscription.vclock, "replica subscribed");
+    watch_acks(socket.try_clone()?, downstream.clone());
+    let mut last_sent = Instant::now();
+    while !downstream.is_gone() {
+        let mut progress = false;
+        for (shard, source) in sources.iter_mut().enumerate() {
+            let written = shared.wal_written[shard].load(Ordering::Acquire);
+            progress |= fill(shard as u32, source, written, subscription.sync, &mut out)?;
+        }
+        if out.is_empty() && last_sent.elapsed() >= HEARTBEAT_EVERY {
+            let vclock = written(shared);
+            wire::encode_vclock_packet(
+                stream_type::HEARTBEAT,
+                subscription.sync,
+                &vclock,
+                &mut out,
+            );
+        }
+        if !out.is_empty() {
+            socket.write_all(&out)?;
+            out.clear();
+            last_sent = Instant::now();
+        }
+        if !progress {
+            std::thread::sleep(IDLE_SLEEP);
+        }
+    }
+    Ok(())
+}
+
+/// Why this master cannot serve the subscription, if it cannot.
+fn refuse(shared: &Shared, subscription: &Subscription, shard_count: usize) -> Option<String> {
+    if shared.config.durability.wal_mode == crate::config::WalMode::None {
+        return Some("replication needs the master's WAL; this master runs wal_mode = none".into());
+    }
+    if subscription.fingerprint != 0 && subscription.fingerprint != shared.fingerprint {
+        return Some(format!(
+            "the replica's position is of another master (data directory {:#018x}, this one is \
+             {:#018x}): empty the replica's data directory to copy this master",
+            subscription.fingerprint, shared.fingerprint
+        ));
+    }
+    if subscription.vclock.len() > shard_count {
+        return Some(format!(
+            "the replica's position names {} master shards; this master has {shard_count}",
+            subscription.vclock.len()
+        ));
+    }
+    None
+}
+
+fn written(shared: &Shared) -> Vclock {
+    let written = shared.wal_written.iter();
+    written
+        .map(|lsn| Some(lsn.load(Ordering::Acquire)))
+        .collect()
+}
+
+/// Each shard's stream: from after the replica's LSN, or its snapshot first.
+fn open_sources(shared: &Shared, subscription: &Subscription) -> Result<Vec<Source>, RelayError> {
+    (0..shared.wal_written.len())
+        .map(|shard| {
+            let dir = crate::wal::dir::shard_dir(&shared.config.data_dir, shard as u32);
+            match subscription.vclock.get(shard).copied().flatten() {
+                Some(lsn) => Ok(Source::Wal(WalFollower::new(dir, shard as u32, lsn + 1))),
+                None => match newest_snapshot(&dir)? {
+                    Some((lsn, path)) => Ok(Source::Snapshot {
+                        reader: Box::new(SnapshotReader::open(&path)?),
+                        lsn,
+                        dir,
+                    }),
+                    None => Ok(Source::Empty { dir }),
+                },
+            }
+        })
+        .collect()
+}
+
+/// Appends what `source` has next to `out`, up to about [`SEND_BYTES`]; whether anything
+/// was.
+fn fill(
+    shard: u32,
+    source: &mut Source,
+    written: u64,
+    sync: u64,
+    out: &mut Vec<u8>,
+) -> Result<bool, RelayError> {
+    match source {
+        Source::Empty { dir } => {
+            wire::encode_snapshot_end(sync, shard, 0, out);
+            *source = Source::Wal(WalFollower::new(dir.clone(), shard, 1));
+            Ok(true)
+        }
+        Source::Snapshot { reader, lsn, dir } => {
+            match reader.next_block()? {
+                Some(block) => {
+                    let tuples: Vec<&[u8]> = block.tuples().collect();
+                    for chunk in tuples.chunks(SNAPSHOT_TUPLES_PER_PACKET) {
+                        let key = (sync, shard, block.space_id);
+                        wire::encode_snapshot_tuples(key, chunk.iter().copied(), out);
+                    }
+                }
+                None => {
+                    wire::encode_snapshot_end(sync, shard, *lsn, out);
+                    *source = Source::Wal(WalFollower::new(dir.clone(), shard, *lsn + 1));
+                }
+            }
+            Ok(true)
+        }
+        Source::Wal(follower) => {
+            let mut any = false;
+            while out.len() < SEND_BYTES {
+                let Some((lsn_first, batch)) = follower.next_batch(written)? else {
+                    break;
+                };
+                wire::encode_wal_batch(sync, shard, lsn_first, &batch, out);
+                any = true;
+            }
+            Ok(any)
+        }
+    }
+}
+
+/// Reads the replica's acknowledgements until it leaves (then marks it gone).
+fn watch_acks(mut socket: TcpStream, downstream: Arc<Downstream>) {
+    let spawned = std::thread::Builder::new()
+        .name("relay-acks".into())
+        .spawn(move || {
+            let mut buffer = Vec::with_capacity(4096);
+            let mut chunk = [0u8; 4096];
+            loop {
+                let read = match socket.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(read) => read,
+                };
+                buffer.extend_from_slice(&chunk[..read]);
+                if !take_acks(&mut buffer, &downstream) {
+                    break;
+                }
+            }
+            downstream.set_gone();
+        });
+    if let Err(error) = spawned {
+        tracing::error!(%error, "cannot start a relay's acknowledgement thread");
+    }
+}
+
+/// Takes the whole ACK packets off the front of `buffer`; false on bytes that are not one.
+fn take_acks(buffer: &mut Vec<u8>, downstream: &Downstream) -> bool {
+    let mut consumed = 0;
+    loop {
+        let (packet, taken) = match split_server_frame(&buffer[consumed..]) {
+            Ok(Some(split)) => split,
+            Ok(None) => break,
+            Err(_) => return false,
+        };
+        match wire::decode_streamed(packet) {
+            Ok(Streamed::Ack { vclock }) => downstream.acknowledged(&vclock),
+            _ => return false,
+        }
+        consumed += taken;
+    }
+    buffer.drain(..consumed);
+    // An acknowledgement is a few bytes: a longer partial packet is not one.
+    buffer.len() <= ACK_BYTES_MAX
+}

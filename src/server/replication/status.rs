@@ -1,0 +1,120 @@
+//! What `box.info` says of replication: the master this instance follows (its upstream) and
+//! the replicas that follow it (downstreams). Written by the applier task and the relay
+//! threads a few times a second at most, read by `box.info`: a mutex each, never on the
+//! request path.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
+
+use crate::protocol::replication::Vclock;
+
+use super::Subscription;
+
+/// Replication as this instance sees it.
+#[derive(Default)]
+pub struct ReplicationStatus {
+    upstream: Mutex<Option<UpstreamStatus>>,
+    downstreams: Mutex<Vec<Arc<Downstream>>>,
+}
+
+/// The master this instance follows, as its applier last saw it.
+#[derive(Debug, Clone)]
+pub struct UpstreamStatus {
+    /// Tarantool's words: "connect", "auth", "sync" (copying the master), "follow",
+    /// "disconnected", "stopped".
+    pub status: &'static str,
+    /// Why it is disconnected or stopped.
+    pub message: Option<String>,
+    pub peer: String,
+    pub master_uuid: Option<String>,
+    /// Per master shard, the last LSN applied here.
+    pub applied: Vclock,
+    /// Per master shard, the last LSN the master had written when it last said.
+    pub master_written: Vclock,
+    /// When the last packet came from the master.
+    pub last_heard: Option<Instant>,
+}
+
+/// A replica that follows this instance.
+pub struct Downstream {
+    pub peer: String,
+    pub instance_uuid: String,
+    gone: AtomicBool,
+    state: Mutex<DownstreamSeen>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DownstreamState {
+    Follow,
+    Stopped,
+}
+
+/// What a downstream last acknowledged.
+#[derive(Debug, Clone)]
+pub struct DownstreamSeen {
+    pub state: DownstreamState,
+    pub acknowledged: Vclock,
+    pub last_ack: Instant,
+}
+
+impl ReplicationStatus {
+    /// The upstream, to read or change.
+    pub fn upstream(&self) -> MutexGuard<'_, Option<UpstreamStatus>> {
+        self.upstream
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Registers a replica that subscribed; one that left before is replaced.
+    pub(super) fn add_downstream(&self, subscription: &Subscription) -> Arc<Downstream> {
+        let downstream = Arc::new(Downstream {
+            peer: subscription.peer.to_string(),
+            instance_uuid: subscription.instance_uuid.clone(),
+            gone: AtomicBool::new(false),
+            state: Mutex::new(DownstreamSeen {
+                state: DownstreamState::Follow,
+                acknowledged: subscription.vclock.clone(),
+                last_ack: Instant::now(),
+            }),
+        });
+        let mut downstreams = self.downstreams.lock().unwrap_or_else(|p| p.into_inner());
+        downstreams.retain(|known| known.instance_uuid != downstream.instance_uuid);
+        downstreams.push(downstream.clone());
+        downstream
+    }
+
+    /// Every replica known, with what it last acknowledged.
+    pub fn downstreams(&self) -> Vec<(String, String, DownstreamSeen)> {
+        let downstreams = self.downstreams.lock().unwrap_or_else(|p| p.into_inner());
+        downstreams
+            .iter()
+            .map(|d| (d.peer.clone(), d.instance_uuid.clone(), d.seen()))
+            .collect()
+    }
+}
+
+impl Downstream {
+    pub(super) fn acknowledged(&self, vclock: &Vclock) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.acknowledged = vclock.clone();
+        state.last_ack = Instant::now();
+    }
+
+    pub(super) fn set_state(&self, new: DownstreamState) {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).state = new;
+    }
+
+    /// The replica closed its connection (or sent what is not an acknowledgement).
+    pub(super) fn set_gone(&self) {
+        self.gone.store(true, Ordering::Release);
+    }
+
+    pub(super) fn is_gone(&self) -> bool {
+        self.gone.load(Ordering::Acquire)
+    }
+
+    fn seen(&self) -> DownstreamSeen {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}

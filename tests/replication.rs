@@ -1,0 +1,199 @@
+//! Replication between real `tarn` processes on loopback: a replica copies its master
+//! (snapshot, then WAL), follows a pipelined write load, resumes after a kill -9 without
+//! copying again, and reconnects after its master restarts; with one shard following two
+//! and two following one.
+
+use crate::common::{kv_rows, kv_tuple, snapshot, Client, Server, KV};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use tarn::protocol::client::{decode_reply, encode_delete, encode_replace};
+
+/// Replaces `ids` in `kv` with `value`, pipelined on one connection; every reply checked.
+fn replace_kv(addr: SocketAddr, ids: impl Iterator<Item = u64>, value: &str) {
+    let mut client = Client::connect_to(addr);
+    let mut requests = Vec::new();
+    let mut sent = 0;
+    for id in ids {
+        encode_replace(&mut requests, id, KV, &kv_tuple(id, value));
+        sent += 1;
+    }
+    client.send(&requests);
+    for _ in 0..sent {
+        let packet = client.read_packet().expect("a reply");
+        let reply = decode_reply(&packet).expect("decodes");
+        assert!(!reply.is_error(), "{:?}", reply.error_message());
+    }
+}
+
+/// Deletes `ids` from `kv`, pipelined.
+fn delete_kv(addr: SocketAddr, ids: impl Iterator<Item = u64>) {
+    let mut client = Client::connect_to(addr);
+    let mut requests = Vec::new();
+    let mut sent = 0;
+    for id in ids {
+        encode_delete(&mut requests, id, KV, 0, &crate::common::kv_key(id));
+        sent += 1;
+    }
+    client.send(&requests);
+    for _ in 0..sent {
+        let packet = client.read_packet().expect("a reply");
+        assert!(!decode_reply(&packet).expect("decodes").is_error());
+    }
+}
+
+/// Waits until the replica's `kv` is the master's; panics with both sizes after 30 s.
+fn wait_identical(master: &Server, replica: &Server) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (on_master, on_replica) = (kv_rows(master.addr), kv_rows(replica.addr));
+        if on_master == on_replica {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replica did not catch up: master {} rows, replica {}\n{}",
+            on_master.len(),
+            on_replica.len(),
+            replica.log_so_far()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Starts tarn again in `dir` (config and data of a [`Server::start_in`] there), listening
+/// on `addr`.
+fn restart_on(dir: &std::path::Path, shards: u32, addr: SocketAddr) -> Server {
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_tarn"));
+    command
+        .arg("--config")
+        .arg(dir.join("tarn.toml"))
+        .args([
+            "--listen",
+            &addr.to_string(),
+            "--shards",
+            &shards.to_string(),
+        ])
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .env("NO_COLOR", "1")
+        .env("RUST_LOG", "info");
+    Server::spawn(command).unwrap_or_else(|log| panic!("tarn did not restart:\n{log}"))
+}
+
+fn start_replica(dir: &std::path::Path, shards: u32, master: &Server) -> Server {
+    let upstream = master.addr.to_string();
+    Server::start_in(dir, shards, "", &["--replication", &upstream])
+}
+
+/// A master with data in its snapshot and in its WAL after it, copied by a replica with
+/// another shard count, which then follows writes made while it copies and after.
+fn copy_and_follow(master_shards: u32, replica_shards: u32) {
+    let master = Server::start(master_shards, "");
+    replace_kv(master.addr, 0..3000, "before the snapshot");
+    snapshot(master.addr).expect("box.snapshot");
+    replace_kv(master.addr, 2000..4000, "after the snapshot");
+    delete_kv(master.addr, (0..3000).step_by(7));
+
+    let replica_dir = tempfile::tempdir().unwrap();
+    let replica = start_replica(replica_dir.path(), replica_shards, &master);
+    replace_kv(master.addr, 3500..5000, "while the replica copies");
+    wait_identical(&master, &replica);
+    assert!(replica
+        .log_so_far()
+        .contains("copied the master; following its WAL"));
+
+    let writer = std::thread::spawn({
+        let addr = master.addr;
+        move || {
+            for round in 0..20u64 {
+                replace_kv(
+                    addr,
+                    (round * 100)..(round * 100 + 400),
+                    &format!("round {round}"),
+                );
+                delete_kv(addr, (round * 100..round * 100 + 400).step_by(11));
+            }
+        }
+    });
+    writer.join().unwrap();
+    wait_identical(&master, &replica);
+    assert_eq!(kv_rows(replica.addr).len(), kv_rows(master.addr).len());
+}
+
+#[test]
+fn a_replica_of_one_shard_copies_and_follows_a_master_of_two() {
+    copy_and_follow(2, 1);
+}
+
+#[test]
+fn a_replica_of_two_shards_copies_and_follows_a_master_of_one() {
+    copy_and_follow(1, 2);
+}
+
+#[test]
+fn a_replica_killed_mid_stream_resumes_without_copying_and_a_restarted_master_is_followed() {
+    let master_dir = tempfile::tempdir().unwrap();
+    let master = Server::start_in(master_dir.path(), 2, "", &[]);
+    replace_kv(master.addr, 0..2000, "first");
+    let replica_dir = tempfile::tempdir().unwrap();
+    let replica = start_replica(replica_dir.path(), 2, &master);
+    wait_identical(&master, &replica);
+
+    // Writes stream while the replica is killed.
+    let writer = std::thread::spawn({
+        let addr = master.addr;
+        move || {
+            for round in 0..10u64 {
+                replace_kv(addr, 0..2000, &format!("killed round {round}"));
+            }
+        }
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    replica.kill9();
+    writer.join().unwrap();
+    let replica = start_replica(replica_dir.path(), 2, &master);
+    wait_identical(&master, &replica);
+    let log = replica.log_so_far();
+    assert!(!log.contains("spaces emptied before copying"), "{log}");
+    assert!(
+        log.contains("replication: subscribed") && log.contains("from=[Some("),
+        "{log}"
+    );
+
+    // The master restarts (same port): the replica reconnects and follows.
+    let master_addr = master.addr;
+    assert_eq!(master.stop(), Some(0));
+    let master = restart_on(master_dir.path(), 2, master_addr);
+    replace_kv(master.addr, 1000..3000, "after the master's restart");
+    wait_identical(&master, &replica);
+}
+
+#[test]
+fn a_subscribe_without_tarns_protocol_is_answered_as_before_and_the_link_survives() {
+    use tarn::msgpack::{write_map_len, write_uint};
+    let master = Server::start(1, "");
+    let mut client = Client::connect_to(master.addr);
+    // A Tarantool replica's SUBSCRIBE: its keys, not tarn's.
+    let mut body = Vec::new();
+    write_map_len(&mut body, 1);
+    write_uint(&mut body, 0x26);
+    write_map_len(&mut body, 0);
+    let mut packet = vec![0xce, 0, 0, 0, 0, 0x82, 0x00, 66, 0x01, 7];
+    packet.extend_from_slice(&body);
+    let length = u32::try_from(packet.len() - 5).unwrap();
+    packet[1..5].copy_from_slice(&length.to_be_bytes());
+    client.send(&packet);
+    let reply = client.read_packet().expect("a reply");
+    let reply = decode_reply(&reply).expect("decodes");
+    assert_eq!(reply.sync(), 7);
+    assert_eq!(reply.status(), 0x8000 | 48);
+    assert_eq!(reply.error_message(), Some("Unknown request type 66"));
+    // The connection still serves requests.
+    replace_kv(master.addr, 0..1, "x");
+    let mut ping = Vec::new();
+    tarn::protocol::client::encode_ping(&mut ping, 8);
+    client.send(&ping);
+    assert!(!decode_reply(&client.read_packet().unwrap())
+        .unwrap()
+        .is_error());
+}
