@@ -64,3 +64,8 @@ fn crud_call_replays_its_seeds() {
 fn schema_record_replays_its_seeds() {
     assert!(replay("schema_record", fuzz_checks::schema_record::run) >= 5);
 }
+
+#[test]
+fn replication_packets_replays_its_seeds() {
+    assert!(replay("replication_packets", fuzz_checks::replication_packets::run) >= 5);
+}

@@ -197,3 +197,37 @@ fn a_subscribe_without_tarns_protocol_is_answered_as_before_and_the_link_survive
         .unwrap()
         .is_error());
 }
+
+/// `tests/python/test_replication_pool.py`: `tarantool.ConnectionPool` over a master and its
+/// read-only replica (a user with the read grant follows, as Tarantool's replication role).
+#[test]
+fn the_python_connection_pool_writes_to_the_master_and_reads_the_replica() {
+    let Some(python) = crate::common::python() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must provide the Python connector"
+        );
+        eprintln!("skipping: no Python with the tarantool connector (run .ci/run once)");
+        return;
+    };
+    let master = Server::start(2, crate::common::TEST_CONFIG_EXTRA);
+    let replica_dir = tempfile::tempdir().unwrap();
+    let upstream = format!("bench:secret@{}", master.addr);
+    let replica = Server::start_in(
+        replica_dir.path(),
+        1,
+        crate::common::TEST_CONFIG_EXTRA,
+        &["--replication", &upstream, "--read-only"],
+    );
+    let status = std::process::Command::new(python)
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/python/test_replication_pool.py"
+        ))
+        .env("TARN_ADDR", master.addr.to_string())
+        .env("TARN_REPLICA_ADDR", replica.addr.to_string())
+        .status()
+        .expect("run pytest");
+    assert!(status.success(), "{}", replica.log_so_far());
+}

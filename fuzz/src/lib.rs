@@ -7,13 +7,14 @@
 //! * [`gen`]: fuzz bytes to MessagePack values, tuples, keys and update operations.
 //! * [`check`]: an independent MessagePack walker and tuple validator, and space pictures.
 //! * [`decode_request`]: the server's read path (moved here from its target).
-//! * [`update_ops`], [`tuple_format`], [`wal_files`], [`crud_call`], [`schema_record`]: the
-//!   targets' bodies.
+//! * [`update_ops`], [`tuple_format`], [`wal_files`], [`crud_call`], [`schema_record`],
+//!   [`replication_packets`]: the targets' bodies.
 
 pub mod check;
 pub mod crud_call;
 pub mod decode_request;
 pub mod gen;
+pub mod replication_packets;
 pub mod schema_record;
 pub mod tuple_format;
 pub mod update_ops;

@@ -125,6 +125,8 @@ pub struct Shared {
     /// Per shard, the last LSN its WAL writer has written (0 without a WAL): how far a
     /// relay may read its files.
     pub wal_written: Vec<Arc<AtomicU64>>,
+    /// When the server started (`box.info.uptime`).
+    pub started: std::time::Instant,
     /// The master followed and the replicas following, for `box.info`.
     pub replication: replication::status::ReplicationStatus,
 }
@@ -147,6 +149,7 @@ impl Shared {
             wal_written: (0..shard_count)
                 .map(|_| Arc::new(AtomicU64::new(0)))
                 .collect(),
+            started: std::time::Instant::now(),
             replication: replication::status::ReplicationStatus::default(),
         }
     }

@@ -96,15 +96,7 @@ fn set_status(
     message: Option<String>,
 ) {
     let mut state = core.shared.replication.upstream();
-    let entry = state.get_or_insert_with(|| UpstreamStatus {
-        status,
-        message: None,
-        peer: upstream.to_string(),
-        master_uuid: None,
-        applied: Vclock::new(),
-        master_written: Vclock::new(),
-        last_heard: None,
-    });
+    let entry = state.get_or_insert_with(|| UpstreamStatus::new(upstream.to_string(), status));
     entry.status = status;
     entry.message = message;
 }
@@ -218,9 +210,7 @@ impl<'u> Link<'u> {
             upstream.status = status;
             upstream.message = None;
             upstream.master_uuid = Some(subscribed.instance_uuid.to_owned());
-            upstream.applied = self.applied.clone();
-            upstream.master_written = subscribed.vclock.clone();
-            upstream.last_heard = Some(Instant::now());
+            upstream.progress(Some(&self.applied), Some(&subscribed.vclock));
         }
         Ok(())
     }
@@ -298,8 +288,7 @@ impl<'u> Link<'u> {
             Streamed::WalBatch { shard, batch } => self.take_batch(shard, batch)?,
             Streamed::Heartbeat { vclock } => {
                 if let Some(upstream) = self.core.shared.replication.upstream().as_mut() {
-                    upstream.master_written = vclock;
-                    upstream.last_heard = Some(Instant::now());
+                    upstream.progress(None, Some(&vclock));
                 }
             }
             Streamed::Ack { .. } => {
@@ -379,8 +368,7 @@ impl<'u> Link<'u> {
             self.applied[shard] = Some(lsn);
         }
         if let Some(upstream) = self.core.shared.replication.upstream().as_mut() {
-            upstream.applied = self.applied.clone();
-            upstream.last_heard = Some(Instant::now());
+            upstream.progress(Some(&self.applied), None);
         }
         Ok(())
     }

@@ -26,7 +26,7 @@ use super::Subscription;
 
 /// How long the relay sleeps when no shard has anything new.
 const IDLE_SLEEP: Duration = Duration::from_millis(1);
-/// A heartbeat goes out after this long without a packet.
+/// How often the master says what its shards have written.
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 /// The bytes of packets gathered before they are written.
 const SEND_BYTES: usize = 1 << 20;
@@ -112,26 +112,23 @@ fn relay(
     tracing::info!(peer = %subscription.peer, replica = %subscription.instance_uuid,
         from = ?subscription.vclock, "replica subscribed");
     watch_acks(socket.try_clone()?, downstream.clone());
-    let mut last_sent = Instant::now();
+    let mut last_heartbeat = Instant::now();
     while !downstream.is_gone() {
         let mut progress = false;
         for (shard, source) in sources.iter_mut().enumerate() {
             let written = shared.wal_written[shard].load(Ordering::Acquire);
             progress |= fill(shard as u32, source, written, subscription.sync, &mut out)?;
         }
-        if out.is_empty() && last_sent.elapsed() >= HEARTBEAT_EVERY {
+        // Also while rows flow: the replica measures its lag against what it says.
+        if last_heartbeat.elapsed() >= HEARTBEAT_EVERY {
             let vclock = written(shared);
-            wire::encode_vclock_packet(
-                stream_type::HEARTBEAT,
-                subscription.sync,
-                &vclock,
-                &mut out,
-            );
+            let sync = subscription.sync;
+            wire::encode_vclock_packet(stream_type::HEARTBEAT, sync, &vclock, &mut out);
+            last_heartbeat = Instant::now();
         }
         if !out.is_empty() {
             socket.write_all(&out)?;
             out.clear();
-            last_sent = Instant::now();
         }
         if !progress {
             std::thread::sleep(IDLE_SLEEP);

@@ -34,6 +34,53 @@ pub struct UpstreamStatus {
     pub master_written: Vclock,
     /// When the last packet came from the master.
     pub last_heard: Option<Instant>,
+    /// Since when `applied` has been behind `master_written` (`None`: caught up).
+    pub behind_since: Option<Instant>,
+}
+
+impl UpstreamStatus {
+    /// A new upstream, not connected yet.
+    pub fn new(peer: String, status: &'static str) -> UpstreamStatus {
+        UpstreamStatus {
+            status,
+            message: None,
+            peer,
+            master_uuid: None,
+            applied: Vclock::new(),
+            master_written: Vclock::new(),
+            last_heard: None,
+            behind_since: None,
+        }
+    }
+
+    /// Records what the master has written and what is applied here.
+    pub fn progress(&mut self, applied: Option<&Vclock>, master_written: Option<&Vclock>) {
+        if let Some(applied) = applied {
+            self.applied.clone_from(applied);
+        }
+        if let Some(written) = master_written {
+            self.master_written.clone_from(written);
+        }
+        self.last_heard = Some(Instant::now());
+        let behind = self
+            .master_written
+            .iter()
+            .enumerate()
+            .any(|(at, written)| *written > self.applied.get(at).copied().flatten());
+        self.behind_since = match (behind, self.behind_since) {
+            (false, _) => None,
+            (true, None) => Some(Instant::now()),
+            (true, since) => since,
+        };
+    }
+
+    /// `box.info`'s lag: how long the replica has been behind what its master last said it
+    /// had written (0 when caught up). tarn's rows carry no time of their own, so this is
+    /// the replica's view: it grows while the replica does not catch up.
+    pub fn lag(&self) -> std::time::Duration {
+        self.behind_since
+            .map_or(std::time::Duration::ZERO, |since| since.elapsed())
+    }
 }
 
 /// A replica that follows this instance.

@@ -5,7 +5,7 @@ use super::admit::access_denied;
 use super::{Pending, PendingReply, Session, Unacknowledged, Wait};
 use crate::crud::box_schema::SchemaPlan;
 use crate::crud::{self, CrudReply, FanOutPlan, Plan};
-use crate::msgpack::{write_str, write_uint};
+use crate::msgpack::write_str;
 use crate::placement::{self, Destination, SpacePlacement};
 use crate::protocol::reply;
 use crate::protocol::request::{Call, Request};
@@ -285,34 +285,5 @@ impl Session {
                 sync,
             });
         }
-    }
-
-    /// `box.info` as connection pools read it: `ro` false, `status` "running"; and tarn's
-    /// own `net`: client connections open and the memory they hold (see `NetStats`).
-    pub(super) fn box_info(&self, sync: u64, out: &mut Vec<u8>) {
-        let mark = reply::begin_data_reply(out, sync, self.core.schema_version(), 1);
-        out.push(0x88);
-        write_str(out, b"id");
-        write_uint(out, 1);
-        write_str(out, b"uuid");
-        write_str(out, self.core.shared.instance_uuid.to_string().as_bytes());
-        write_str(out, b"ro");
-        out.push(0xc2);
-        write_str(out, b"status");
-        write_str(out, b"running");
-        write_str(out, b"version");
-        write_str(out, crate::server::ADVERTISED_VERSION.as_bytes());
-        write_str(out, b"pid");
-        write_uint(out, std::process::id() as u64);
-        write_str(out, b"lsn");
-        write_uint(out, 0);
-        let net = &self.core.shared.net;
-        write_str(out, b"net");
-        out.push(0x82);
-        write_str(out, b"connections");
-        write_uint(out, net.connections() as u64);
-        write_str(out, b"memory");
-        write_uint(out, net.memory_bytes() as u64);
-        reply::finish_packet(out, mark);
     }
 }

@@ -33,6 +33,7 @@
 //! on the stack, the reply is written in place. Only error replies format their messages.
 
 mod admit;
+mod box_info;
 mod call;
 mod crud_fan_out;
 mod fan_out;
