@@ -287,8 +287,9 @@ impl Session {
         }
     }
 
-    /// `box.info` as connection pools read it: `ro` false, `status` "running"; and tarn's
-    /// own `net`: client connections open and the memory they hold (see `NetStats`).
+    /// `box.info` as connection pools read it: `ro` (whether the instance refuses client
+    /// writes), `status` "running" (read-only or not, as Tarantool 2.6); and tarn's own
+    /// `net`: client connections open and the memory they hold (see `NetStats`).
     pub(super) fn box_info(&self, sync: u64, out: &mut Vec<u8>) {
         let mark = reply::begin_data_reply(out, sync, self.core.schema_version(), 1);
         out.push(0x88);
@@ -297,7 +298,12 @@ impl Session {
         write_str(out, b"uuid");
         write_str(out, self.core.shared.instance_uuid.to_string().as_bytes());
         write_str(out, b"ro");
-        out.push(0xc2);
+        // msgpack true / false.
+        out.push(if self.core.shared.is_read_only() {
+            0xc3
+        } else {
+            0xc2
+        });
         write_str(out, b"status");
         write_str(out, b"running");
         write_str(out, b"version");

@@ -154,6 +154,11 @@ pub struct Session {
     crud_read_bytes: usize,
     /// The merged replies of `fan_outs` and `crud_reads`, in `finish`.
     merged: Vec<u8>,
+    /// Whether this session writes on a read-only instance: false for clients (their writes
+    /// are refused with ER_READONLY, see [`Session::writes_refused`]); true for a replica's
+    /// own applier, which writes what its master sent. Set with
+    /// [`Session::set_writes_despite_read_only`].
+    writes_despite_read_only: bool,
 }
 
 impl Session {
@@ -172,7 +177,21 @@ impl Session {
             crud_reads: Vec::new(),
             crud_read_bytes: 0,
             merged: Vec::new(),
+            writes_despite_read_only: false,
         }
+    }
+
+    /// Exempts this session (or not) from the read-only state: a replica's applier writes
+    /// through a session of its own on a read-only instance. Never set for a client's.
+    pub fn set_writes_despite_read_only(&mut self, writes_despite_read_only: bool) {
+        self.writes_despite_read_only = writes_despite_read_only;
+    }
+
+    /// Whether this session's writes are refused now: the instance is read-only and the
+    /// session is not exempt. One relaxed load; asked of writes only.
+    #[inline(always)]
+    fn writes_refused(&self) -> bool {
+        !self.writes_despite_read_only && self.core.shared.is_read_only()
     }
 
     pub fn core(&self) -> &Rc<Core> {
