@@ -163,9 +163,13 @@ impl Session {
     /// A DDL call (`crud::box_schema`): planned and made in the server's one turn for schema
     /// changes, after this connection's earlier requests are answered (as `box.snapshot`
     /// does), then answered from the new schema. Needs the write grant (Tarantool's create,
-    /// alter and drop privileges have no counterpart in tarn's grants).
+    /// alter and drop privileges have no counterpart in tarn's grants). On a read-only
+    /// instance, whoever asks, a call is refused with 7 where Tarantool's first write to a
+    /// system space is: after the checks of its Lua (`box_schema::raised_before_writing`);
+    /// one that writes nothing (`if_not_exists` finding what it asks for) is answered.
     async fn schema_call(&mut self, call: &Call<'_>, sync: u64, out: &mut Vec<u8>) {
-        if !self.grants().write {
+        let refused_at_start = self.writes_refused();
+        if !refused_at_start && !self.grants().write {
             let user = self.user_name().to_owned();
             let version = self.core.schema_version();
             return access_denied(out, sync, version, Access::Write, "universe", "", &user);
@@ -178,8 +182,20 @@ impl Session {
             let catalog = core.catalog();
             crud::box_schema::plan(&shard.engine, &catalog, call.function_name, call.args)
         };
+        // Read-only now, or at the start (when the grant was not checked).
+        let refused = refused_at_start || self.writes_refused();
         let reply = match planned {
             Ok(SchemaPlan::Unchanged(reply)) => reply,
+            Ok(SchemaPlan::Change { .. } | SchemaPlan::Rewritten(_)) if refused => {
+                return super::admit::read_only(out, sync, core.schema_version());
+            }
+            Err(raised)
+                if refused
+                    && !crud::box_schema::raised_before_writing(call.function_name, &raised) =>
+            {
+                return super::admit::read_only(out, sync, core.schema_version());
+            }
+            Ok(SchemaPlan::Rewritten(reply)) => reply,
             Ok(SchemaPlan::Change { change, reply }) => {
                 match crate::server::ddl::change(&core, &turn, change).await {
                     Ok(()) => reply,
