@@ -32,6 +32,8 @@ mod load_generator;
 mod moved_key_pipeline;
 #[path = "python_connector.rs"]
 mod python_connector;
+#[path = "read_only.rs"]
+mod read_only;
 #[path = "recovery_damage.rs"]
 mod recovery_damage;
 #[path = "relayout.rs"]

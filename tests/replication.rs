@@ -98,9 +98,8 @@ fn copy_and_follow(master_shards: u32, replica_shards: u32) {
     let replica = start_replica(replica_dir.path(), replica_shards, &master);
     replace_kv(master.addr, 3500..5000, "while the replica copies");
     wait_identical(&master, &replica);
-    assert!(replica
-        .log_so_far()
-        .contains("copied the master; following its WAL"));
+    let copied = "copied the master; following its WAL";
+    assert!(replica.wait_for_log(copied, Duration::from_secs(10)));
 
     let writer = std::thread::spawn({
         let addr = master.addr;

@@ -13,6 +13,8 @@
 --   TARANTOOL_EXTRA_SCHEMA   a Lua file run once after the schema below, before the ready
 --                            marker (tests/differential/schema.lua: the differential test's
 --                            spaces beyond the shipped ones)
+--   TARANTOOL_READ_ONLY      '1': box.cfg{read_only = true} once the schema and users are
+--                            made, before the ready marker (tests/python/test_read_only.py)
 --
 -- Schema (identical to what tarn exposes to its tests):
 --   kv        id 512: id unsigned, bucket_id unsigned, value string
@@ -95,6 +97,10 @@ box.schema.user.passwd('bench', 'secret')
 -- `bench` may make schema changes (tests/python/test_ddl.py); tarn lets a user with the
 -- write grant make them.
 box.schema.user.grant('bench', 'create,alter,drop', 'universe', nil, {if_not_exists = true})
+
+if os.getenv('TARANTOOL_READ_ONLY') == '1' then
+    box.cfg{read_only = true}
+end
 
 -- Admin console (full privileges, text protocol) for scripts that need DDL,
 -- e.g. capture_reference.py: <work_dir>/admin.sock

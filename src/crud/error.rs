@@ -175,9 +175,15 @@ pub mod by_func {
     /// into a CallError and by truncate into its own.
     pub fn truncate_no_such_space(replicaset: &str, name: &str) -> CrudError {
         let storage = format!("TruncateError: {}", super::no_such_space(name));
+        truncate_failed(replicaset, &storage)
+    }
+
+    /// crud.truncate whose storage answered the error `message` (its text; a box error's
+    /// message), wrapped by `call.map` into a CallError and by truncate into its own.
+    pub fn truncate_failed(replicaset: &str, message: &str) -> CrudError {
         let call = call_error(
             replicaset,
-            &storage,
+            message,
             site(s::BASE_POSTPROCESSOR, 71),
             s::map_call_stack(
                 site(s::BASE_POSTPROCESSOR, 71),

@@ -8,11 +8,12 @@ use super::error::{by_func, CrudError};
 use super::result::{self, Columns};
 use super::run::Part;
 use super::select::{self, Planned, SelectPlan, ShardRows};
-use super::write::{BatchItem, OpBytes};
-use super::{mp, CrudConfig, CrudReply, Func, ManyPlan, Plan, PointPlan};
+use super::write::{BatchItem, OpBytes, PointOp};
+use super::{mp, CrudConfig, CrudReply, Func, ManyPlan, Plan, PointPlan, Raised};
 use crate::msgpack::{write_array_len, write_uint};
 use crate::protocol::reply;
 use crate::protocol::reply::ErrorEntry as ReplyErrorEntry;
+use crate::protocol::ErrorCode;
 use crate::storage::{Engine, IteratorType, Space};
 
 /// Writes the whole IPROTO reply packet for `reply`.
@@ -178,6 +179,64 @@ pub fn finish_many(
     } else {
         many_errors(result, &errors)
     }
+}
+
+/// What a planned call answers when the instance refuses every write with the box error
+/// `code` and `message` (ER_READONLY on a read-only instance), in place of running it;
+/// `None` for a plan that writes nothing. crud's calls keep crud's shapes with the box
+/// error inside, as when their storage refuses each write: a point op's `<Op>Error`
+/// (`Failed to insert: <message>`), a `*_many` call's CallError per op (with
+/// `stop_on_error`, the ops after the first not performed), truncate's TruncateError.
+/// `box.space`'s writes and truncate raise the box error itself.
+pub fn refuse_writes(
+    engine: &Engine,
+    config: &CrudConfig,
+    plan: &Plan<'_>,
+    code: ErrorCode,
+    message: &str,
+) -> Option<CrudReply> {
+    let raised = || {
+        CrudReply::Raised(Raised {
+            code,
+            message: message.to_owned(),
+        })
+    };
+    let values = match plan {
+        Plan::Point(point) if matches!(point.op, PointOp::Get { .. }) => return None,
+        Plan::Point(point) => returned_error(&by_func::storage_failed(point.func, message)),
+        Plan::Many(many) => {
+            // Planned on this engine's schema, which has not changed since.
+            let Ok(space) = engine.space(many.space_id) else {
+                return Some(raised());
+            };
+            let mut failed = false;
+            let items: Vec<BatchItem> = many
+                .ops
+                .iter()
+                .map(|_| {
+                    if failed && many.stop_on_error {
+                        return BatchItem::NotPerformed;
+                    }
+                    failed = true;
+                    BatchItem::Failed(message.to_owned())
+                })
+                .collect();
+            finish_many(space, config, many, &items)
+        }
+        Plan::Truncate {
+            returns_nothing: false,
+            ..
+        } => returned_error(&by_func::truncate_failed(&config.instance_uuid, message)),
+        Plan::Truncate { .. } | Plan::BoxWrite(_) => return Some(raised()),
+        Plan::Reply(_)
+        | Plan::Select(_)
+        | Plan::Count(_)
+        | Plan::Border { .. }
+        | Plan::Len { .. }
+        | Plan::BoxSelect(_)
+        | Plan::Sum(_) => return None,
+    };
+    Some(CrudReply::Values(values))
 }
 
 /// Step 3 of a select: merges the shards' runs. A shard's error is raised out of crud's

@@ -66,7 +66,7 @@ pub use args::{Func, Raised};
 use error::CrudError;
 pub use finish::{
     encode_reply, encode_values_reply, finish_border, finish_count, finish_len, finish_many,
-    finish_parts, finish_point, finish_select, finish_truncate, write_point_values,
+    finish_parts, finish_point, finish_select, finish_truncate, refuse_writes, write_point_values,
 };
 pub use plan::{plan, plan_general};
 use result::Columns;

@@ -1919,3 +1919,146 @@ mod fast_paths {
         }
     }
 }
+
+const READ_ONLY: &str = "Can't modify data because this instance is in read-only mode.";
+
+/// The plan of a call, refused as a read-only instance refuses it (`None`: not a write).
+fn refused_read_only(engine: &Engine, function: &str, args: &str) -> Option<CrudReply> {
+    let args = json(args);
+    let plan = plan(engine, &config(), function, &args).expect("planned");
+    refuse_writes(engine, &config(), &plan, ErrorCode::ER_READONLY, READ_ONLY)
+}
+
+fn refused_values(engine: &Engine, function: &str, args: &str) -> String {
+    match refused_read_only(engine, function, args) {
+        Some(CrudReply::Values(values)) => msgpack_to_text(&without_sites(&values)),
+        other => panic!("{function} {args}: {other:?}"),
+    }
+}
+
+/// An engine whose customers hold `[1, 5, "A"]`.
+fn engine_with_one_customer() -> Engine {
+    let mut engine = engine();
+    call(&mut engine, "crud.insert", r#"["customers", [1, 5, "A"]]"#);
+    engine
+}
+
+#[test]
+fn point_writes_refused_as_read_only_are_their_op_errors_with_the_box_error_inside() {
+    let engine = engine_with_one_customer();
+    for (function, args, class, verb) in [
+        (
+            "crud.insert",
+            r#"["customers", [2, 5, "B"]]"#,
+            "InsertError",
+            "insert",
+        ),
+        (
+            "crud.insert_object",
+            r#"["customers", {"id": 2, "name": "B"}]"#,
+            "InsertError",
+            "insert",
+        ),
+        (
+            "crud.replace",
+            r#"["customers", [1, 5, "B"], {"noreturn": true}]"#,
+            "ReplaceError",
+            "replace",
+        ),
+        (
+            "crud.update",
+            r#"["customers", 1, [["=", "name", "Z"]]]"#,
+            "UpdateError",
+            "update",
+        ),
+        (
+            "crud.upsert",
+            r#"["customers", [1, 5, "A"], [["=", "name", "Z"]]]"#,
+            "UpsertError",
+            "upsert",
+        ),
+        (
+            "crud.delete",
+            r#"["customers", 99]"#,
+            "DeleteError",
+            "delete",
+        ),
+    ] {
+        assert_eq!(
+            refused_values(&engine, function, args),
+            err(class, &format!("Failed to {verb}: {READ_ONLY}")),
+            "{function}"
+        );
+    }
+}
+
+#[test]
+fn batches_and_truncate_refused_as_read_only_fail_on_their_storage() {
+    let engine = engine_with_one_customer();
+    // Every op of a batch fails on its storage; with stop_on_error, the rest is not performed.
+    let batch = r#"["customers", [[2, 5, "B"], [3, 5, "C"]]"#;
+    assert_eq!(
+        refused_values(&engine, "crud.insert_many", &format!("{batch}, {{}}]")),
+        format!(
+            "[null, [{}, {}]]",
+            call_error(READ_ONLY, r#"[2, 5, "B"]"#),
+            call_error(READ_ONLY, r#"[3, 5, "C"]"#)
+        )
+    );
+    assert_eq!(
+        refused_values(
+            &engine,
+            "crud.replace_many",
+            &format!(r#"{batch}, {{"stop_on_error": true}}]"#)
+        ),
+        format!(
+            "[null, [{}, {}]]",
+            call_error(READ_ONLY, r#"[2, 5, "B"]"#),
+            call_error("Operation with tuple was not performed", r#"[3, 5, "C"]"#)
+        )
+    );
+    assert_eq!(
+        refused_values(&engine, "crud.truncate", r#"["customers"]"#),
+        err(
+            "TruncateError",
+            &format!("Failed to truncate: CallError: Failed for {UUID}: Function returned an error: {READ_ONLY}")
+        )
+    );
+}
+
+#[test]
+fn box_space_writes_refused_as_read_only_raise_the_box_error_and_reads_pass() {
+    let engine = engine_with_one_customer();
+    // box.space's writes raise the box error itself.
+    for (function, args) in [
+        ("box.space.customers:insert", r#"[[2, 5, "B"]]"#),
+        ("box.space.customers:delete", "[[1]]"),
+        ("box.space.customers:truncate", "[]"),
+    ] {
+        assert_eq!(
+            refused_read_only(&engine, function, args),
+            Some(CrudReply::Raised(Raised {
+                code: ErrorCode::ER_READONLY,
+                message: READ_ONLY.into(),
+            })),
+            "{function}"
+        );
+    }
+    // Reads are not refused.
+    for (function, args) in [
+        ("crud.get", r#"["customers", 1]"#),
+        ("crud.select", r#"["customers", null]"#),
+        ("crud.count", r#"["customers", null]"#),
+        ("crud.len", r#"["customers"]"#),
+        ("crud.min", r#"["customers", null]"#),
+        ("box.space.customers:get", "[[1]]"),
+        ("box.space.customers:select", "[[]]"),
+        ("box.space.customers:len", "[]"),
+    ] {
+        assert_eq!(
+            refused_read_only(&engine, function, args),
+            None,
+            "{function}"
+        );
+    }
+}

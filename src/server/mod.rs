@@ -97,11 +97,17 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 /// After the cut, how long the shutdown waits for the cut connections' tasks to end before
 /// it closes the WALs anyway.
 const SHUTDOWN_CUT_WAIT: Duration = Duration::from_secs(2);
-/// What every core reads and nobody writes after start-up.
+/// What every core reads; after start-up only its atomics change (the read-only state, the
+/// snapshot generations, the connection counts).
 pub struct Shared {
     pub config: Config,
     pub users: users::Users,
     pub instance_uuid: uuid::Uuid,
+    /// Whether client writes are refused with ER_READONLY (Tarantool's `read_only`):
+    /// `config.read_only` at start; promotion will clear it. Read with one relaxed load per
+    /// write ([`Shared::is_read_only`]), so a write admitted just before it changes may still
+    /// run.
+    read_only: AtomicBool,
     /// The data directory's fingerprint, carried by every WAL file and snapshot.
     pub fingerprint: u64,
     /// The schema version `schema.bin` records as committed: recovery cuts the WAL at a
@@ -135,6 +141,7 @@ impl Shared {
     pub fn new(config: Config, shard_count: usize, fingerprint: u64) -> Shared {
         Shared {
             users: users::Users::from_config(&config),
+            read_only: AtomicBool::new(config.read_only),
             config,
             instance_uuid: uuid::Uuid::new_v4(),
             fingerprint,
@@ -156,6 +163,18 @@ impl Shared {
 }
 
 impl Shared {
+    /// Whether client writes are refused (see the field `read_only`).
+    #[inline(always)]
+    pub fn is_read_only(&self) -> bool {
+        self.read_only.load(Ordering::Relaxed)
+    }
+
+    /// Makes the instance read-only or writable for the writes admitted from now on (a
+    /// promotion clears it); `box.info.ro` answers it.
+    pub fn set_read_only(&self, read_only: bool) {
+        self.read_only.store(read_only, Ordering::Relaxed);
+    }
+
     /// [`Shared::new`] with what `data_dir` recorded: its schema version, the spaces made
     /// over CALL, the config's changes to plan.
     fn with_data_dir(

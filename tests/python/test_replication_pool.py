@@ -40,6 +40,11 @@ def info(addr):
         c.close()
 
 
+def downstreams_of(addr):
+    return [entry["downstream"] for entry in info(addr)["replication"].values()
+            if "downstream" in entry]
+
+
 def wait_for(condition, what, timeout=15.0):
     deadline = time.monotonic() + timeout
     while not condition():
@@ -71,6 +76,19 @@ def test_the_pool_writes_to_the_master_and_reads_the_replica(instances):
             assert len(direct_master.select("kv", KEYS[-1])) == 1
             wait_for(lambda: len(direct_replica.select("kv", KEYS[-1])) == 1,
                      "the replica to apply the pool's writes")
+            # box.info as tools read it: the caught-up replica's vclock is its master's, its
+            # upstream follows, and the master sees it downstream.
+            wait_for(lambda: info(replica)["vclock"] == info(master)["vclock"],
+                     "the replica's vclock to reach the master's")
+            upstreams = [entry["upstream"] for entry in info(replica)["replication"].values()
+                         if "upstream" in entry]
+            assert [u["status"] for u in upstreams] == ["follow"]
+            # Tarantool sends a whole-number lag as an integer.
+            assert isinstance(upstreams[0]["idle"], float)
+            assert isinstance(upstreams[0]["lag"], (int, float))
+            assert [d["status"] for d in downstreams_of(master)] == ["follow"]
+            wait_for(lambda: [d["vclock"] for d in downstreams_of(master)] == [
+                info(master)["vclock"]], "the replica to acknowledge what it applied")
             rows = pool.select("kv", KEYS[0], mode=Mode.PREFER_RO)
             assert list(rows.data) == [[KEYS[0], KEYS[0] % 3000, f"pooled {KEYS[0]}"]]
 

@@ -132,6 +132,10 @@ impl Session {
         else {
             return true;
         };
+        if self.writes_refused() {
+            self.refuse_read_only_write(space_id, sync, out);
+            return false;
+        }
         if !self.check_access(Access::Write, space_id, sync, out) {
             return false;
         }
@@ -163,6 +167,27 @@ impl Session {
             ),
         }
         false
+    }
+
+    /// The refusal of a write to `space_id` on a read-only instance, as Tarantool 2.6 answers
+    /// it (`docs/tarantool-reference.md` (p)): a space that does not exist is 36; any other
+    /// is 7, before its grant, its tuple or its key is looked at, for a system space or a
+    /// view too.
+    #[cold]
+    #[inline(never)]
+    fn refuse_read_only_write(&self, space_id: u32, sync: u64, out: &mut Vec<u8>) {
+        let missing = match self.core.shard.borrow().engine.space(space_id) {
+            Ok(_) => None,
+            Err(_) if schema::tarantool_system_space(space_id).is_some() => None,
+            Err(missing) => Some(missing),
+        };
+        let version = self.core.schema_version();
+        match missing {
+            Some(missing) => {
+                crate::shard::errors::encode_storage_error(out, sync, version, &missing)
+            }
+            None => read_only(out, sync, version),
+        }
     }
 
     pub(super) fn authenticate(&mut self, auth: &Auth<'_>, sync: u64, out: &mut Vec<u8>) {
@@ -273,6 +298,23 @@ impl Session {
         }
         data.finish(out);
     }
+}
+
+/// What Tarantool 2.6 answers a write on a read-only instance (ER_READONLY; 2.11 words it
+/// `Can't modify data on a read-only instance - box.cfg.read_only is true`).
+pub(super) const READ_ONLY_MESSAGE: &str =
+    "Can't modify data because this instance is in read-only mode.";
+
+/// The ER_READONLY reply.
+#[cold]
+pub(super) fn read_only(out: &mut Vec<u8>, sync: u64, schema_version: u64) {
+    reply::encode_error(
+        out,
+        sync,
+        schema_version,
+        ErrorCode::ER_READONLY,
+        READ_ONLY_MESSAGE,
+    );
 }
 
 pub(super) fn unsupported(out: &mut Vec<u8>, sync: u64, schema_version: u64, what: &str) {

@@ -1,4 +1,4 @@
-//! `box.info` over CALL, in Tarantool 2.6's shape (`docs/tarantool-reference.md` (p)):
+//! `box.info` over CALL, in Tarantool 2.6's shape (`docs/tarantool-reference.md` (q)):
 //! connection pools read `ro` and `status`; tools read `vclock`, `lsn` and `replication`.
 //!
 //! tarn's vclock has one component per master shard, keyed by the shard's id + 1 (Tarantool
@@ -42,7 +42,7 @@ impl Session {
         write_str(out, b"id");
         write_uint(out, id);
         write_str(out, b"ro");
-        out.push(if self.instance_is_read_only() {
+        out.push(if self.core.shared.is_read_only() {
             0xc3
         } else {
             0xc2
@@ -146,13 +146,6 @@ impl Session {
                 }
             }
         }
-    }
-}
-
-impl Session {
-    /// Whether clients' writes are refused here.
-    fn instance_is_read_only(&self) -> bool {
-        self.core.shared.config.read_only
     }
 }
 

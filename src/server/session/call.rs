@@ -1,7 +1,7 @@
 //! CALL: the functions a session answers (`box.info`, `box.snapshot`), the crud calls and
 //! `box.space`'s data methods, planned here and run here, on their owner, or on every core.
 
-use super::admit::access_denied;
+use super::admit::{access_denied, READ_ONLY_MESSAGE};
 use super::{Pending, PendingReply, Session, Unacknowledged, Wait};
 use crate::crud::box_schema::SchemaPlan;
 use crate::crud::{self, CrudReply, FanOutPlan, Plan};
@@ -100,6 +100,7 @@ impl Session {
             )
         };
         match planned {
+            Ok(plan) if self.refuse_read_only_plan(&plan, sync, out) => {}
             Ok(plan) => self.run_plan(packet, plan, sync, out).await,
             Err(raised) => crud::encode_reply(
                 out,
@@ -119,6 +120,13 @@ impl Session {
         };
         let plan = match planned {
             Ok(plan) => plan,
+            // Tarantool refuses a system space's truncate in its `_truncate` trigger: after
+            // the read-only check of the write to `_truncate`.
+            Err(raised)
+                if raised.code == ErrorCode::ER_TRUNCATE_SYSTEM_SPACE && self.writes_refused() =>
+            {
+                return super::admit::read_only(out, sync, self.core.schema_version());
+            }
             Err(raised) => {
                 return crud::encode_reply(
                     out,
@@ -128,6 +136,10 @@ impl Session {
                 )
             }
         };
+        // Tarantool refuses a write on a read-only instance before it checks the grant.
+        if self.refuse_read_only_plan(&plan, sync, out) {
+            return;
+        }
         let checked = match &plan {
             Plan::Len { space_id } => Some((Access::Read, *space_id)),
             Plan::Sum(sum) => Some((Access::Read, sum.space_id())),
@@ -151,9 +163,13 @@ impl Session {
     /// A DDL call (`crud::box_schema`): planned and made in the server's one turn for schema
     /// changes, after this connection's earlier requests are answered (as `box.snapshot`
     /// does), then answered from the new schema. Needs the write grant (Tarantool's create,
-    /// alter and drop privileges have no counterpart in tarn's grants).
+    /// alter and drop privileges have no counterpart in tarn's grants). On a read-only
+    /// instance, whoever asks, a call is refused with 7 where Tarantool's first write to a
+    /// system space is: after the checks of its Lua (`box_schema::raised_before_writing`);
+    /// one that writes nothing (`if_not_exists` finding what it asks for) is answered.
     async fn schema_call(&mut self, call: &Call<'_>, sync: u64, out: &mut Vec<u8>) {
-        if !self.grants().write {
+        let refused_at_start = self.writes_refused();
+        if !refused_at_start && !self.grants().write {
             let user = self.user_name().to_owned();
             let version = self.core.schema_version();
             return access_denied(out, sync, version, Access::Write, "universe", "", &user);
@@ -166,8 +182,20 @@ impl Session {
             let catalog = core.catalog();
             crud::box_schema::plan(&shard.engine, &catalog, call.function_name, call.args)
         };
+        // Read-only now, or at the start (when the grant was not checked).
+        let refused = refused_at_start || self.writes_refused();
         let reply = match planned {
             Ok(SchemaPlan::Unchanged(reply)) => reply,
+            Ok(SchemaPlan::Change { .. } | SchemaPlan::Rewritten(_)) if refused => {
+                return super::admit::read_only(out, sync, core.schema_version());
+            }
+            Err(raised)
+                if refused
+                    && !crud::box_schema::raised_before_writing(call.function_name, &raised) =>
+            {
+                return super::admit::read_only(out, sync, core.schema_version());
+            }
+            Ok(SchemaPlan::Rewritten(reply)) => reply,
             Ok(SchemaPlan::Change { change, reply }) => {
                 match crate::server::ddl::change(&core, &turn, change).await {
                     Ok(()) => reply,
@@ -195,6 +223,28 @@ impl Session {
         let mark = reply::begin_data_reply(out, sync, core.schema_version(), count);
         out.extend_from_slice(&values);
         reply::finish_packet(out, mark);
+    }
+
+    /// On a read-only instance, refuses a planned call that writes before it is routed
+    /// (`crud::refuse_writes` says how each answers): true when the refusal is in `out`.
+    fn refuse_read_only_plan(&self, plan: &Plan<'_>, sync: u64, out: &mut Vec<u8>) -> bool {
+        if !self.writes_refused() {
+            return false;
+        }
+        let refused = crud::refuse_writes(
+            &self.core.shard.borrow().engine,
+            &self.core.crud,
+            plan,
+            ErrorCode::ER_READONLY,
+            READ_ONLY_MESSAGE,
+        );
+        match refused {
+            Some(reply) => {
+                crud::encode_reply(out, sync, self.core.schema_version(), &reply);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Runs a planned call: here, on its owner, or on every core.

@@ -158,6 +158,11 @@ pub struct Session {
     merged: Vec<u8>,
     /// A replica's SUBSCRIBE, accepted: the connection becomes a relay's.
     subscription: Option<Box<crate::server::replication::Subscription>>,
+    /// Whether this session writes on a read-only instance: false for clients (their writes
+    /// are refused with ER_READONLY, see [`Session::writes_refused`]); true for a replica's
+    /// own applier, which writes what its master sent. Set with
+    /// [`Session::set_writes_despite_read_only`].
+    writes_despite_read_only: bool,
 }
 
 impl Session {
@@ -177,15 +182,31 @@ impl Session {
             crud_read_bytes: 0,
             merged: Vec::new(),
             subscription: None,
+            writes_despite_read_only: false,
         }
     }
 
     /// The session a replica's applier writes through: every grant, whoever the config's
-    /// users are (it is no client's: nobody can log in as it).
+    /// users are (it is no client's: nobody can log in as it), and writes on a read-only
+    /// instance (what its master sent).
     pub fn for_applier(core: Rc<Core>) -> Session {
         let mut session = Session::new(core);
         session.user_id = session.core.shared.users.applier_id();
+        session.set_writes_despite_read_only(true);
         session
+    }
+
+    /// Exempts this session (or not) from the read-only state: a replica's applier writes
+    /// through a session of its own on a read-only instance. Never set for a client's.
+    pub fn set_writes_despite_read_only(&mut self, writes_despite_read_only: bool) {
+        self.writes_despite_read_only = writes_despite_read_only;
+    }
+
+    /// Whether this session's writes are refused now: the instance is read-only and the
+    /// session is not exempt. One relaxed load; asked of writes only.
+    #[inline(always)]
+    fn writes_refused(&self) -> bool {
+        !self.writes_despite_read_only && self.core.shared.is_read_only()
     }
 
     pub fn core(&self) -> &Rc<Core> {
