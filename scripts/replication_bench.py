@@ -8,7 +8,10 @@ Run through scripts/replication-bench.sh, which builds the binaries and passes t
 2. Start a replica (`--replication`, `--read-only`) and wait until it has copied the master.
 3. ROUNDS times, alternating: replaces at CONNS x PIPELINE for SECONDS with the replica
    following, then with the replica stopped (SIGSTOP: nothing else changes on the
-   machine); the throughput of each (perf-simple-query's median per-second rate).
+   machine); the throughput of each (perf-simple-query's median per-second rate), and the
+   CPU time the master's relay threads took (what streaming costs the master itself: on one
+   machine the replica's own work of applying and logging every row takes the master's and
+   the client's cores too).
 4. During the runs with the replica: every 50 ms both servers' `box.info.signature` (the
    rows their shards have written / applied). The replica's lag at a sample is how long
    before it the master's signature first reached the replica's: the age of the newest row
@@ -125,6 +128,23 @@ def lags(samples):
     return out
 
 
+def relay_cpu_seconds(master):
+    """CPU seconds the master's relay threads have used so far (utime + stime)."""
+    total = 0
+    task_dir = f"/proc/{master.process.pid}/task"
+    for tid in os.listdir(task_dir):
+        try:
+            with open(f"{task_dir}/{tid}/comm") as comm:
+                if not comm.read().startswith("relay"):
+                    continue
+            with open(f"{task_dir}/{tid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except FileNotFoundError:
+            continue
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def percentile(values, fraction):
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
@@ -150,12 +170,16 @@ def main():
     copy_seconds = wait_caught_up(master, replica, 600)
     log(f"replica copied the master in {copy_seconds:.2f} s")
     with_replica, without, all_lags, behind, catch_up = [], [], [], [], []
+    relay_share = []
     try:
         for round_no in range(args.rounds):
             samples, stop = [], threading.Event()
             sampler = threading.Thread(target=sample_lag, args=(master, replica, stop, samples))
             sampler.start()
+            cpu_before, started = relay_cpu_seconds(master), time.monotonic()
             result = replaces(args, master, args.seconds, f"with-{round_no}")
+            relay_share.append((relay_cpu_seconds(master) - cpu_before)
+                               / (time.monotonic() - started))
             stop.set()
             sampler.join()
             with_replica.append(result["summary"]["tps"]["median"])
@@ -180,6 +204,8 @@ def main():
         print(f"| replaces, replica stopped | {statistics.median(without):,.0f}/s |")
         print(f"| with / without (median of per-round ratios) | {statistics.median(ratios):.2f}x "
               f"({', '.join(f'{r:.2f}' for r in ratios)}) |")
+        print(f"| the master's relay threads, CPU during the load (median) | "
+              f"{statistics.median(relay_share) * 100:.0f}% of a core |")
         print(f"| replica lag during the load, p50 / p99 / max ({len(all_lags)} samples) | "
               f"{percentile(all_lags, 0.5) * ms:.0f} / {percentile(all_lags, 0.99) * ms:.0f} / "
               f"{max(all_lags) * ms:.0f} ms |")

@@ -230,3 +230,47 @@ fn the_python_connection_pool_writes_to_the_master_and_reads_the_replica() {
         .expect("run pytest");
     assert!(status.success(), "{}", replica.log_so_far());
 }
+
+/// A master that keeps one checkpoint, with `wal_cleanup_delay` seconds for a replica that
+/// left; the replica is killed, the master writes and checkpoints twice (its older WAL files
+/// go, but for what the replica needs while the delay runs), and the replica comes back.
+fn replica_returns_after_checkpoints(wal_cleanup_delay: u64) -> Server {
+    let shipped = include_str!("../conf/tarn.toml");
+    let config = shipped
+        .replace("checkpoint_count = 2", "checkpoint_count = 1")
+        .replace(
+            "wal_cleanup_delay = 14400",
+            &format!("wal_cleanup_delay = {wal_cleanup_delay}"),
+        );
+    let master_dir = tempfile::tempdir().unwrap();
+    let master = Server::try_start_with(master_dir.path(), &config, 2, &[]).unwrap();
+    replace_kv(master.addr, 0..1000, "first");
+    let replica_dir = tempfile::tempdir().unwrap();
+    let replica = start_replica(replica_dir.path(), 1, &master);
+    wait_identical(&master, &replica);
+    replica.kill9();
+    for round in 0..2 {
+        replace_kv(master.addr, 500..1500, &format!("checkpoint {round}"));
+        snapshot(master.addr).expect("box.snapshot");
+    }
+    delete_kv(master.addr, 0..100);
+    let replica = start_replica(replica_dir.path(), 1, &master);
+    wait_identical(&master, &replica);
+    let _ = master_dir.keep();
+    replica
+}
+
+#[test]
+fn a_master_keeps_the_wal_a_replica_that_left_needs_for_wal_cleanup_delay() {
+    let replica = replica_returns_after_checkpoints(14_400);
+    let log = replica.log_so_far();
+    assert!(!log.contains("copying it again"), "{log}");
+    assert!(!log.contains("spaces emptied before copying"), "{log}");
+}
+
+#[test]
+fn a_replica_behind_what_its_master_kept_copies_it_again_by_itself() {
+    let replica = replica_returns_after_checkpoints(0);
+    assert!(replica.wait_for_log("copying it again", Duration::from_secs(10)));
+    assert!(replica.wait_for_log("spaces emptied before copying", Duration::from_secs(10)));
+}

@@ -47,6 +47,8 @@ pub(crate) struct RawConfig {
     pub read_only: bool,
     #[serde(default)]
     pub replication: Vec<String>,
+    #[serde(default = "default_wal_cleanup_delay")]
+    pub wal_cleanup_delay: u64,
     #[serde(default)]
     pub guest: RawGuest,
     #[serde(default, rename = "user")]
@@ -76,6 +78,10 @@ fn default_log_level() -> String {
 fn default_wal_mode() -> String {
     // Tarantool's default too: an acknowledged write survives a crash of the process.
     "write".to_owned()
+}
+fn default_wal_cleanup_delay() -> u64 {
+    // Tarantool's default: four hours.
+    14_400
 }
 fn default_wal_max_file_size() -> RawSize {
     RawSize::Text("64MiB".to_owned())

@@ -111,6 +111,8 @@ pub struct Config {
     pub read_only: bool,
     /// The master this instance follows (at most one), as `box.cfg.replication` names it.
     pub replication: Vec<Upstream>,
+    /// How long a master keeps the WAL files a replica that left still needs.
+    pub wal_cleanup_delay: std::time::Duration,
     pub access: AccessConfig,
     /// In file order; ids and names are unique.
     pub spaces: Vec<SpaceConfig>,
@@ -223,6 +225,7 @@ fn resolve(
         durability,
         read_only: raw.read_only,
         replication,
+        wal_cleanup_delay: std::time::Duration::from_secs(raw.wal_cleanup_delay),
         access,
         spaces,
         drop_missing_spaces: false,

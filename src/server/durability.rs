@@ -242,8 +242,15 @@ pub async fn take_snapshot(
     let written = wal::snapshot::write_snapshot(&dir, &meta, tuples)
         .await
         .map_err(|error| error.to_string())?;
-    let removed = wal::collect_garbage(&dir, config.durability.checkpoint_count)
-        .map_err(|error| error.to_string())?;
+    let replicas_need_after = shared
+        .replication
+        .needed_after(me, config.wal_cleanup_delay);
+    let removed = wal::collect_garbage(
+        &dir,
+        config.durability.checkpoint_count,
+        replicas_need_after,
+    )
+    .map_err(|error| error.to_string())?;
     tracing::info!(
         shard = me,
         lsn,

@@ -901,9 +901,14 @@ pub struct GarbageCollected {
 }
 
 /// Keeps the newest `checkpoint_count` snapshots and the WAL files needed after the oldest of
-/// them; removes the rest and any `.snap.inprogress`. Call it after a snapshot is written, never
+/// them, and those holding rows after `replicas_need_after` (what the replicas still need);
+/// removes the rest and any `.snap.inprogress`. Call it after a snapshot is written, never
 /// while one is being written in the same directory. With no snapshot, nothing is removed.
-pub fn collect_garbage(dir: &Path, checkpoint_count: u32) -> Result<GarbageCollected> {
+pub fn collect_garbage(
+    dir: &Path,
+    checkpoint_count: u32,
+    replicas_need_after: Option<u64>,
+) -> Result<GarbageCollected> {
     assert!(checkpoint_count >= 1);
     let listing = dir::list(dir)?;
     let mut removed = GarbageCollected::default();
@@ -922,9 +927,11 @@ pub fn collect_garbage(dir: &Path, checkpoint_count: u32) -> Result<GarbageColle
         remove(path)?;
         removed.snapshots_removed.push(path.clone());
     }
-    // A file is unneeded when the next one starts at or before the first LSN to replay.
+    // A file is unneeded when the next one starts at or before the first LSN to replay,
+    // or to send to a replica.
+    let needed_after = replicas_need_after.map_or(lsn_oldest_kept, |lsn| lsn.min(lsn_oldest_kept));
     for pair in listing.wal_files.windows(2) {
-        if pair[1].0 <= lsn_oldest_kept + 1 {
+        if pair[1].0 <= needed_after + 1 {
             remove(&pair[0].1)?;
             removed.wal_files_removed.push(pair[0].1.clone());
         }

@@ -581,7 +581,7 @@ fn garbage_collection_keeps_snapshots_and_the_wal_they_need() {
         "00000000000000000013.snap.inprogress".into(),
         b"",
     );
-    let removed = collect_garbage(dir.path(), 2).expect("gc");
+    let removed = collect_garbage(dir.path(), 2, None).expect("gc");
     // Oldest kept snapshot is 5: replay starts at LSN 6, in the file that starts at 6.
     assert_eq!(
         removed.snapshots_removed,

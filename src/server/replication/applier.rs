@@ -43,6 +43,9 @@ enum ApplyError {
     Link(#[from] std::io::Error),
     #[error("the master refused: {0}")]
     Refused(String),
+    /// The master no longer has rows this replica needs: it copies the master again.
+    #[error("the master no longer has rows this replica needs ({0}): copying it again")]
+    RowsGone(String),
     #[error("{0}")]
     Protocol(String),
     #[error("{0}")]
@@ -53,7 +56,7 @@ enum ApplyError {
 
 impl ApplyError {
     fn is_fatal(&self) -> bool {
-        !matches!(self, ApplyError::Link(_))
+        !matches!(self, ApplyError::Link(_) | ApplyError::RowsGone(_))
     }
 }
 
@@ -69,6 +72,12 @@ pub async fn follow(core: Rc<Core>, upstream: UpstreamConfig) {
         }
         let error = match outcome {
             Ok(()) => ApplyError::Link(std::io::ErrorKind::UnexpectedEof.into()),
+            Err(ApplyError::RowsGone(reason)) => {
+                match Position::remove(&core.shared.config.data_dir) {
+                    Ok(()) => ApplyError::RowsGone(reason),
+                    Err(error) => ApplyError::Position(error),
+                }
+            }
             Err(error) => error,
         };
         let (status, level_warn) = match error.is_fatal() {
@@ -223,12 +232,19 @@ impl<'u> Link<'u> {
     ) -> Result<(), ApplyError> {
         let mut last_position = Instant::now();
         let mut chunk = vec![0u8; READ_BYTES];
+        // What came with the answer to SUBSCRIBE is in `buffer` already: taken before the
+        // first read (which would wait for more).
+        let mut read_first = buffer.is_empty();
         loop {
-            let read = stream.read(&mut chunk).await?;
-            if read == 0 {
-                return Ok(());
+            if read_first {
+                let read = stream.read(&mut chunk).await?;
+                if read == 0 {
+                    return Ok(());
+                }
+                buffer.extend_from_slice(&chunk[..read]);
             }
-            buffer.extend_from_slice(&chunk[..read]);
+            // Every whole packet is taken below: what stays is part of one.
+            read_first = true;
             let consumed = self.take_packets(buffer)?;
             buffer.drain(..consumed);
             if buffer.len() > PACKET_BYTES_MAX {
@@ -294,9 +310,7 @@ impl<'u> Link<'u> {
             Streamed::Ack { .. } => {
                 return Err(ApplyError::Protocol("an ACK from the master".into()))
             }
-            Streamed::Error { code, message } => {
-                return Err(ApplyError::Refused(format!("{message} (error {code})")))
-            }
+            Streamed::Error { code, message } => return Err(refusal(code, message)),
         }
         Ok(())
     }
@@ -425,6 +439,14 @@ impl<'u> Link<'u> {
         tracing::info!(master = %self.upstream, spaces = names.len(),
             "replication: no position recorded; spaces emptied before copying the master");
         Ok(())
+    }
+}
+
+/// The master's error reply as the applier takes it.
+fn refusal(code: u64, message: &str) -> ApplyError {
+    match code == u64::from(crate::protocol::ErrorCode::ER_XLOG_GAP.0) {
+        true => ApplyError::RowsGone(message.to_owned()),
+        false => ApplyError::Refused(format!("{message} (error {code})")),
     }
 }
 

@@ -21,7 +21,7 @@ use crate::server::Shared;
 use crate::wal::follow::{newest_snapshot, WalFollower};
 use crate::wal::{SnapshotReader, WalError};
 
-use super::status::{Downstream, DownstreamState};
+use super::status::Downstream;
 use super::Subscription;
 
 /// How long the relay sleeps when no shard has anything new.
@@ -61,17 +61,32 @@ enum Source {
     Wal(WalFollower),
 }
 
+impl Source {
+    /// The last LSN of its shard the replica has or is being sent in a snapshot: the WAL
+    /// after it must stay.
+    fn needs_after(&self) -> Option<u64> {
+        Some(match self {
+            Source::Snapshot { lsn, .. } => *lsn,
+            Source::Empty { .. } => 0,
+            Source::Wal(follower) => follower.lsn_next() - 1,
+        })
+    }
+}
+
 /// Starts the relay of a subscription answered on `socket`.
-pub fn spawn(shared: Arc<Shared>, socket: TcpStream, subscription: Subscription) {
+pub fn spawn(shared: Arc<Shared>, mut socket: TcpStream, subscription: Subscription) {
     let name = format!("relay-{}", subscription.peer);
     let spawned = std::thread::Builder::new().name(name).spawn(move || {
         let peer = subscription.peer.clone();
         let downstream = shared.replication.add_downstream(&subscription);
-        match relay(&shared, socket, &subscription, &downstream) {
+        let outcome = relay(&shared, &mut socket, &subscription, &downstream);
+        // The acknowledgement reader holds the socket too: ends its read, and the link.
+        let _ = socket.shutdown(std::net::Shutdown::Both);
+        match outcome {
             Ok(()) => tracing::info!(%peer, "replica left"),
             Err(error) => tracing::warn!(%peer, %error, "relay stopped"),
         }
-        downstream.set_state(DownstreamState::Stopped);
+        downstream.stop();
     });
     if let Err(error) = spawned {
         tracing::error!(%error, "cannot start a relay thread");
@@ -80,7 +95,7 @@ pub fn spawn(shared: Arc<Shared>, socket: TcpStream, subscription: Subscription)
 
 fn relay(
     shared: &Shared,
-    mut socket: TcpStream,
+    socket: &mut TcpStream,
     subscription: &Subscription,
     downstream: &Arc<Downstream>,
 ) -> Result<(), RelayError> {
@@ -109,6 +124,7 @@ fn relay(
     socket.write_all(&out)?;
     out.clear();
     let mut sources = open_sources(shared, subscription)?;
+    downstream.starts_from(sources.iter().map(Source::needs_after).collect());
     tracing::info!(peer = %subscription.peer, replica = %subscription.instance_uuid,
         from = ?subscription.vclock, "replica subscribed");
     watch_acks(socket.try_clone()?, downstream.clone());
@@ -117,7 +133,13 @@ fn relay(
         let mut progress = false;
         for (shard, source) in sources.iter_mut().enumerate() {
             let written = shared.wal_written[shard].load(Ordering::Acquire);
-            progress |= fill(shard as u32, source, written, subscription.sync, &mut out)?;
+            match fill(shard as u32, source, written, subscription.sync, &mut out) {
+                Ok(filled) => progress |= filled,
+                Err(RelayError::Wal(gap @ WalError::MissingRows { .. })) => {
+                    return Err(refuse_gap(socket, subscription.sync, shard, gap))
+                }
+                Err(error) => return Err(error),
+            }
         }
         // Also while rows flow: the replica measures its lag against what it says.
         if last_heartbeat.elapsed() >= HEARTBEAT_EVERY {
@@ -135,6 +157,19 @@ fn relay(
         }
     }
     Ok(())
+}
+
+/// Tells the replica that rows it needs are gone (ER_XLOG_GAP): it copies the master again.
+fn refuse_gap(socket: &mut TcpStream, sync: u64, shard: usize, gap: WalError) -> RelayError {
+    let message = format!(
+        "master shard {shard}: {gap}; the replica fell behind what this master keeps (wal_cleanup_delay, checkpoint_count) and must copy it again"
+    );
+    let mut out = Vec::new();
+    crate::protocol::reply::encode_error(&mut out, sync, 0, ErrorCode::ER_XLOG_GAP, &message);
+    match socket.write_all(&out) {
+        Ok(()) => RelayError::Refused(message),
+        Err(error) => RelayError::Socket(error),
+    }
 }
 
 /// Why this master cannot serve the subscription, if it cannot.

@@ -103,6 +103,8 @@ pub struct DownstreamSeen {
     pub state: DownstreamState,
     pub acknowledged: Vclock,
     pub last_ack: Instant,
+    /// When it left (`state` stopped).
+    pub stopped_at: Option<Instant>,
 }
 
 impl ReplicationStatus {
@@ -123,12 +125,37 @@ impl ReplicationStatus {
                 state: DownstreamState::Follow,
                 acknowledged: subscription.vclock.clone(),
                 last_ack: Instant::now(),
+                stopped_at: None,
             }),
         });
         let mut downstreams = self.downstreams.lock().unwrap_or_else(|p| p.into_inner());
         downstreams.retain(|known| known.instance_uuid != downstream.instance_uuid);
         downstreams.push(downstream.clone());
         downstream
+    }
+
+    /// The last LSN of shard `shard` every replica known has (rows after it are still to
+    /// be sent to one): replicas connected, and those that left less than `keep` ago.
+    /// `None`: no replica needs anything kept.
+    pub fn needed_after(&self, shard: usize, keep: std::time::Duration) -> Option<u64> {
+        let mut downstreams = self.downstreams.lock().unwrap_or_else(|p| p.into_inner());
+        downstreams.retain(|downstream| {
+            let seen = downstream.seen();
+            seen.stopped_at
+                .is_none_or(|stopped| stopped.elapsed() < keep)
+        });
+        downstreams
+            .iter()
+            .map(|downstream| {
+                downstream
+                    .seen()
+                    .acknowledged
+                    .get(shard)
+                    .copied()
+                    .flatten()
+                    .unwrap_or(0)
+            })
+            .min()
     }
 
     /// Every replica known, with what it last acknowledged.
@@ -148,8 +175,19 @@ impl Downstream {
         state.last_ack = Instant::now();
     }
 
-    pub(super) fn set_state(&self, new: DownstreamState) {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).state = new;
+    /// What it is being sent from, before it acknowledges anything: per shard its position,
+    /// or the LSN of the snapshot it copies (the WAL after it must stay).
+    pub(super) fn starts_from(&self, vclock: Vclock) {
+        self.state
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .acknowledged = vclock;
+    }
+
+    pub(super) fn stop(&self) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        state.state = DownstreamState::Stopped;
+        state.stopped_at = Some(Instant::now());
     }
 
     /// The replica closed its connection (or sent what is not an acknowledgement).
