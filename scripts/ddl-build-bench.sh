@@ -16,18 +16,10 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
 
-echo "building tarn and perf-simple-query (release)..." >&2
-(cd "$root" && cargo build --release --quiet --bin tarn --bin perf-simple-query)
-
-work=$(mktemp -d "${TMPDIR:-/tmp}/ddl-build-bench.XXXXXX")
-cleanup() {
-    if [[ -n ${KEEP_DIR:-} ]]; then
-        echo "kept $work" >&2
-    else
-        rm -rf "$work"
-    fi
-}
-trap cleanup EXIT
+# shellcheck source=lib/work_dir.sh
+source "$here/lib/work_dir.sh"
+build_release tarn perf-simple-query
+make_work_dir ddl-build-bench
 
 python3 "$here/ddl_build_bench.py" \
     --tarn-bin "$root/target/release/tarn" \

@@ -34,18 +34,10 @@ if ! command -v tarantool >/dev/null; then
 fi
 command -v python3 >/dev/null || { echo "python3 is needed" >&2; exit 1; }
 
-echo "building tarn and perf-simple-query (release)..." >&2
-(cd "$root" && cargo build --release --quiet --bin tarn --bin perf-simple-query)
-
-work=$(mktemp -d "${TMPDIR:-/tmp}/recovery-bench.XXXXXX")
-cleanup() {
-    if [[ -n ${KEEP_DIR:-} ]]; then
-        echo "kept $work" >&2
-    else
-        rm -rf "$work"
-    fi
-}
-trap cleanup EXIT
+# shellcheck source=lib/work_dir.sh
+source "$here/lib/work_dir.sh"
+build_release tarn perf-simple-query
+make_work_dir recovery-bench
 
 only=()
 [[ -n ${ONLY:-} ]] && only=(--only "$ONLY")

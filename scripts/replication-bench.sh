@@ -14,18 +14,10 @@ set -euo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
 
-echo "building tarn and perf-simple-query (release)..." >&2
-(cd "$root" && cargo build --release --quiet --bin tarn --bin perf-simple-query)
-
-work=$(mktemp -d "${TMPDIR:-/tmp}/replication-bench.XXXXXX")
-cleanup() {
-    if [[ -n ${KEEP_DIR:-} ]]; then
-        echo "kept $work" >&2
-    else
-        rm -rf "$work"
-    fi
-}
-trap cleanup EXIT
+# shellcheck source=lib/work_dir.sh
+source "$here/lib/work_dir.sh"
+build_release tarn perf-simple-query
+make_work_dir replication-bench
 
 python3 "$here/replication_bench.py" \
     --tarn-bin "${TARN_BIN:-$root/target/release/tarn}" \

@@ -4,7 +4,7 @@ far behind the replica stays under that load.
 
 Run through scripts/replication-bench.sh, which builds the binaries and passes the paths.
 
-1. Start a master (wal_mode write) and load KEYS kv rows into it.
+1. Start a master (wal_mode write), load KEYS kv rows into it, `box.snapshot()`.
 2. Start a replica (`--replication`, `--read-only`) and wait until it has copied the master.
 3. ROUNDS times, alternating: replaces at CONNS x PIPELINE for SECONDS with the replica
    following, then with the replica stopped (SIGSTOP: nothing else changes on the
@@ -17,6 +17,8 @@ Run through scripts/replication-bench.sh, which builds the binaries and passes t
    before it the master's signature first reached the replica's: the age of the newest row
    the replica has. Its p50, p99 and max; and the rows behind at the end of the run and how
    long the replica took to catch up after it.
+5. Afterwards, kv read from both a page at a time in key order: the same rows, byte for
+   byte (a checksum of the tuples the script computes itself).
 
 Client, master and replica share this machine's cores: read the ratio, not the absolute
 rates.
@@ -24,6 +26,7 @@ rates.
 
 import argparse
 import bisect
+import hashlib
 import json
 import os
 import re
@@ -36,7 +39,11 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from iproto import Client  # noqa: E402
+from iproto import Client, pack  # noqa: E402
+
+KV_SPACE_ID = 512
+ITERATOR_GE, ITERATOR_GT = 2, 6
+PAGE = 20_000
 
 LISTENING = re.compile(r"listening on (\S+)")
 
@@ -145,6 +152,20 @@ def relay_cpu_seconds(master):
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def kv_checksum(server):
+    """(rows, sha256) of every kv tuple in primary key order, read a page at a time."""
+    digest, rows, key, iterator = hashlib.sha256(), 0, [], ITERATOR_GE
+    with Client(*server.address) as client:
+        while True:
+            page = client.select(KV_SPACE_ID, 0, key, limit=PAGE, iterator=iterator)
+            for tuple_ in page:
+                digest.update(pack(tuple_))
+            rows += len(page)
+            if len(page) < PAGE:
+                return rows, digest.hexdigest()
+            key, iterator = [page[-1][0]], ITERATOR_GT
+
+
 def percentile(values, fraction):
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
@@ -166,6 +187,9 @@ def main():
     master = Server(args, "master", [])
     log(f"master at {master.address}; loading {args.keys} kv rows")
     replaces(args, master, 0, "populate", populate=True)
+    # The copy then streams a snapshot, as a replica of a long-running master copies one.
+    with Client(*master.address) as client:
+        client.call("box.snapshot")
     replica = Server(args, "replica", ["--replication", "%s:%d" % master.address, "--read-only"])
     copy_seconds = wait_caught_up(master, replica, 600)
     log(f"replica copied the master in {copy_seconds:.2f} s")
@@ -194,6 +218,9 @@ def main():
             log(f"round {round_no + 1}: with a replica {with_replica[-1]:,.0f}/s, without "
                 f"{without[-1]:,.0f}/s; {behind[-1]} rows behind at the end, caught up in "
                 f"{catch_up[-1]:.2f} s")
+        master_sum, replica_sum = kv_checksum(master), kv_checksum(replica)
+        if master_sum != replica_sum:
+            raise RuntimeError(f"kv differs: master {master_sum}, replica {replica_sum}")
         ratios = [w / o for w, o in zip(with_replica, without)]
         ms = 1000
         print(f"| master {args.shards} shards, replica {args.shards} shards, replaces at "
@@ -212,6 +239,8 @@ def main():
         print(f"| rows behind when the load stopped; catch-up | "
               f"{', '.join(map(str, behind))}; {', '.join(f'{c:.2f} s' for c in catch_up)} |")
         print(f"| copy of {args.keys} rows (bootstrap) | {copy_seconds:.2f} s |")
+        print(f"| kv on master and replica afterwards: rows, sha256 of the tuples in key order | "
+              f"{master_sum[0]:,} rows, identical ({master_sum[1][:16]}...) |")
     finally:
         replica.stop()
         master.stop()

@@ -42,18 +42,10 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/.." && pwd)
 command -v python3 >/dev/null || { echo "python3 is needed" >&2; exit 1; }
 
-echo "building tarn (release)..." >&2
-(cd "$root" && cargo build --release --quiet --bin tarn)
-
-work=$(mktemp -d "${TMPDIR:-/tmp}/soak.XXXXXX")
-cleanup() {
-    if [[ -n ${KEEP_DIR:-} ]]; then
-        echo "kept $work" >&2
-    else
-        rm -rf "$work"
-    fi
-}
-trap cleanup EXIT
+# shellcheck source=lib/work_dir.sh
+source "$here/lib/work_dir.sh"
+build_release tarn
+make_work_dir soak
 
 python3 "$here/soak.py" \
     --tarn-bin "$root/target/release/tarn" \

@@ -80,6 +80,21 @@ fn restart_on(dir: &std::path::Path, shards: u32, addr: SocketAddr) -> Server {
     Server::spawn(command).unwrap_or_else(|log| panic!("tarn did not restart:\n{log}"))
 }
 
+/// Waits until the replica in `dir` has recorded a position (its copy is done and durable):
+/// a replica killed before that copies its master again when it comes back.
+fn wait_position_recorded(dir: &std::path::Path) {
+    let position = dir.join("data").join("replica.toml");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !position.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "no position recorded in {}",
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn start_replica(dir: &std::path::Path, shards: u32, master: &Server) -> Server {
     let upstream = master.addr.to_string();
     Server::start_in(dir, shards, "", &["--replication", &upstream])
@@ -137,6 +152,7 @@ fn a_replica_killed_mid_stream_resumes_without_copying_and_a_restarted_master_is
     let replica_dir = tempfile::tempdir().unwrap();
     let replica = start_replica(replica_dir.path(), 2, &master);
     wait_identical(&master, &replica);
+    wait_position_recorded(replica_dir.path());
 
     // Writes stream while the replica is killed.
     let writer = std::thread::spawn({
@@ -248,6 +264,7 @@ fn replica_returns_after_checkpoints(wal_cleanup_delay: u64) -> Server {
     let replica_dir = tempfile::tempdir().unwrap();
     let replica = start_replica(replica_dir.path(), 1, &master);
     wait_identical(&master, &replica);
+    wait_position_recorded(replica_dir.path());
     replica.kill9();
     for round in 0..2 {
         replace_kv(master.addr, 500..1500, &format!("checkpoint {round}"));

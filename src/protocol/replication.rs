@@ -164,23 +164,39 @@ impl Subscribe<'_> {
 /// Decodes a SUBSCRIBE body (the header was decoded by the server's request path). `None`
 /// protocol: a body without tarn's key, as a Tarantool replica sends.
 pub fn decode_subscribe(body: &[u8]) -> Result<Subscribe<'_>> {
-    let mut subscribe = Subscribe {
-        protocol: 0,
-        instance_uuid: "",
-        fingerprint: 0,
-        vclock: Vclock::new(),
-    };
+    let fields = decode_link_fields(body)?;
+    Ok(Subscribe {
+        protocol: fields.protocol,
+        instance_uuid: fields.instance_uuid,
+        fingerprint: fields.fingerprint,
+        vclock: fields.vclock,
+    })
+}
+
+/// What SUBSCRIBE and its answer both carry (the answer also the shard count).
+#[derive(Default)]
+struct LinkFields<'a> {
+    protocol: u64,
+    instance_uuid: &'a str,
+    fingerprint: u64,
+    shard_count: Option<u64>,
+    vclock: Vclock,
+}
+
+fn decode_link_fields(body: &[u8]) -> Result<LinkFields<'_>> {
+    let mut fields = LinkFields::default();
     for_each_pair(body, |key, value| {
         match key {
-            stream_key::PROTOCOL => subscribe.protocol = uint(value)?,
-            stream_key::FINGERPRINT => subscribe.fingerprint = uint(value)?,
-            body_key::INSTANCE_UUID => subscribe.instance_uuid = string(value)?,
-            body_key::VCLOCK => subscribe.vclock = vclock(value)?,
+            stream_key::PROTOCOL => fields.protocol = uint(value)?,
+            stream_key::FINGERPRINT => fields.fingerprint = uint(value)?,
+            stream_key::SHARD_COUNT => fields.shard_count = Some(uint(value)?),
+            body_key::INSTANCE_UUID => fields.instance_uuid = string(value)?,
+            body_key::VCLOCK => fields.vclock = vclock(value)?,
             _ => {}
         }
         Ok(())
     })?;
-    Ok(subscribe)
+    Ok(fields)
 }
 
 impl Subscribed<'_> {
@@ -216,32 +232,21 @@ pub fn decode_subscribed(
             "the answer to SUBSCRIBE is neither OK nor an error",
         ));
     }
-    let mut subscribed = Subscribed {
-        protocol: 0,
-        instance_uuid: "",
-        fingerprint: 0,
-        shard_count: 0,
-        vclock: Vclock::new(),
+    let fields = decode_link_fields(body)?;
+    let shard_count = fields
+        .shard_count
+        .ok_or(BadPacket("the answer to SUBSCRIBE has no shard count"))?;
+    let shard_count = u32::try_from(shard_count)
+        .ok()
+        .filter(|count| (1..=VCLOCK_SHARDS_MAX).contains(&u64::from(*count)))
+        .ok_or(BadPacket("shard count out of range"))?;
+    let subscribed = Subscribed {
+        protocol: fields.protocol,
+        instance_uuid: fields.instance_uuid,
+        fingerprint: fields.fingerprint,
+        shard_count,
+        vclock: fields.vclock,
     };
-    for_each_pair(body, |key, value| {
-        match key {
-            stream_key::PROTOCOL => subscribed.protocol = uint(value)?,
-            stream_key::FINGERPRINT => subscribed.fingerprint = uint(value)?,
-            stream_key::SHARD_COUNT => {
-                subscribed.shard_count = u32::try_from(uint(value)?)
-                    .ok()
-                    .filter(|count| (1..=VCLOCK_SHARDS_MAX).contains(&u64::from(*count)))
-                    .ok_or(BadPacket("shard count out of range"))?
-            }
-            body_key::INSTANCE_UUID => subscribed.instance_uuid = string(value)?,
-            body_key::VCLOCK => subscribed.vclock = vclock(value)?,
-            _ => {}
-        }
-        Ok(())
-    })?;
-    if subscribed.shard_count == 0 {
-        return Err(BadPacket("the answer to SUBSCRIBE has no shard count"));
-    }
     Ok(Ok(subscribed))
 }
 

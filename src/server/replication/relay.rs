@@ -131,9 +131,18 @@ fn relay(
     let mut last_heartbeat = Instant::now();
     while !downstream.is_gone() {
         let mut progress = false;
+        // Each shard a share of a write's bytes: a busy shard does not hold the others back.
+        let share = SEND_BYTES / sources.len();
         for (shard, source) in sources.iter_mut().enumerate() {
             let written = shared.wal_written[shard].load(Ordering::Acquire);
-            match fill(shard as u32, source, written, subscription.sync, &mut out) {
+            let budget = out.len() + share;
+            match fill(
+                shard as u32,
+                source,
+                (written, budget),
+                subscription.sync,
+                &mut out,
+            ) {
                 Ok(filled) => progress |= filled,
                 Err(RelayError::Wal(gap @ WalError::MissingRows { .. })) => {
                     return Err(refuse_gap(socket, subscription.sync, shard, gap))
@@ -220,12 +229,12 @@ fn open_sources(shared: &Shared, subscription: &Subscription) -> Result<Vec<Sour
         .collect()
 }
 
-/// Appends what `source` has next to `out`, up to about [`SEND_BYTES`]; whether anything
-/// was.
+/// Appends what `source` has next to `out`: WAL batches until `out` passes `budget` bytes
+/// (rows up to `written`), or one snapshot block; whether anything was.
 fn fill(
     shard: u32,
     source: &mut Source,
-    written: u64,
+    (written, budget): (u64, usize),
     sync: u64,
     out: &mut Vec<u8>,
 ) -> Result<bool, RelayError> {
@@ -253,7 +262,7 @@ fn fill(
         }
         Source::Wal(follower) => {
             let mut any = false;
-            while out.len() < SEND_BYTES {
+            while out.len() < budget {
                 let Some((lsn_first, batch)) = follower.next_batch(written)? else {
                     break;
                 };
