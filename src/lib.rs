@@ -25,7 +25,8 @@
 //!   - must not know: storage, wal, shard, placement, crud, server, config,
 //!     counting_allocator
 //! - `wal`: one shard's WAL and snapshot files: formats, the group-commit writer, the
-//!   reader, recovery into an engine, checkpoint garbage collection.
+//!   reader, recovery into an engine, checkpoint garbage collection, following a WAL as it
+//!   grows.
 //!   - uses: msgpack, storage
 //!   - must not know: protocol, shard, placement, crud, server, config, counting_allocator
 //! - `shard`: one core's state (its slice of every space and its log) and the execution of
@@ -41,7 +42,8 @@
 //!   - uses: msgpack, storage, wal, protocol, shard, placement, config
 //!   - must not know: server, counting_allocator
 //! - `server`: glommio executors, sockets and orchestration: listening, connections,
-//!   sessions, the mesh between cores, durability, the data directory, the OS calls.
+//!   sessions, the mesh between cores, durability, the data directory, replication (relays
+//!   and the applier), the OS calls.
 //!   - uses: msgpack, storage, protocol, wal, shard, placement, crud, config
 //!   - must not know: counting_allocator
 //! - `config`: `conf/tarn.toml` and the command line, checked and resolved into plain data

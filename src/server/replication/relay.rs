@@ -99,57 +99,16 @@ fn relay(
     subscription: &Subscription,
     downstream: &Arc<Downstream>,
 ) -> Result<(), RelayError> {
-    let shard_count = shared.wal_written.len();
-    let mut out = Vec::with_capacity(SEND_BYTES + 64 * 1024);
-    let refusal = refuse(shared, subscription, shard_count);
-    if let Some(message) = refusal {
-        crate::protocol::reply::encode_error(
-            &mut out,
-            subscription.sync,
-            0,
-            ErrorCode::ER_UNSUPPORTED,
-            &message,
-        );
-        socket.write_all(&out)?;
-        return Err(RelayError::Refused(message));
-    }
-    Subscribed {
-        protocol: wire::PROTOCOL_VERSION,
-        instance_uuid: &shared.instance_uuid.to_string(),
-        fingerprint: shared.fingerprint,
-        shard_count: shard_count as u32,
-        vclock: written(shared),
-    }
-    .encode(subscription.sync, &mut out);
-    socket.write_all(&out)?;
-    out.clear();
+    answer(shared, socket, subscription)?;
     let mut sources = open_sources(shared, subscription)?;
     downstream.starts_from(sources.iter().map(Source::needs_after).collect());
     tracing::info!(peer = %subscription.peer, replica = %subscription.instance_uuid,
         from = ?subscription.vclock, "replica subscribed");
     watch_acks(socket.try_clone()?, downstream.clone());
+    let mut out = Vec::with_capacity(SEND_BYTES + 64 * 1024);
     let mut last_heartbeat = Instant::now();
     while !downstream.is_gone() {
-        let mut progress = false;
-        // Each shard a share of a write's bytes: a busy shard does not hold the others back.
-        let share = SEND_BYTES / sources.len();
-        for (shard, source) in sources.iter_mut().enumerate() {
-            let written = shared.wal_written[shard].load(Ordering::Acquire);
-            let budget = out.len() + share;
-            match fill(
-                shard as u32,
-                source,
-                (written, budget),
-                subscription.sync,
-                &mut out,
-            ) {
-                Ok(filled) => progress |= filled,
-                Err(RelayError::Wal(gap @ WalError::MissingRows { .. })) => {
-                    return Err(refuse_gap(socket, subscription.sync, shard, gap))
-                }
-                Err(error) => return Err(error),
-            }
-        }
+        let progress = fill_all(shared, socket, subscription.sync, &mut sources, &mut out)?;
         // Also while rows flow: the replica measures its lag against what it says.
         if last_heartbeat.elapsed() >= HEARTBEAT_EVERY {
             let vclock = written(shared);
@@ -166,6 +125,58 @@ fn relay(
         }
     }
     Ok(())
+}
+
+/// Answers the SUBSCRIBE: a refusal (then the relay ends), or what this master is.
+fn answer(
+    shared: &Shared,
+    socket: &mut TcpStream,
+    subscription: &Subscription,
+) -> Result<(), RelayError> {
+    let shard_count = shared.wal_written.len();
+    let mut out = Vec::new();
+    if let Some(message) = refuse(shared, subscription, shard_count) {
+        let code = ErrorCode::ER_UNSUPPORTED;
+        crate::protocol::reply::encode_error(&mut out, subscription.sync, 0, code, &message);
+        socket.write_all(&out)?;
+        return Err(RelayError::Refused(message));
+    }
+    Subscribed {
+        protocol: wire::PROTOCOL_VERSION,
+        instance_uuid: &shared.instance_uuid.to_string(),
+        fingerprint: shared.fingerprint,
+        shard_count: shard_count as u32,
+        vclock: written(shared),
+    }
+    .encode(subscription.sync, &mut out);
+    socket.write_all(&out)?;
+    Ok(())
+}
+
+/// One round over the shards' streams into `out`; whether any had something. Rows the
+/// master no longer has end the relay with ER_XLOG_GAP sent.
+fn fill_all(
+    shared: &Shared,
+    socket: &mut TcpStream,
+    sync: u64,
+    sources: &mut [Source],
+    out: &mut Vec<u8>,
+) -> Result<bool, RelayError> {
+    let mut progress = false;
+    // Each shard a share of a write's bytes: a busy shard does not hold the others back.
+    let share = SEND_BYTES / sources.len();
+    for (shard, source) in sources.iter_mut().enumerate() {
+        let written = shared.wal_written[shard].load(Ordering::Acquire);
+        let budget = out.len() + share;
+        match fill(shard as u32, source, (written, budget), sync, out) {
+            Ok(filled) => progress |= filled,
+            Err(RelayError::Wal(gap @ WalError::MissingRows { .. })) => {
+                return Err(refuse_gap(socket, sync, shard, gap))
+            }
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(progress)
 }
 
 /// Tells the replica that rows it needs are gone (ER_XLOG_GAP): it copies the master again.
