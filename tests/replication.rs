@@ -291,3 +291,20 @@ fn a_replica_behind_what_its_master_kept_copies_it_again_by_itself() {
     assert!(replica.wait_for_log("copying it again", Duration::from_secs(10)));
     assert!(replica.wait_for_log("spaces emptied before copying", Duration::from_secs(10)));
 }
+
+#[test]
+fn an_instance_with_data_of_its_own_is_not_emptied_to_become_a_replica() {
+    let master = Server::start(1, "");
+    replace_kv(master.addr, 0..10, "the master's");
+    let dir = tempfile::tempdir().unwrap();
+    let own = Server::start_in(dir.path(), 1, "", &[]);
+    replace_kv(own.addr, 100..150, "its own");
+    assert_eq!(own.stop(), Some(0));
+    let replica = start_replica(dir.path(), 1, &master);
+    assert!(replica.wait_for_log("holds 50 rows and has no position", Duration::from_secs(10)));
+    let ids: Vec<u64> = kv_rows(replica.addr)
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    assert_eq!(ids, (100..150).collect::<Vec<u64>>(), "its rows are kept");
+}

@@ -52,6 +52,12 @@ enum ApplyError {
     Position(#[from] PositionError),
     #[error("{0}")]
     Apply(String),
+    /// The data directory holds rows of its own: it is not emptied for a copy.
+    #[error(
+        "this instance holds {0} rows and has no position of a master: it was never a \
+         replica (or its position was removed); to make it one, empty its data directory"
+    )]
+    LocalData(u64),
 }
 
 impl ApplyError {
@@ -73,7 +79,8 @@ pub async fn follow(core: Rc<Core>, upstream: UpstreamConfig) {
         let error = match outcome {
             Ok(()) => ApplyError::Link(std::io::ErrorKind::UnexpectedEof.into()),
             Err(ApplyError::RowsGone(reason)) => {
-                match Position::remove(&core.shared.config.data_dir) {
+                let data_dir = &core.shared.config.data_dir;
+                match Position::mark_copying(data_dir).and_then(|()| Position::remove(data_dir)) {
                     Ok(()) => ApplyError::RowsGone(reason),
                     Err(error) => ApplyError::Position(error),
                 }
@@ -253,7 +260,7 @@ impl<'u> Link<'u> {
             self.apply().await?;
             if last_position.elapsed() >= POSITION_EVERY || self.copy_finished() {
                 last_position = Instant::now();
-                self.record_position()?;
+                self.record_position().await?;
                 let mut ack = Vec::new();
                 wire::encode_vclock_packet(stream_type::ACK, 0, &self.applied, &mut ack);
                 stream.write_all(&ack).await?;
@@ -392,7 +399,7 @@ impl<'u> Link<'u> {
     }
 
     /// Writes the position (not while copying: a copy that stops is started over).
-    fn record_position(&mut self) -> Result<(), ApplyError> {
+    async fn record_position(&mut self) -> Result<(), ApplyError> {
         if let Some(started) = self.copying {
             if !self.copy_finished() {
                 return Ok(());
@@ -410,12 +417,19 @@ impl<'u> Link<'u> {
             applied: self.applied.iter().map(|lsn| lsn.unwrap_or(0)).collect(),
         };
         let sync = self.core.shared.config.durability.wal_mode == crate::config::WalMode::Fsync;
-        position.write(&self.core.shared.config.data_dir, sync)?;
+        // On glommio's thread for blocking calls: an fsync under load takes tens of
+        // milliseconds, which this core's requests would wait out.
+        let data_dir = self.core.shared.config.data_dir.clone();
+        glommio::executor()
+            .spawn_blocking(move || position.write(&data_dir, sync))
+            .await?;
         Ok(())
     }
 
-    /// Before a copy: removes whatever an earlier copy that did not finish left.
+    /// Before a copy: removes whatever an earlier copy that did not finish left. A data
+    /// directory that holds rows and was never a replica's is refused, not emptied.
     async fn empty_spaces(&mut self) -> Result<(), ApplyError> {
+        let data_dir = self.core.shared.config.data_dir.clone();
         let names: Vec<String> = {
             let shard = self.core.shard.borrow();
             let spaces = shard.engine.spaces();
@@ -425,20 +439,43 @@ impl<'u> Link<'u> {
                 .map(|space| space.name.to_string())
                 .collect()
         };
-        let mut requests = Vec::new();
-        for name in &names {
-            client::encode_call(
-                &mut requests,
-                0,
-                &format!("box.space.{name}:truncate"),
-                &[0x90],
-            );
+        if !Position::copying(&data_dir) {
+            let rows = self.count_rows(&names).await?;
+            if rows > 0 {
+                return Err(ApplyError::LocalData(rows));
+            }
+            Position::mark_copying(&data_dir)?;
         }
-        self.requests = requests;
+        for name in &names {
+            let function = format!("box.space.{name}:truncate");
+            client::encode_call(&mut self.requests, 0, &function, &[0x90]);
+        }
         self.apply().await?;
         tracing::info!(master = %self.upstream, spaces = names.len(),
             "replication: no position recorded; spaces emptied before copying the master");
         Ok(())
+    }
+
+    /// The rows of the spaces named, on every shard (`box.space.NAME:len()`).
+    async fn count_rows(&mut self, names: &[String]) -> Result<u64, ApplyError> {
+        for name in names {
+            let function = format!("box.space.{name}:len");
+            client::encode_call(&mut self.requests, 0, &function, &[0x90]);
+        }
+        self.apply().await?;
+        let mut rows = 0;
+        let mut rest = self.replies.as_slice();
+        while let Ok(Some((packet, taken))) = split_server_frame(rest) {
+            let reply = decode_reply(packet).map_err(|e| ApplyError::Protocol(e.to_string()))?;
+            let mut data = reply.data().unwrap_or(&[]);
+            if let (Ok(Value::Array(1)), Ok(Value::Uint(len))) =
+                (read_value(&mut data), read_value(&mut data))
+            {
+                rows += len;
+            }
+            rest = &rest[taken..];
+        }
+        Ok(rows)
     }
 }
 

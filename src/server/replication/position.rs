@@ -16,6 +16,8 @@ use crate::protocol::replication::Vclock;
 
 pub const POSITION_FILE: &str = "replica.toml";
 const POSITION_FILE_IN_PROGRESS: &str = "replica.toml.inprogress";
+/// Present while a copy of the master is under way: its spaces may be emptied again.
+const COPYING_FILE: &str = "replica.copying";
 
 /// What a replica has applied, and of whom.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,12 +119,43 @@ impl Position {
         }
         drop(file);
         std::fs::rename(&temporary, &path).map_err(io(&temporary))?;
+        // A position ends a copy.
+        match std::fs::remove_file(data_dir.join(COPYING_FILE)) {
+            Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+                return Err(io(&data_dir.join(COPYING_FILE))(error))
+            }
+            _ => {}
+        }
         if sync {
             std::fs::File::open(data_dir)
                 .and_then(|dir| dir.sync_all())
                 .map_err(io(data_dir))?;
         }
         Ok(())
+    }
+
+    /// Marks a copy of the master as under way (before the spaces are emptied for it), so
+    /// that a copy cut short is started over, while a data directory that never was a
+    /// replica's is not emptied.
+    pub fn mark_copying(data_dir: &Path) -> Result<(), PositionError> {
+        let path = data_dir.join(COPYING_FILE);
+        let io = |source| PositionError::Io {
+            path: path.clone(),
+            source,
+        };
+        std::fs::write(
+            &path,
+            b"a copy of the master is under way (docs/replication.md)\n",
+        )
+        .map_err(io)?;
+        std::fs::File::open(data_dir)
+            .and_then(|dir| dir.sync_all())
+            .map_err(io)
+    }
+
+    /// Whether a copy of the master was started and has not ended.
+    pub fn copying(data_dir: &Path) -> bool {
+        data_dir.join(COPYING_FILE).exists()
     }
 
     /// Removes the position: the data directory no longer holds a copy of the master.
@@ -148,7 +181,10 @@ mod tests {
             master_fingerprint: u64::MAX,
             applied: vec![0, 17, 5],
         };
+        Position::mark_copying(dir.path()).unwrap();
+        assert!(Position::copying(dir.path()));
         position.write(dir.path(), true).unwrap();
+        assert!(!Position::copying(dir.path()), "a position ends the copy");
         assert_eq!(Position::read(dir.path()).unwrap(), Some(position.clone()));
         assert_eq!(position.vclock().as_slice(), &[Some(0), Some(17), Some(5)]);
         Position::remove(dir.path()).unwrap();
