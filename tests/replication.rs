@@ -308,3 +308,80 @@ fn an_instance_with_data_of_its_own_is_not_emptied_to_become_a_replica() {
         .collect();
     assert_eq!(ids, (100..150).collect::<Vec<u64>>(), "its rows are kept");
 }
+
+/// A CALL on `addr`: its error message, if it failed.
+fn call(addr: SocketAddr, function: &str, args: &[u8]) -> Result<(), String> {
+    let mut client = Client::connect_to(addr);
+    let mut request = Vec::new();
+    tarn::protocol::client::encode_call(&mut request, 1, function, args);
+    client.send(&request);
+    let packet = client.read_packet().ok_or("no reply")?;
+    let reply = decode_reply(&packet).map_err(|error| error.to_string())?;
+    match reply.error_message() {
+        Some(message) => Err(message.to_string()),
+        None => Ok(()),
+    }
+}
+
+#[test]
+fn schema_changes_replicate_in_order_with_the_rows() {
+    use tarn::msgpack::{write_array_len, write_map_len, write_str, write_uint};
+    let master = Server::start(2, "");
+    replace_kv(master.addr, 0..500, "before the change");
+    let replica_dir = tempfile::tempdir().unwrap();
+    let replica = start_replica(replica_dir.path(), 1, &master);
+    wait_identical(&master, &replica);
+
+    // A new index on kv, rows written around it; then a new space with rows.
+    let mut args = Vec::new();
+    write_array_len(&mut args, 2);
+    write_str(&mut args, b"by_value");
+    write_map_len(&mut args, 2);
+    write_str(&mut args, b"parts");
+    write_array_len(&mut args, 1);
+    write_str(&mut args, b"value");
+    write_str(&mut args, b"unique");
+    args.push(0xc2);
+    call(master.addr, "box.space.kv:create_index", &args).expect("index made");
+    replace_kv(master.addr, 400..900, "after the change");
+    let mut args = Vec::new();
+    write_array_len(&mut args, 2);
+    write_str(&mut args, b"things");
+    write_map_len(&mut args, 1);
+    write_str(&mut args, b"id");
+    write_uint(&mut args, 700);
+    call(master.addr, "box.schema.space.create", &args).expect("space made");
+    let mut args = Vec::new();
+    write_array_len(&mut args, 1);
+    write_str(&mut args, b"pk");
+    call(master.addr, "box.space.things:create_index", &args).expect("its primary made");
+    let mut client = Client::connect_to(master.addr);
+    let mut requests = Vec::new();
+    for id in 0..50u64 {
+        let mut tuple = Vec::new();
+        write_array_len(&mut tuple, 1);
+        write_uint(&mut tuple, id);
+        encode_replace(&mut requests, id, 700, &tuple);
+    }
+    client.send(&requests);
+    for _ in 0..50 {
+        assert!(!decode_reply(&client.read_packet().unwrap())
+            .unwrap()
+            .is_error());
+    }
+
+    wait_identical(&master, &replica);
+    // The replica answers by the new index, in its order, as the master does.
+    let by_value = |addr| crate::common::select_rows(addr, KV, 1, 0, &[0x90]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while crate::common::try_select_rows(replica.addr, 700, 0, 0, &[0x90]).map(|rows| rows.len())
+        != Ok(50)
+    {
+        assert!(Instant::now() < deadline, "{}", replica.log_so_far());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(by_value(replica.addr), by_value(master.addr));
+    assert!(replica
+        .log_so_far()
+        .contains("made the master's schema change"));
+}

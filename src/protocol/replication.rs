@@ -40,6 +40,8 @@ pub mod stream_key {
     pub const FINGERPRINT: u64 = 0x7a12;
     /// In `WAL_BATCH`: the batch bytes (bin).
     pub const BATCH: u64 = 0x7a13;
+    /// In SUBSCRIBE: the master's last schema change the replica has made.
+    pub const SCHEMA_VERSION: u64 = 0x7a14;
 }
 
 /// Per master shard, the LSN of the last row applied (a replica's position) or written (a
@@ -64,6 +66,8 @@ pub struct Subscribe<'a> {
     /// The master fingerprint `vclock` was taken from; 0 when bootstrapping.
     pub fingerprint: u64,
     pub vclock: Vclock,
+    /// The master's last schema change the replica has made.
+    pub schema_version: u64,
 }
 
 /// The master's answer to SUBSCRIBE, before it streams.
@@ -148,9 +152,11 @@ impl Subscribe<'_> {
     pub fn encode(&self, sync: u64, out: &mut Vec<u8>) {
         let at = begin(out);
         write_header(out, request_type::SUBSCRIBE, sync, None);
-        write_map_len(out, 4);
+        write_map_len(out, 5);
         write_uint(out, stream_key::PROTOCOL);
         write_uint(out, self.protocol);
+        write_uint(out, stream_key::SCHEMA_VERSION);
+        write_uint(out, self.schema_version);
         write_uint(out, body_key::INSTANCE_UUID);
         write_str(out, self.instance_uuid.as_bytes());
         write_uint(out, stream_key::FINGERPRINT);
@@ -170,6 +176,7 @@ pub fn decode_subscribe(body: &[u8]) -> Result<Subscribe<'_>> {
         instance_uuid: fields.instance_uuid,
         fingerprint: fields.fingerprint,
         vclock: fields.vclock,
+        schema_version: fields.schema_version,
     })
 }
 
@@ -181,6 +188,7 @@ struct LinkFields<'a> {
     fingerprint: u64,
     shard_count: Option<u64>,
     vclock: Vclock,
+    schema_version: u64,
 }
 
 fn decode_link_fields(body: &[u8]) -> Result<LinkFields<'_>> {
@@ -190,6 +198,7 @@ fn decode_link_fields(body: &[u8]) -> Result<LinkFields<'_>> {
             stream_key::PROTOCOL => fields.protocol = uint(value)?,
             stream_key::FINGERPRINT => fields.fingerprint = uint(value)?,
             stream_key::SHARD_COUNT => fields.shard_count = Some(uint(value)?),
+            stream_key::SCHEMA_VERSION => fields.schema_version = uint(value)?,
             body_key::INSTANCE_UUID => fields.instance_uuid = string(value)?,
             body_key::VCLOCK => fields.vclock = vclock(value)?,
             _ => {}
@@ -532,6 +541,7 @@ mod tests {
             instance_uuid: "b5c3a0f2-0000-4000-8000-000000000001",
             fingerprint: 77,
             vclock: SmallVec::from_slice(&[Some(5), None, Some(0)]),
+            schema_version: 3,
         };
         let mut out = Vec::new();
         subscribe.encode(9, &mut out);

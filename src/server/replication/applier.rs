@@ -22,7 +22,8 @@ use crate::protocol::greeting::parse_greeting;
 use crate::protocol::replication::{self as wire, stream_type, Streamed, Subscribe, Vclock};
 use crate::server::mesh::core::Core;
 use crate::server::session::Session;
-use crate::wal::format::{decode_batch, RowKind};
+use crate::shard::DefinitionChange;
+use crate::wal::format::{decode_batch, RowKind, SchemaRow};
 
 use super::position::{Position, PositionError};
 use super::status::UpstreamStatus;
@@ -127,6 +128,11 @@ struct Link<'u> {
     /// Copying the master: no position is written until every shard's snapshot is applied.
     copying: Option<Instant>,
     master_fingerprint: u64,
+    /// The master's last schema change made here, and the one taken to make next.
+    master_schema_version: u64,
+    schema_version_taken: u64,
+    /// Schema changes among `requests`: each made once the requests before it are applied.
+    changes: Vec<SchemaStep>,
     subscribed: bool,
     /// Requests to run for the packets read, and what they applied once durable.
     requests: Vec<u8>,
@@ -144,6 +150,9 @@ impl<'u> Link<'u> {
             applied: Vclock::new(),
             copying: None,
             master_fingerprint: 0,
+            master_schema_version: 0,
+            schema_version_taken: 0,
+            changes: Vec::new(),
             subscribed: false,
             requests: Vec::new(),
             replies: Vec::new(),
@@ -195,6 +204,7 @@ impl<'u> Link<'u> {
             instance_uuid: &uuid,
             fingerprint: position.as_ref().map_or(0, |p| p.master_fingerprint),
             vclock: position.as_ref().map(Position::vclock).unwrap_or_default(),
+            schema_version: position.as_ref().map_or(0, |p| p.master_schema_version),
         }
         .encode(1, &mut request);
         stream.write_all(&request).await?;
@@ -216,6 +226,7 @@ impl<'u> Link<'u> {
         self.applied = position.as_ref().map(Position::vclock).unwrap_or_default();
         self.applied.resize(shards, None);
         self.master_fingerprint = subscribed.fingerprint;
+        self.master_schema_version = position.as_ref().map_or(0, |p| p.master_schema_version);
         self.copying = position.is_none().then(Instant::now);
         self.subscribed = true;
         let status = if position.is_none() { "sync" } else { "follow" };
@@ -257,8 +268,12 @@ impl<'u> Link<'u> {
             if buffer.len() > PACKET_BYTES_MAX {
                 return Err(ApplyError::Protocol("a packet over 64 MiB".into()));
             }
+            let version = self.master_schema_version;
             self.apply().await?;
-            if last_position.elapsed() >= POSITION_EVERY || self.copy_finished() {
+            // A schema change made is recorded at once: made again after a crash, it would
+            // be redone (it changes nothing then, but costs a rebuild).
+            let changed = self.master_schema_version != version;
+            if last_position.elapsed() >= POSITION_EVERY || self.copy_finished() || changed {
                 last_position = Instant::now();
                 self.record_position().await?;
                 let mut ack = Vec::new();
@@ -357,17 +372,64 @@ impl<'u> Link<'u> {
                 RowKind::Delete => {
                     client::encode_delete(&mut self.requests, row.lsn, row.space_id, 0, row.body)
                 }
-                RowKind::Schema => {
-                    return Err(ApplyError::Apply(format!(
-                        "master shard {shard} LSN {}: a schema change; schema changes do not \
-                         replicate yet (docs/replication.md): make it on the replica too, empty \
-                         the replica's data directory and start it again",
-                        row.lsn
-                    )))
-                }
+                RowKind::Schema => self.take_change(row.space_id, row.body)?,
             }
         }
         self.reached.push((shard as usize, batch.lsn_last()));
+        Ok(())
+    }
+
+    /// A master's schema change, in order with the rows: one the replica has (each shard's
+    /// stream carries the same change) is skipped.
+    fn take_change(&mut self, space_id: u32, body: &[u8]) -> Result<(), ApplyError> {
+        let row = SchemaRow::decode(body)
+            .ok_or_else(|| ApplyError::Protocol("a schema row without its version".into()))?;
+        let known = self.master_schema_version.max(self.schema_version_taken);
+        if row.version <= known {
+            return Ok(());
+        }
+        self.schema_version_taken = row.version;
+        self.changes.push(SchemaStep {
+            at: self.requests.len(),
+            space_id,
+            version: row.version,
+            definition: row.definition.to_vec(),
+        });
+        Ok(())
+    }
+
+    /// Makes a master's schema change here, through this instance's DDL coordinator; one
+    /// whose definition this instance has already (made before a crash, then sent again)
+    /// changes nothing.
+    async fn make_change(&mut self, step: SchemaStep) -> Result<(), ApplyError> {
+        let change = if step.definition.is_empty() {
+            DefinitionChange::Drop(step.space_id)
+        } else {
+            let def = crate::server::schema_change::decode_space_rows(&step.definition).map_err(
+                |reason| ApplyError::Apply(format!("the master's schema change: {reason}")),
+            )?;
+            let current = self.core.shard.borrow().engine.space_def(def.id);
+            match current {
+                Some(current) if crate::server::schema::space_rows(&current) == step.definition => {
+                    self.master_schema_version = step.version;
+                    return Ok(());
+                }
+                Some(_) => DefinitionChange::Redefine(def),
+                None => DefinitionChange::Create(def),
+            }
+        };
+        let turn = self.core.shared.ddl.take_turn().await;
+        crate::server::ddl::change(&self.core, &turn, change)
+            .await
+            .map_err(|error| {
+                ApplyError::Apply(format!(
+                    "the master's schema change {}: {error}",
+                    step.version
+                ))
+            })?;
+        self.master_schema_version = step.version;
+        tracing::info!(master = %self.upstream, version = step.version, space = step.space_id,
+            "replication: made the master's schema change");
         Ok(())
     }
 
@@ -375,11 +437,21 @@ impl<'u> Link<'u> {
     /// applied.
     async fn apply(&mut self) -> Result<(), ApplyError> {
         let requests = std::mem::take(&mut self.requests);
-        let mut rest = requests.as_slice();
+        let mut changes = std::mem::take(&mut self.changes).into_iter().peekable();
+        let mut at = 0;
         self.replies.clear();
-        while let Ok(Some((packet, taken))) = split_server_frame(rest) {
+        loop {
+            while let Some(step) = changes.next_if(|step| step.at <= at) {
+                self.session.finish(&mut self.replies).await;
+                check_replies(&self.replies)?;
+                self.replies.clear();
+                self.make_change(step).await?;
+            }
+            let Ok(Some((packet, taken))) = split_server_frame(&requests[at..]) else {
+                break;
+            };
             self.session.submit(packet, &mut self.replies).await;
-            rest = &rest[taken..];
+            at += taken;
         }
         self.session.finish(&mut self.replies).await;
         self.requests = requests;
@@ -415,6 +487,7 @@ impl<'u> Link<'u> {
         let position = Position {
             master_fingerprint: self.master_fingerprint,
             applied: self.applied.iter().map(|lsn| lsn.unwrap_or(0)).collect(),
+            master_schema_version: self.master_schema_version,
         };
         let sync = self.core.shared.config.durability.wal_mode == crate::config::WalMode::Fsync;
         // On glommio's thread for blocking calls: an fsync under load takes tens of
@@ -477,6 +550,15 @@ impl<'u> Link<'u> {
         }
         Ok(rows)
     }
+}
+
+/// A master's schema change among the requests taken: made before the request at `at`.
+struct SchemaStep {
+    at: usize,
+    space_id: u32,
+    version: u64,
+    /// The space's `_space` and `_index` rows; none: the space is dropped.
+    definition: Vec<u8>,
 }
 
 /// The master's error reply as the applier takes it.

@@ -6,6 +6,8 @@
 //! * `applier`: the replica's side, a task on core 0 that applies what its master streams
 //!   through a session of its own, placed by key on its own shards.
 //! * `position`: what a replica has applied, on disk (`replica.toml`).
+//! * `schema_gate`: the relay's barrier that sends a schema change once every shard has
+//!   reached it.
 //! * `status`: what `box.info` says of both.
 //!
 //! The packets are `protocol::replication`'s; the WAL is read by `wal::follow`.
@@ -13,6 +15,7 @@
 pub mod applier;
 pub mod position;
 pub mod relay;
+mod schema_gate;
 pub mod status;
 
 use crate::protocol::replication::Vclock;
@@ -31,4 +34,6 @@ pub struct Subscription {
     /// What the replica has applied of each master shard; a shard it has not copied is
     /// absent.
     pub vclock: Vclock,
+    /// The master's last schema change the replica has made.
+    pub schema_version: u64,
 }

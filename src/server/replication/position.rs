@@ -26,6 +26,8 @@ pub struct Position {
     pub master_fingerprint: u64,
     /// Per master shard, the last LSN applied.
     pub applied: Vec<u64>,
+    /// The master's last schema change made here.
+    pub master_schema_version: u64,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -34,6 +36,8 @@ struct PositionFile {
     /// Hex: TOML's integers stop at 2^63.
     master_fingerprint: String,
     applied: Vec<u64>,
+    #[serde(default)]
+    master_schema_version: u64,
 }
 
 /// Why the position could not be read or written.
@@ -87,6 +91,7 @@ impl Position {
         Ok(Position {
             master_fingerprint,
             applied: file.applied,
+            master_schema_version: file.master_schema_version,
         })
     }
 
@@ -94,6 +99,7 @@ impl Position {
         let file = PositionFile {
             master_fingerprint: format!("{:#018x}", self.master_fingerprint),
             applied: self.applied.clone(),
+            master_schema_version: self.master_schema_version,
         };
         let body = toml::to_string(&file).unwrap_or_default();
         format!(
@@ -180,6 +186,7 @@ mod tests {
         let position = Position {
             master_fingerprint: u64::MAX,
             applied: vec![0, 17, 5],
+            master_schema_version: 4,
         };
         Position::mark_copying(dir.path()).unwrap();
         assert!(Position::copying(dir.path()));

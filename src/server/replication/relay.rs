@@ -21,6 +21,7 @@ use crate::server::Shared;
 use crate::wal::follow::{newest_snapshot, WalFollower};
 use crate::wal::{SnapshotReader, WalError};
 
+use super::schema_gate::SchemaGate;
 use super::status::Downstream;
 use super::Subscription;
 
@@ -62,6 +63,20 @@ enum Source {
 }
 
 impl Source {
+    /// The schema version the stream starts at: its snapshot's, or (from a position) the
+    /// version the replica has.
+    fn schema_version(&self, subscription: &Subscription) -> u64 {
+        match self {
+            Source::Snapshot { reader, .. } => reader
+                .schema
+                .as_deref()
+                .and_then(crate::server::schema::read_entries)
+                .map_or(0, |(version, _)| version),
+            Source::Empty { .. } => 0,
+            Source::Wal(_) => subscription.schema_version,
+        }
+    }
+
     /// The last LSN of its shard the replica has or is being sent in a snapshot: the WAL
     /// after it must stay.
     fn needs_after(&self) -> Option<u64> {
@@ -102,13 +117,20 @@ fn relay(
     answer(shared, socket, subscription)?;
     let mut sources = open_sources(shared, subscription)?;
     downstream.starts_from(sources.iter().map(Source::needs_after).collect());
+    let versions_at = sources
+        .iter()
+        .map(|source| source.schema_version(subscription))
+        .collect();
+    let mut gate = SchemaGate::new(versions_at, subscription.schema_version);
     tracing::info!(peer = %subscription.peer, replica = %subscription.instance_uuid,
         from = ?subscription.vclock, "replica subscribed");
     watch_acks(socket.try_clone()?, downstream.clone());
     let mut out = Vec::with_capacity(SEND_BYTES + 64 * 1024);
     let mut last_heartbeat = Instant::now();
     while !downstream.is_gone() {
-        let progress = fill_all(shared, socket, subscription.sync, &mut sources, &mut out)?;
+        let mut streams = (sources.as_mut_slice(), &mut gate);
+        let progress = fill_all(shared, socket, subscription.sync, &mut streams, &mut out)?;
+        gate.release((subscription.sync, &mut out));
         // Also while rows flow: the replica measures its lag against what it says.
         if last_heartbeat.elapsed() >= HEARTBEAT_EVERY {
             let vclock = written(shared);
@@ -159,7 +181,7 @@ fn fill_all(
     shared: &Shared,
     socket: &mut TcpStream,
     sync: u64,
-    sources: &mut [Source],
+    (sources, gate): &mut (&mut [Source], &mut SchemaGate),
     out: &mut Vec<u8>,
 ) -> Result<bool, RelayError> {
     let mut progress = false;
@@ -168,7 +190,7 @@ fn fill_all(
     for (shard, source) in sources.iter_mut().enumerate() {
         let written = shared.wal_written[shard].load(Ordering::Acquire);
         let budget = out.len() + share;
-        match fill(shard as u32, source, (written, budget), sync, out) {
+        match fill((shard as u32, sync), source, (written, budget), gate, out) {
             Ok(filled) => progress |= filled,
             Err(RelayError::Wal(gap @ WalError::MissingRows { .. })) => {
                 return Err(refuse_gap(socket, sync, shard, gap))
@@ -243,10 +265,10 @@ fn open_sources(shared: &Shared, subscription: &Subscription) -> Result<Vec<Sour
 /// Appends what `source` has next to `out`: WAL batches until `out` passes `budget` bytes
 /// (rows up to `written`), or one snapshot block; whether anything was.
 fn fill(
-    shard: u32,
+    (shard, sync): (u32, u64),
     source: &mut Source,
     (written, budget): (u64, usize),
-    sync: u64,
+    gate: &mut SchemaGate,
     out: &mut Vec<u8>,
 ) -> Result<bool, RelayError> {
     match source {
@@ -273,11 +295,13 @@ fn fill(
         }
         Source::Wal(follower) => {
             let mut any = false;
-            while out.len() < budget {
+            while out.len() < budget && !gate.is_held(shard as usize) {
                 let Some((lsn_first, batch)) = follower.next_batch(written)? else {
                     break;
                 };
-                wire::encode_wal_batch(sync, shard, lsn_first, &batch, out);
+                if let Some((lsn_first, batch)) = gate.admit(shard as usize, lsn_first, batch) {
+                    wire::encode_wal_batch(sync, shard, lsn_first, &batch, out);
+                }
                 any = true;
             }
             Ok(any)

@@ -56,6 +56,7 @@ impl Session {
             instance_uuid: subscribe.instance_uuid.to_owned(),
             fingerprint: subscribe.fingerprint,
             vclock: subscribe.vclock,
+            schema_version: subscribe.schema_version,
         }));
     }
 
