@@ -5,7 +5,7 @@
 //! it fails on a shard without it), an acknowledged change is there, every acknowledged
 //! write is there, and the new index holds exactly the space's tuples.
 
-use crate::common::{self, Client};
+use crate::common::{self, call, call_on, Client};
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,25 +17,6 @@ use tarn::protocol::client::{self, decode_reply};
 const SPACE: u32 = 600;
 const ROWS: u64 = 2000;
 const CRASH_POINTS: u64 = 24;
-
-fn call(addr: SocketAddr, function: &str, args: &[u8]) -> Result<(), String> {
-    call_on(&mut Client::connect_to(addr), function, args)
-}
-
-/// A CALL on `client`; an error if it fails or the server is gone.
-fn call_on(client: &mut Client, function: &str, args: &[u8]) -> Result<(), String> {
-    let mut request = Vec::new();
-    client::encode_call(&mut request, 1, function, args);
-    client
-        .try_send(&request)
-        .map_err(|error| error.to_string())?;
-    let packet = client.read_packet().ok_or("no reply")?;
-    let reply = decode_reply(&packet).map_err(|error| error.to_string())?;
-    match reply.error_message() {
-        Some(message) => Err(message.to_string()),
-        None => Ok(()),
-    }
-}
 
 fn tuple(id: u64, generation: u64) -> Vec<u8> {
     let mut out = Vec::new();

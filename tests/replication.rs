@@ -3,7 +3,7 @@
 //! copying again, and reconnects after its master restarts; with one shard following two
 //! and two following one.
 
-use crate::common::{kv_rows, kv_tuple, snapshot, Client, Server, KV};
+use crate::common::{call, kv_rows, kv_tuple, snapshot, Client, Server, KV};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tarn::protocol::client::{decode_reply, encode_delete, encode_replace};
@@ -307,20 +307,6 @@ fn an_instance_with_data_of_its_own_is_not_emptied_to_become_a_replica() {
         .map(|(id, _)| id)
         .collect();
     assert_eq!(ids, (100..150).collect::<Vec<u64>>(), "its rows are kept");
-}
-
-/// A CALL on `addr`: its error message, if it failed.
-fn call(addr: SocketAddr, function: &str, args: &[u8]) -> Result<(), String> {
-    let mut client = Client::connect_to(addr);
-    let mut request = Vec::new();
-    tarn::protocol::client::encode_call(&mut request, 1, function, args);
-    client.send(&request);
-    let packet = client.read_packet().ok_or("no reply")?;
-    let reply = decode_reply(&packet).map_err(|error| error.to_string())?;
-    match reply.error_message() {
-        Some(message) => Err(message.to_string()),
-        None => Ok(()),
-    }
 }
 
 #[test]

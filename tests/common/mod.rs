@@ -452,6 +452,27 @@ pub fn kv_values(addr: SocketAddr) -> Vec<(u64, String)> {
         .collect()
 }
 
+/// A CALL of `function` with `args` (a msgpack array) on a new connection: its error
+/// message, if it failed or the server is gone.
+pub fn call(addr: SocketAddr, function: &str, args: &[u8]) -> Result<(), String> {
+    call_on(&mut Client::connect_to(addr), function, args)
+}
+
+/// [`call`] on `client`.
+pub fn call_on(client: &mut Client, function: &str, args: &[u8]) -> Result<(), String> {
+    let mut request = Vec::new();
+    tarn::protocol::client::encode_call(&mut request, 1, function, args);
+    client
+        .try_send(&request)
+        .map_err(|error| error.to_string())?;
+    let packet = client.read_packet().ok_or("no reply")?;
+    let reply = tarn::protocol::client::decode_reply(&packet).map_err(|error| error.to_string())?;
+    match reply.error_message() {
+        Some(message) => Err(message.to_string()),
+        None => Ok(()),
+    }
+}
+
 /// `box.snapshot()`: its error message, if it failed.
 pub fn snapshot(addr: SocketAddr) -> Result<(), String> {
     let mut client = Client::connect_to(addr);
