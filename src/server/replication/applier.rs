@@ -32,6 +32,8 @@ const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// How often the position is written and acknowledged while rows flow.
 const POSITION_EVERY: Duration = Duration::from_millis(100);
+/// How often a long copy says how far it is.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 /// Bytes read from the master at a time.
 const READ_BYTES: usize = 1 << 20;
 /// The longest packet the master may send (a WAL batch is at most 16 MiB).
@@ -139,6 +141,7 @@ struct Link<'u> {
     replies: Vec<u8>,
     reached: Vec<(usize, u64)>,
     copied_tuples: u64,
+    progress_reported: Instant,
 }
 
 impl<'u> Link<'u> {
@@ -158,6 +161,7 @@ impl<'u> Link<'u> {
             replies: Vec::new(),
             reached: Vec::new(),
             copied_tuples: 0,
+            progress_reported: Instant::now(),
         }
     }
 
@@ -273,6 +277,7 @@ impl<'u> Link<'u> {
             // A schema change made is recorded at once: made again after a crash, it would
             // be redone (it changes nothing then, but costs a rebuild).
             let changed = self.master_schema_version != version;
+            self.report_progress();
             if last_position.elapsed() >= POSITION_EVERY || self.copy_finished() || changed {
                 last_position = Instant::now();
                 self.record_position().await?;
@@ -464,6 +469,21 @@ impl<'u> Link<'u> {
             upstream.progress(Some(&self.applied), None);
         }
         Ok(())
+    }
+
+    /// While copying, every [`PROGRESS_EVERY`]: the tuples copied so far.
+    fn report_progress(&mut self) {
+        let Some(started) = self.copying else {
+            return;
+        };
+        if self.progress_reported.elapsed() < PROGRESS_EVERY {
+            return;
+        }
+        self.progress_reported = Instant::now();
+        let copied = self.applied.iter().filter(|lsn| lsn.is_some()).count();
+        tracing::info!(master = %self.upstream, tuples = self.copied_tuples,
+            shards_copied = copied, shards = self.applied.len(),
+            seconds = started.elapsed().as_secs_f64(), "replication: copying the master");
     }
 
     fn copy_finished(&self) -> bool {
