@@ -32,6 +32,9 @@ const BACKOFF_MIN: Duration = Duration::from_millis(100);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
 /// How often the position is written and acknowledged while rows flow.
 const POSITION_EVERY: Duration = Duration::from_millis(100);
+/// The upstream's status while the replica copies its master: Tarantool's word for a
+/// bootstrap's copy (`box.info.status` is "loading" meanwhile).
+pub const COPYING: &str = "initial_join";
 /// How often a long copy says how far it is.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 /// Bytes read from the master at a time.
@@ -233,7 +236,11 @@ impl<'u> Link<'u> {
         self.master_schema_version = position.as_ref().map_or(0, |p| p.master_schema_version);
         self.copying = position.is_none().then(Instant::now);
         self.subscribed = true;
-        let status = if position.is_none() { "sync" } else { "follow" };
+        let status = if position.is_none() {
+            COPYING
+        } else {
+            "follow"
+        };
         tracing::info!(master = %self.upstream, master_uuid = subscribed.instance_uuid, shards,
             from = ?self.applied, "replication: subscribed");
         let mut state = self.core.shared.replication.upstream();

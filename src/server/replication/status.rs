@@ -21,7 +21,7 @@ pub struct ReplicationStatus {
 /// The master this instance follows, as its applier last saw it.
 #[derive(Debug, Clone)]
 pub struct UpstreamStatus {
-    /// Tarantool's words: "connect", "auth", "sync" (copying the master), "follow",
+    /// Tarantool's words: "connect", "auth", "initial_join" (copying the master), "follow",
     /// "disconnected", "stopped".
     pub status: &'static str,
     /// Why it is disconnected or stopped.

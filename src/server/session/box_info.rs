@@ -11,6 +11,7 @@ use super::Session;
 use crate::msgpack::{write_array_len, write_f64, write_map_len, write_str, write_uint};
 use crate::protocol::replication::Vclock;
 use crate::protocol::reply;
+use crate::server::replication::applier::COPYING;
 use crate::server::replication::status::{DownstreamState, UpstreamStatus};
 use std::sync::atomic::Ordering;
 
@@ -67,7 +68,10 @@ impl Session {
         write_str(out, b"signature");
         write_uint(out, signature);
         write_str(out, b"status");
-        write_str(out, b"running");
+        // A replica copying its master holds part of its data: "loading", as Tarantool during
+        // a bootstrap, so that connection pools leave it alone until the copy is done.
+        let copying = upstream.as_ref().is_some_and(|u| u.status == COPYING);
+        write_str(out, if copying { &b"loading"[..] } else { b"running" });
         write_str(out, b"vclock");
         write_vclock(out, &vclock);
         write_str(out, b"uptime");
