@@ -19,11 +19,40 @@ use std::path::{Path, PathBuf};
 use crate::wal::dir;
 use crate::wal::error::{Result, WalError};
 use crate::wal::format::{
-    decode_batch, decode_file_header, DecodeError, FileKind, FILE_HEADER_SIZE_BYTES,
+    decode_batch, decode_file_header, Batch, DecodeError, FileKind, RowKind, SchemaRow,
+    FILE_HEADER_SIZE_BYTES,
 };
 
 /// Bytes read from a file at a time.
 const READ_CHUNK_BYTES: usize = 1 << 20;
+
+/// A batch as its file holds it, with what a relay needs to know of it (read while the
+/// batch was checked, so that nobody checks it twice).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FollowedBatch {
+    pub lsn_first: u64,
+    pub lsn_last: u64,
+    /// The version of the schema change the batch begins with, if it does (a schema row
+    /// always begins its batch).
+    pub schema_change: Option<u64>,
+    pub bytes: Vec<u8>,
+}
+
+impl FollowedBatch {
+    fn of(batch: &Batch<'_>, bytes: &[u8]) -> FollowedBatch {
+        let first = batch.rows().next();
+        let schema_change = first
+            .filter(|row| row.kind == RowKind::Schema)
+            .and_then(|row| SchemaRow::decode(row.body))
+            .map(|row| row.version);
+        FollowedBatch {
+            lsn_first: batch.lsn_first,
+            lsn_last: batch.lsn_last(),
+            schema_change,
+            bytes: bytes[..batch.size_bytes].to_vec(),
+        }
+    }
+}
 
 /// A shard's WAL, followed from an LSN.
 pub struct WalFollower {
@@ -61,7 +90,7 @@ impl WalFollower {
     /// The next batch holding row `lsn_next` if its rows are all `<= written`, as the file
     /// holds it, with its first LSN; `None` when there is none yet. Rows the files no longer
     /// hold (collected after a checkpoint) are [`WalError::MissingRows`].
-    pub fn next_batch(&mut self, written: u64) -> Result<Option<(u64, Vec<u8>)>> {
+    pub fn next_batch(&mut self, written: u64) -> Result<Option<FollowedBatch>> {
         // Two rounds at most: the end of one file, then the next file.
         for _ in 0..2 {
             if self.lsn_next > written {
@@ -73,10 +102,9 @@ impl WalFollower {
             let Some(open) = self.open.as_mut() else {
                 return Ok(None);
             };
-            if let Some((lsn_first, bytes)) = open.next_batch(self.lsn_next, written)? {
-                let rows = count_rows(&bytes);
-                self.lsn_next = lsn_first + rows;
-                return Ok(Some((lsn_first, bytes)));
+            if let Some(batch) = open.next_batch(self.lsn_next, written)? {
+                self.lsn_next = batch.lsn_last + 1;
+                return Ok(Some(batch));
             }
             // This file holds nothing more; the row, written, is in a newer one.
             self.open = None;
@@ -126,7 +154,7 @@ impl WalFollower {
 impl OpenFile {
     /// The next batch of this file that holds `lsn_next`, skipping those before it; `None`
     /// once the file's written batches are all read.
-    fn next_batch(&mut self, lsn_next: u64, written: u64) -> Result<Option<(u64, Vec<u8>)>> {
+    fn next_batch(&mut self, lsn_next: u64, written: u64) -> Result<Option<FollowedBatch>> {
         loop {
             match decode_batch(&self.pending) {
                 Ok(batch) if batch.lsn_last() < lsn_next => {
@@ -146,10 +174,9 @@ impl OpenFile {
                 // Rows the writer has not reported: not to be sent yet.
                 Ok(batch) if batch.lsn_last() > written => return Ok(None),
                 Ok(batch) => {
-                    let (lsn_first, size) = (batch.lsn_first, batch.size_bytes);
-                    let bytes = self.pending[..size].to_vec();
-                    self.consume(size);
-                    return Ok(Some((lsn_first, bytes)));
+                    let followed = FollowedBatch::of(&batch, &self.pending);
+                    self.consume(batch.size_bytes);
+                    return Ok(Some(followed));
                 }
                 Err(DecodeError::Incomplete { .. }) => {
                     if self.read_more()? == 0 {
@@ -185,14 +212,6 @@ impl OpenFile {
         self.pending.truncate(start + *read.as_ref().unwrap_or(&0));
         read
     }
-}
-
-/// Rows of a whole batch (its header's count; the batch was checked).
-fn count_rows(batch: &[u8]) -> u64 {
-    batch
-        .get(4..8)
-        .and_then(|word| word.try_into().ok())
-        .map_or(0, |word| u64::from(u32::from_le_bytes(word)))
 }
 
 /// The newest snapshot of the shard in `dir`, with its LSN; `None` when there is none.
@@ -242,6 +261,13 @@ mod tests {
         std::fs::write(dir.join(dir::wal_file_name(lsn_first)), file).unwrap();
     }
 
+    /// What the follower gives: a batch's first LSN and bytes.
+    fn next(follower: &mut WalFollower, written: u64) -> Option<(u64, Vec<u8>)> {
+        let batch = follower.next_batch(written).unwrap()?;
+        assert_eq!(batch.schema_change, None, "these files hold no schema row");
+        Some((batch.lsn_first, batch.bytes))
+    }
+
     #[test]
     fn batches_come_in_order_across_files_up_to_what_is_written() {
         let dir = tempfile::tempdir().unwrap();
@@ -250,27 +276,18 @@ mod tests {
         write_file(dir.path(), 6, &[(6, 1), (7, 2)], &mut batches);
         let mut follower = WalFollower::new(dir.path().to_owned(), 3, 4);
         // Row 4 is in the batch of rows 3..=5: that batch comes whole.
-        assert_eq!(
-            follower.next_batch(8).unwrap(),
-            Some((3, batches[1].clone()))
-        );
-        assert_eq!(
-            follower.next_batch(8).unwrap(),
-            Some((6, batches[2].clone()))
-        );
+        assert_eq!(next(&mut follower, 8), Some((3, batches[1].clone())));
+        assert_eq!(next(&mut follower, 8), Some((6, batches[2].clone())));
         // Rows 7 and 8 are in the file, but only 7 is written: not yet.
-        assert_eq!(follower.next_batch(7).unwrap(), None);
-        assert_eq!(
-            follower.next_batch(8).unwrap(),
-            Some((7, batches[3].clone()))
-        );
-        assert_eq!(follower.next_batch(8).unwrap(), None);
+        assert_eq!(next(&mut follower, 7), None);
+        assert_eq!(next(&mut follower, 8), Some((7, batches[3].clone())));
+        assert_eq!(next(&mut follower, 8), None);
         assert_eq!(follower.lsn_next(), 9);
 
         // The newest file grows: the follower reads on from where it stopped.
         let mut more = Vec::new();
         write_file(dir.path(), 6, &[(6, 1), (7, 2), (9, 1)], &mut more);
-        assert_eq!(follower.next_batch(9).unwrap(), Some((9, more[2].clone())));
+        assert_eq!(next(&mut follower, 9), Some((9, more[2].clone())));
     }
 
     #[test]
@@ -302,5 +319,46 @@ mod tests {
             follower.next_batch(11),
             Err(WalError::Corrupt { .. })
         ));
+    }
+
+    #[test]
+    fn a_batch_that_begins_with_a_schema_change_says_its_version() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut file = Vec::new();
+        let header = FileHeader {
+            kind: FileKind::Wal,
+            shard_id: 0,
+            lsn: 1,
+            schema_fingerprint: 1,
+        };
+        encode_file_header(&header, &mut file);
+        let mut change = Vec::new();
+        SchemaRow {
+            version: 7,
+            definition: &[],
+        }
+        .encode(&mut change);
+        let rows = [
+            (RowKind::Schema, &change[..]),
+            (RowKind::Replace, &[0x91, 1][..]),
+        ];
+        encode_batch(
+            rows.iter().enumerate().map(|(at, (kind, body))| Row {
+                lsn: 1 + at as u64,
+                kind: *kind,
+                space_id: 512,
+                body,
+            }),
+            &mut file,
+        );
+        std::fs::write(dir.path().join(dir::wal_file_name(1)), file).unwrap();
+        let batch = WalFollower::new(dir.path().to_owned(), 0, 1)
+            .next_batch(2)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (batch.lsn_first, batch.lsn_last, batch.schema_change),
+            (1, 2, Some(7))
+        );
     }
 }

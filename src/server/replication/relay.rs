@@ -296,11 +296,11 @@ fn fill(
         Source::Wal(follower) => {
             let mut any = false;
             while out.len() < budget && !gate.is_held(shard as usize) {
-                let Some((lsn_first, batch)) = follower.next_batch(written)? else {
+                let Some(batch) = follower.next_batch(written)? else {
                     break;
                 };
-                if let Some((lsn_first, batch)) = gate.admit(shard as usize, lsn_first, batch) {
-                    wire::encode_wal_batch(sync, shard, lsn_first, &batch, out);
+                if let Some(batch) = gate.admit(shard as usize, batch) {
+                    wire::encode_wal_batch(sync, shard, batch.lsn_first, &batch.bytes, out);
                 }
                 any = true;
             }

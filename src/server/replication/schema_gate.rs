@@ -8,7 +8,7 @@
 //! Knows batches as bytes and their first row's kind; nothing of sockets or files.
 
 use crate::protocol::replication as wire;
-use crate::wal::format::{decode_batch, RowKind, SchemaRow};
+use crate::wal::follow::FollowedBatch;
 
 /// Where each shard's stream is in the master's schema changes.
 pub(super) struct SchemaGate {
@@ -20,9 +20,9 @@ pub(super) struct SchemaGate {
 struct GateShard {
     /// The schema version the shard's stream is at.
     version_at: u64,
-    /// The batch that begins with the shard's row of a change not yet released:
-    /// `(version, first LSN, batch)`.
-    held: Option<(u64, u64, Vec<u8>)>,
+    /// The batch that begins with the shard's row of a change not yet released, and that
+    /// change's version.
+    held: Option<(u64, FollowedBatch)>,
 }
 
 impl SchemaGate {
@@ -46,28 +46,23 @@ impl SchemaGate {
 
     /// The shard's next batch: given back when it may go now, kept when it begins a change
     /// not every shard has reached.
-    pub(super) fn admit(
-        &mut self,
-        shard: usize,
-        lsn_first: u64,
-        batch: Vec<u8>,
-    ) -> Option<(u64, Vec<u8>)> {
-        let Some(version) = change_at_start(&batch) else {
-            return Some((lsn_first, batch));
+    pub(super) fn admit(&mut self, shard: usize, batch: FollowedBatch) -> Option<FollowedBatch> {
+        let Some(version) = batch.schema_change else {
+            return Some(batch);
         };
         if version <= self.released {
             let at = &mut self.shards[shard].version_at;
             *at = (*at).max(version);
-            return Some((lsn_first, batch));
+            return Some(batch);
         }
-        self.shards[shard].held = Some((version, lsn_first, batch));
+        self.shards[shard].held = Some((version, batch));
         None
     }
 
     /// Sends the held batches of the least change held once every shard has reached it.
     pub(super) fn release(&mut self, (sync, out): (u64, &mut Vec<u8>)) {
         let held = self.shards.iter().filter_map(|shard| shard.held.as_ref());
-        let Some(version) = held.map(|(version, _, _)| *version).min() else {
+        let Some(version) = held.map(|(version, _)| *version).min() else {
             return;
         };
         let reached = |shard: &GateShard| {
@@ -79,8 +74,8 @@ impl SchemaGate {
         self.released = version;
         for (at, shard) in self.shards.iter_mut().enumerate() {
             if shard.held.as_ref().is_some_and(|h| h.0 == version) {
-                if let Some((_, lsn_first, batch)) = shard.held.take() {
-                    wire::encode_wal_batch(sync, at as u32, lsn_first, &batch, out);
+                if let Some((_, batch)) = shard.held.take() {
+                    wire::encode_wal_batch(sync, at as u32, batch.lsn_first, &batch.bytes, out);
                 }
                 shard.version_at = version;
             }
@@ -88,52 +83,33 @@ impl SchemaGate {
     }
 }
 
-/// The version of the schema change a batch begins with (a schema row always begins its
-/// batch), if it does.
-fn change_at_start(batch: &[u8]) -> Option<u64> {
-    let first = decode_batch(batch).ok()?.rows().next()?;
-    match first.kind {
-        RowKind::Schema => SchemaRow::decode(first.body).map(|row| row.version),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wal::format::{encode_batch, Row};
 
-    fn batch(lsn: u64, kind: RowKind, body: &[u8]) -> Vec<u8> {
-        let mut out = Vec::new();
-        encode_batch(
-            [Row {
-                lsn,
-                kind,
-                space_id: 512,
-                body,
-            }],
-            &mut out,
-        );
-        out
+    /// A one-row batch at `lsn` (its bytes stand for themselves here).
+    fn batch(lsn: u64) -> FollowedBatch {
+        FollowedBatch {
+            lsn_first: lsn,
+            lsn_last: lsn,
+            schema_change: None,
+            bytes: lsn.to_le_bytes().to_vec(),
+        }
     }
 
-    fn change(lsn: u64, version: u64) -> Vec<u8> {
-        let mut body = Vec::new();
-        SchemaRow {
-            version,
-            definition: &[],
+    fn change(lsn: u64, version: u64) -> FollowedBatch {
+        FollowedBatch {
+            schema_change: Some(version),
+            ..batch(lsn)
         }
-        .encode(&mut body);
-        batch(lsn, RowKind::Schema, &body)
     }
 
     #[test]
     fn a_change_goes_once_every_shard_has_reached_it() {
         let mut gate = SchemaGate::new(vec![0, 0], 0);
-        let row = batch(1, RowKind::Replace, &[0x91, 1]);
-        assert!(gate.admit(0, 1, row.clone()).is_some(), "rows go");
+        assert!(gate.admit(0, batch(1)).is_some(), "rows go");
         assert!(
-            gate.admit(0, 2, change(2, 1)).is_none(),
+            gate.admit(0, change(2, 1)).is_none(),
             "shard 0 waits at version 1"
         );
         assert!(gate.is_held(0));
@@ -141,24 +117,24 @@ mod tests {
         gate.release((7, &mut out));
         assert!(out.is_empty(), "shard 1 has not reached it");
         assert!(
-            gate.admit(1, 5, row.clone()).is_some(),
+            gate.admit(1, batch(5)).is_some(),
             "shard 1's rows before it go"
         );
-        assert!(gate.admit(1, 6, change(6, 1)).is_none());
+        assert!(gate.admit(1, change(6, 1)).is_none());
         gate.release((7, &mut out));
         assert!(!gate.is_held(0) && !gate.is_held(1));
         let mut expected = Vec::new();
-        wire::encode_wal_batch(7, 0, 2, &change(2, 1), &mut expected);
-        wire::encode_wal_batch(7, 1, 6, &change(6, 1), &mut expected);
+        wire::encode_wal_batch(7, 0, 2, &change(2, 1).bytes, &mut expected);
+        wire::encode_wal_batch(7, 1, 6, &change(6, 1).bytes, &mut expected);
         assert_eq!(out, expected, "both held batches, in shard order");
         // A change the replica has goes on without a stop.
-        assert!(gate.admit(0, 9, change(9, 1)).is_some());
+        assert!(gate.admit(0, change(9, 1)).is_some());
     }
 
     #[test]
     fn a_shard_whose_snapshot_is_past_the_change_does_not_hold_it_back() {
         let mut gate = SchemaGate::new(vec![0, 3], 0);
-        assert!(gate.admit(0, 4, change(4, 2)).is_none());
+        assert!(gate.admit(0, change(4, 2)).is_none());
         let mut out = Vec::new();
         gate.release((1, &mut out));
         assert!(!out.is_empty() && !gate.is_held(0));
