@@ -163,6 +163,13 @@ impl Shared {
 }
 
 impl Shared {
+    /// Per shard, the last LSN its WAL has written (what a relay may send, what a master's
+    /// `box.info.vclock` shows).
+    pub fn wal_written_vclock(&self) -> crate::protocol::replication::Vclock {
+        let lsns = self.wal_written.iter();
+        lsns.map(|lsn| Some(lsn.load(Ordering::Acquire))).collect()
+    }
+
     /// Whether client writes are refused (see the field `read_only`).
     #[inline(always)]
     pub fn is_read_only(&self) -> bool {

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::protocol::client::split_server_frame;
-use crate::protocol::replication::{self as wire, stream_type, Streamed, Subscribed, Vclock};
+use crate::protocol::replication::{self as wire, stream_type, Streamed, Subscribed};
 use crate::protocol::ErrorCode;
 use crate::server::Shared;
 use crate::wal::follow::{newest_snapshot, WalFollower};
@@ -133,7 +133,7 @@ fn relay(
         gate.release((subscription.sync, &mut out));
         // Also while rows flow: the replica measures its lag against what it says.
         if last_heartbeat.elapsed() >= HEARTBEAT_EVERY {
-            let vclock = written(shared);
+            let vclock = shared.wal_written_vclock();
             let sync = subscription.sync;
             wire::encode_vclock_packet(stream_type::HEARTBEAT, sync, &vclock, &mut out);
             last_heartbeat = Instant::now();
@@ -168,7 +168,7 @@ fn answer(
         instance_uuid: &shared.instance_uuid.to_string(),
         fingerprint: shared.fingerprint,
         shard_count: shard_count as u32,
-        vclock: written(shared),
+        vclock: shared.wal_written_vclock(),
     }
     .encode(subscription.sync, &mut out);
     socket.write_all(&out)?;
@@ -233,13 +233,6 @@ fn refuse(shared: &Shared, subscription: &Subscription, shard_count: usize) -> O
         ));
     }
     None
-}
-
-fn written(shared: &Shared) -> Vclock {
-    let written = shared.wal_written.iter();
-    written
-        .map(|lsn| Some(lsn.load(Ordering::Acquire)))
-        .collect()
 }
 
 /// Each shard's stream: from after the replica's LSN, or its snapshot first.

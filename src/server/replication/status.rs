@@ -139,23 +139,19 @@ impl ReplicationStatus {
     /// `None`: no replica needs anything kept.
     pub fn needed_after(&self, shard: usize, keep: std::time::Duration) -> Option<u64> {
         let mut downstreams = self.downstreams.lock().unwrap_or_else(|p| p.into_inner());
+        let mut needed: Option<u64> = None;
         downstreams.retain(|downstream| {
-            let seen = downstream.seen();
-            seen.stopped_at
-                .is_none_or(|stopped| stopped.elapsed() < keep)
+            let seen = downstream.state.lock().unwrap_or_else(|p| p.into_inner());
+            let kept = seen
+                .stopped_at
+                .is_none_or(|stopped| stopped.elapsed() < keep);
+            if kept {
+                let has = seen.acknowledged.get(shard).copied().flatten().unwrap_or(0);
+                needed = Some(needed.map_or(has, |lsn| lsn.min(has)));
+            }
+            kept
         });
-        downstreams
-            .iter()
-            .map(|downstream| {
-                downstream
-                    .seen()
-                    .acknowledged
-                    .get(shard)
-                    .copied()
-                    .flatten()
-                    .unwrap_or(0)
-            })
-            .min()
+        needed
     }
 
     /// Every replica known, with what it last acknowledged.

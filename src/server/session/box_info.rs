@@ -13,7 +13,6 @@ use crate::protocol::replication::Vclock;
 use crate::protocol::reply;
 use crate::server::replication::applier::COPYING;
 use crate::server::replication::status::{DownstreamState, UpstreamStatus};
-use std::sync::atomic::Ordering;
 
 /// The replica id a master answers as, and a replica gives it.
 const MASTER_ID: u64 = 1;
@@ -29,7 +28,7 @@ impl Session {
         let own_uuid = shared.instance_uuid.to_string();
         let vclock = match &upstream {
             Some(upstream) => upstream.applied.clone(),
-            None => written(shared),
+            None => shared.wal_written_vclock(),
         };
         let signature: u64 = vclock.iter().flatten().sum();
         let (id, lsn) = match upstream {
@@ -172,12 +171,6 @@ fn write_upstream(out: &mut Vec<u8>, upstream: &UpstreamStatus) {
         write_str(out, b"message");
         write_str(out, message.as_bytes());
     }
-}
-
-/// What each of this instance's shards has written.
-fn written(shared: &crate::server::Shared) -> Vclock {
-    let lsns = shared.wal_written.iter();
-    lsns.map(|lsn| Some(lsn.load(Ordering::Acquire))).collect()
 }
 
 /// `{shard id + 1: lsn}`, components at 0 (or unknown) left out.
