@@ -30,6 +30,8 @@ mod fuzz_seeds;
 mod load_generator;
 #[path = "moved_key_pipeline.rs"]
 mod moved_key_pipeline;
+#[path = "promotion.rs"]
+mod promotion;
 #[path = "python_connector.rs"]
 mod python_connector;
 #[path = "read_only.rs"]

@@ -60,26 +60,6 @@ fn wait_identical(master: &Server, replica: &Server) {
     }
 }
 
-/// Starts tarn again in `dir` (config and data of a [`Server::start_in`] there), listening
-/// on `addr`.
-fn restart_on(dir: &std::path::Path, shards: u32, addr: SocketAddr) -> Server {
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_tarn"));
-    command
-        .arg("--config")
-        .arg(dir.join("tarn.toml"))
-        .args([
-            "--listen",
-            &addr.to_string(),
-            "--shards",
-            &shards.to_string(),
-        ])
-        .arg("--data-dir")
-        .arg(dir.join("data"))
-        .env("NO_COLOR", "1")
-        .env("RUST_LOG", "info");
-    Server::spawn(command).unwrap_or_else(|log| panic!("tarn did not restart:\n{log}"))
-}
-
 /// Waits until the replica in `dir` has recorded a position (its copy is done and durable):
 /// a replica killed before that copies its master again when it comes back.
 fn wait_position_recorded(dir: &std::path::Path) {
@@ -178,7 +158,7 @@ fn a_replica_killed_mid_stream_resumes_without_copying_and_a_restarted_master_is
     // The master restarts (same port): the replica reconnects and follows.
     let master_addr = master.addr;
     assert_eq!(master.stop(), Some(0));
-    let master = restart_on(master_dir.path(), 2, master_addr);
+    let master = crate::common::restart_on(master_dir.path(), 2, master_addr, &[]);
     replace_kv(master.addr, 1000..3000, "after the master's restart");
     wait_identical(&master, &replica);
 }

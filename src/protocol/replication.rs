@@ -42,6 +42,12 @@ pub mod stream_key {
     pub const BATCH: u64 = 0x7a13;
     /// In SUBSCRIBE: the master's last schema change the replica has made.
     pub const SCHEMA_VERSION: u64 = 0x7a14;
+    /// In SUBSCRIBE, its answer and every heartbeat: the sender's term (`docs/replication.md`,
+    /// promotion). A newer term than an instance's own makes it read-only.
+    pub const TERM: u64 = 0x7a15;
+    /// In SUBSCRIBE: the subscriber accepts writes, so it takes no rows and only watches the
+    /// term; in the answer: the master accepts writes.
+    pub const WRITABLE: u64 = 0x7a16;
 }
 
 /// Per master shard, the LSN of the last row applied (a replica's position) or written (a
@@ -68,6 +74,10 @@ pub struct Subscribe<'a> {
     pub vclock: Vclock,
     /// The master's last schema change the replica has made.
     pub schema_version: u64,
+    /// The subscriber's term.
+    pub term: u64,
+    /// The subscriber accepts writes: it watches the master's term and takes no rows.
+    pub writable: bool,
 }
 
 /// The master's answer to SUBSCRIBE, before it streams.
@@ -79,6 +89,9 @@ pub struct Subscribed<'a> {
     pub shard_count: u32,
     /// What each master shard had written when it answered.
     pub vclock: Vclock,
+    /// The master's term, and whether it accepts writes.
+    pub term: u64,
+    pub writable: bool,
 }
 
 /// One packet of the master's stream, or the replica's acknowledgement.
@@ -100,6 +113,8 @@ pub enum Streamed<'a> {
     },
     Heartbeat {
         vclock: Vclock,
+        /// The master's term (0: the heartbeat did not say).
+        term: u64,
     },
     Ack {
         vclock: Vclock,
@@ -152,7 +167,11 @@ impl Subscribe<'_> {
     pub fn encode(&self, sync: u64, out: &mut Vec<u8>) {
         let at = begin(out);
         write_header(out, request_type::SUBSCRIBE, sync, None);
-        write_map_len(out, 5);
+        write_map_len(out, 7);
+        write_uint(out, stream_key::TERM);
+        write_uint(out, self.term);
+        write_uint(out, stream_key::WRITABLE);
+        write_bool(out, self.writable);
         write_uint(out, stream_key::PROTOCOL);
         write_uint(out, self.protocol);
         write_uint(out, stream_key::SCHEMA_VERSION);
@@ -177,6 +196,8 @@ pub fn decode_subscribe(body: &[u8]) -> Result<Subscribe<'_>> {
         fingerprint: fields.fingerprint,
         vclock: fields.vclock,
         schema_version: fields.schema_version,
+        term: fields.term,
+        writable: fields.writable,
     })
 }
 
@@ -189,6 +210,8 @@ struct LinkFields<'a> {
     shard_count: Option<u64>,
     vclock: Vclock,
     schema_version: u64,
+    term: u64,
+    writable: bool,
 }
 
 fn decode_link_fields(body: &[u8]) -> Result<LinkFields<'_>> {
@@ -199,6 +222,8 @@ fn decode_link_fields(body: &[u8]) -> Result<LinkFields<'_>> {
             stream_key::FINGERPRINT => fields.fingerprint = uint(value)?,
             stream_key::SHARD_COUNT => fields.shard_count = Some(uint(value)?),
             stream_key::SCHEMA_VERSION => fields.schema_version = uint(value)?,
+            stream_key::TERM => fields.term = uint(value)?,
+            stream_key::WRITABLE => fields.writable = boolean(value)?,
             body_key::INSTANCE_UUID => fields.instance_uuid = string(value)?,
             body_key::VCLOCK => fields.vclock = vclock(value)?,
             _ => {}
@@ -212,7 +237,11 @@ impl Subscribed<'_> {
     pub fn encode(&self, sync: u64, out: &mut Vec<u8>) {
         let at = begin(out);
         write_header(out, request_type::OK, sync, None);
-        write_map_len(out, 5);
+        write_map_len(out, 7);
+        write_uint(out, stream_key::TERM);
+        write_uint(out, self.term);
+        write_uint(out, stream_key::WRITABLE);
+        write_bool(out, self.writable);
         write_uint(out, stream_key::PROTOCOL);
         write_uint(out, self.protocol);
         write_uint(out, body_key::INSTANCE_UUID);
@@ -255,6 +284,8 @@ pub fn decode_subscribed(
         fingerprint: fields.fingerprint,
         shard_count,
         vclock: fields.vclock,
+        term: fields.term,
+        writable: fields.writable,
     };
     Ok(Ok(subscribed))
 }
@@ -295,15 +326,31 @@ pub fn encode_wal_batch(sync: u64, shard: u32, lsn_first: u64, batch: &[u8], out
     finish(out, at);
 }
 
-/// A `HEARTBEAT` (master) or an `ACK` (replica), carrying a vclock.
+/// An `ACK` (replica), carrying a vclock.
 pub fn encode_vclock_packet(kind: u64, sync: u64, vclock: &[Option<u64>], out: &mut Vec<u8>) {
-    debug_assert!(kind == stream_type::HEARTBEAT || kind == stream_type::ACK);
+    debug_assert!(kind == stream_type::ACK);
     let at = begin(out);
     write_header(out, kind, sync, None);
     write_map_len(out, 1);
     write_uint(out, body_key::VCLOCK);
     write_vclock(out, vclock);
     finish(out, at);
+}
+
+/// Appends a `HEARTBEAT`: what each master shard has written, and the master's term.
+pub fn encode_heartbeat(sync: u64, vclock: &[Option<u64>], term: u64, out: &mut Vec<u8>) {
+    let at = begin(out);
+    write_header(out, stream_type::HEARTBEAT, sync, None);
+    write_map_len(out, 2);
+    write_uint(out, body_key::VCLOCK);
+    write_vclock(out, vclock);
+    write_uint(out, stream_key::TERM);
+    write_uint(out, term);
+    finish(out, at);
+}
+
+fn write_bool(out: &mut Vec<u8>, value: bool) {
+    out.push(if value { 0xc3 } else { 0xc2 });
 }
 
 fn write_bin(out: &mut Vec<u8>, bytes: &[u8]) {
@@ -345,16 +392,18 @@ pub fn decode_streamed(packet: &[u8]) -> Result<Streamed<'_>> {
             batch: decode_batch_body(body)?,
         }),
         stream_type::HEARTBEAT | stream_type::ACK => {
-            let mut clock = None;
+            let (mut clock, mut term) = (None, 0);
             for_each_pair(body, |key, value| {
-                if key == body_key::VCLOCK {
-                    clock = Some(vclock(value)?);
+                match key {
+                    body_key::VCLOCK => clock = Some(vclock(value)?),
+                    stream_key::TERM => term = uint(value)?,
+                    _ => {}
                 }
                 Ok(())
             })?;
             let vclock = clock.ok_or(BadPacket("a heartbeat or ack without a vclock"))?;
             Ok(match header.kind {
-                stream_type::HEARTBEAT => Streamed::Heartbeat { vclock },
+                stream_type::HEARTBEAT => Streamed::Heartbeat { vclock, term },
                 _ => Streamed::Ack { vclock },
             })
         }
@@ -481,6 +530,13 @@ fn uint(mut value: &[u8]) -> Result<u64> {
     }
 }
 
+fn boolean(mut value: &[u8]) -> Result<bool> {
+    match read_value(&mut value) {
+        Ok(Value::Bool(value)) => Ok(value),
+        _ => Err(BadPacket("a value that should be a boolean is not")),
+    }
+}
+
 fn u32_of(value: &[u8]) -> Result<u32> {
     u32::try_from(uint(value)?).map_err(|_| BadPacket("a number above 2^32"))
 }
@@ -542,6 +598,8 @@ mod tests {
             fingerprint: 77,
             vclock: SmallVec::from_slice(&[Some(5), None, Some(0)]),
             schema_version: 3,
+            term: 4,
+            writable: true,
         };
         let mut out = Vec::new();
         subscribe.encode(9, &mut out);
@@ -558,6 +616,8 @@ mod tests {
             fingerprint: 3,
             shard_count: 2,
             vclock: SmallVec::from_slice(&[Some(10), Some(0)]),
+            term: 2,
+            writable: false,
         };
         out.clear();
         subscribed.encode(9, &mut out);
@@ -592,16 +652,18 @@ mod tests {
                 batch: b"TBAT..."
             }
         );
-        for kind in [stream_type::HEARTBEAT, stream_type::ACK] {
-            out.clear();
-            encode_vclock_packet(kind, 1, &[None, Some(8)], &mut out);
-            let vclock = SmallVec::from_slice(&[None, Some(8)]);
-            let expected = match kind {
-                stream_type::HEARTBEAT => Streamed::Heartbeat { vclock },
-                _ => Streamed::Ack { vclock },
-            };
-            assert_eq!(decode_streamed(packet(&out)).unwrap(), expected);
-        }
+        let vclock: Vclock = SmallVec::from_slice(&[None, Some(8)]);
+        out.clear();
+        encode_heartbeat(1, &vclock, 3, &mut out);
+        let expected = Streamed::Heartbeat {
+            vclock: vclock.clone(),
+            term: 3,
+        };
+        assert_eq!(decode_streamed(packet(&out)).unwrap(), expected);
+        out.clear();
+        encode_vclock_packet(stream_type::ACK, 1, &vclock, &mut out);
+        let expected = Streamed::Ack { vclock };
+        assert_eq!(decode_streamed(packet(&out)).unwrap(), expected);
     }
 
     #[test]

@@ -104,7 +104,8 @@ pub struct Shared {
     pub users: users::Users,
     pub instance_uuid: uuid::Uuid,
     /// Whether client writes are refused with ER_READONLY (Tarantool's `read_only`):
-    /// `config.read_only` at start; promotion will clear it. Read with one relaxed load per
+    /// `config.read_only` at start (or a term recorded newer than this instance's last one
+    /// as master); promotion clears it, a newer term heard sets it. Read with one relaxed load per
     /// write ([`Shared::is_read_only`]), so a write admitted just before it changes may still
     /// run.
     read_only: AtomicBool,
@@ -135,10 +136,16 @@ pub struct Shared {
     pub started: std::time::Instant,
     /// The master followed and the replicas following, for `box.info`.
     pub replication: replication::status::ReplicationStatus,
+    /// The replica set's term as this instance knows it (promotion, fencing).
+    pub terms: replication::term::Terms,
+    /// `box.ctl.promote()` asked the applier to stop applying; it clears `applying` once
+    /// it has (see `replication::promote`).
+    pub promotion: replication::promote::PromotionGate,
 }
 
 impl Shared {
     pub fn new(config: Config, shard_count: usize, fingerprint: u64) -> Shared {
+        let config_data_dir = config.data_dir.clone();
         Shared {
             users: users::Users::from_config(&config),
             read_only: AtomicBool::new(config.read_only),
@@ -158,6 +165,11 @@ impl Shared {
                 .collect(),
             started: std::time::Instant::now(),
             replication: replication::status::ReplicationStatus::default(),
+            terms: replication::term::Terms::new(
+                config_data_dir,
+                replication::term::TermRecord::default(),
+            ),
+            promotion: replication::promote::PromotionGate::default(),
         }
     }
 }
@@ -182,6 +194,31 @@ impl Shared {
         self.read_only.store(read_only, Ordering::Relaxed);
     }
 
+    /// Whether this instance is the writable master of the newest term it knows (by its
+    /// config, or promoted): its applier, if it has an upstream, only watches the term.
+    pub fn leads_term(&self) -> bool {
+        !self.is_read_only() && self.terms.is_leading()
+    }
+
+    /// Records a term heard from `peer`; if it is newer than this instance's, the instance
+    /// stops accepting writes (fencing: another instance leads that term). An error to
+    /// record it fences too: a term heard and forgotten could let two masters write.
+    pub fn observe_term(&self, term: u64, peer: &str) {
+        let was_read_only = self.is_read_only();
+        match self.terms.observe(term) {
+            Ok(false) => return,
+            Ok(true) => {}
+            Err(error) => tracing::error!(%error, term, %peer, "cannot record a newer term"),
+        }
+        self.set_read_only(true);
+        match was_read_only {
+            true => tracing::info!(term, %peer, "replication: a newer term"),
+            false => tracing::warn!(term, %peer,
+                "replication: another instance leads a newer term; this one no longer accepts \
+                 writes (read-only)"),
+        }
+    }
+
     /// [`Shared::new`] with what `data_dir` recorded: its schema version, the spaces made
     /// over CALL, the config's changes to plan.
     fn with_data_dir(
@@ -194,7 +231,48 @@ impl Shared {
         shared.schema_version = data_dir.schema_version();
         shared.made_spaces = data_dir.made_spaces()?;
         shared.ddl = ddl::Ddl::new(Some(data_dir.schema_record()));
+        shared.take_term()?;
         Ok(shared)
+    }
+}
+
+impl Shared {
+    /// Reads the term recorded in the data directory. A master by its config (writable,
+    /// following no one) leads the current term, unless it heard of a newer one (then it
+    /// starts read-only: fenced); a master has no position of another (its own writes
+    /// follow it). An instance with an upstream follows it after a restart, promoted
+    /// before or not: its config says so.
+    fn take_term(&mut self) -> Result<(), ServerError> {
+        let data_dir = self.config.data_dir.clone();
+        let failed = |reason: String| ServerError::DataDir {
+            path: data_dir.clone(),
+            reason,
+        };
+        let record = replication::term::TermRecord::read(&data_dir)
+            .map_err(|error| failed(error.to_string()))?;
+        self.terms = replication::term::Terms::new(data_dir.clone(), record);
+        if self.config.read_only {
+            return Ok(());
+        }
+        if record.is_fenced() {
+            tracing::warn!(
+                term = record.term,
+                led = record.led,
+                "this instance was the master of an older term and another leads a newer one: \
+                 it starts read-only, whatever read_only says (docs/replication.md)"
+            );
+            self.set_read_only(true);
+            return Ok(());
+        }
+        // A writable instance that follows a master (Tarantool allows it) leads no term
+        // until it is promoted.
+        if !self.config.replication.is_empty() {
+            return Ok(());
+        }
+        self.terms
+            .lead(false)
+            .map_err(|error| failed(error.to_string()))?;
+        replication::promote::forget_position(&data_dir).map_err(|error| failed(error.to_string()))
     }
 }
 

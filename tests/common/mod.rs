@@ -352,6 +352,27 @@ pub fn kv_tuple(id: u64, value: &str) -> Vec<u8> {
 }
 
 /// Every tuple of `kv` (SELECT ALL on the primary index), in key order, with its id.
+/// Starts tarn again in `dir` (config and data of a [`Server::start_in`] there), listening
+/// on `addr`, with `args` added.
+pub fn restart_on(dir: &std::path::Path, shards: u32, addr: SocketAddr, args: &[&str]) -> Server {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tarn"));
+    command
+        .arg("--config")
+        .arg(dir.join("tarn.toml"))
+        .args([
+            "--listen",
+            &addr.to_string(),
+            "--shards",
+            &shards.to_string(),
+        ])
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .args(args)
+        .env("NO_COLOR", "1")
+        .env("RUST_LOG", "info");
+    Server::spawn(command).unwrap_or_else(|log| panic!("tarn did not restart:\n{log}"))
+}
+
 pub fn kv_rows(addr: SocketAddr) -> Vec<(u64, Vec<u8>)> {
     select_rows(addr, KV, 0, 2, &[0x90])
 }

@@ -64,11 +64,27 @@ enum ApplyError {
          replica (or its position was removed); to make it one, empty its data directory"
     )]
     LocalData(u64),
+    /// The upstream is a former master: this instance knows of a newer term.
+    #[error(
+        "the master's term {upstream} is older than this instance's {own}: it is a former \
+         master, not followed"
+    )]
+    OlderTerm { upstream: u64, own: u64 },
+    /// A promotion stopped the applier, or the instance became writable: it only watches
+    /// the upstream's term from now on.
+    #[error("this instance accepts writes now: it no longer follows")]
+    Promoted,
 }
 
 impl ApplyError {
     fn is_fatal(&self) -> bool {
-        !matches!(self, ApplyError::Link(_) | ApplyError::RowsGone(_))
+        !matches!(
+            self,
+            ApplyError::Link(_)
+                | ApplyError::RowsGone(_)
+                | ApplyError::OlderTerm { .. }
+                | ApplyError::Promoted
+        )
     }
 }
 
@@ -79,6 +95,7 @@ pub async fn follow(core: Rc<Core>, upstream: UpstreamConfig) {
     loop {
         let mut link = Link::new(core.clone(), &upstream);
         let outcome = link.run().await;
+        core.shared.promotion.end_applying();
         if link.subscribed {
             backoff = BACKOFF_MIN;
         }
@@ -145,6 +162,8 @@ struct Link<'u> {
     reached: Vec<(usize, u64)>,
     copied_tuples: u64,
     progress_reported: Instant,
+    /// The master's term, as its answer to SUBSCRIBE said.
+    master_term: u64,
 }
 
 impl<'u> Link<'u> {
@@ -165,6 +184,7 @@ impl<'u> Link<'u> {
             reached: Vec::new(),
             copied_tuples: 0,
             progress_reported: Instant::now(),
+            master_term: 0,
         }
     }
 
@@ -189,12 +209,64 @@ impl<'u> Link<'u> {
             let packet = read_packet(&mut stream, &mut buffer).await?;
             check_reply(&packet)?;
         }
+        if self.core.shared.leads_term() {
+            return self.watch_term(&mut stream, &mut buffer).await;
+        }
         let position = Position::read(&self.core.shared.config.data_dir)?;
-        if position.is_none() {
+        let copy = position.is_none();
+        self.subscribe(&mut stream, &mut buffer, position).await?;
+        if !self.core.shared.promotion.begin_applying() {
+            return Err(ApplyError::Promoted);
+        }
+        if copy {
             self.empty_spaces().await?;
         }
-        self.subscribe(&mut stream, &mut buffer, position).await?;
         self.stream(&mut stream, &mut buffer).await
+    }
+
+    /// The master of the current term takes no rows: it subscribes only to tell its
+    /// upstream its term and to hear the upstream's, until a newer term makes this one
+    /// read-only (then the link ends, and the next one follows).
+    async fn watch_term(
+        &mut self,
+        stream: &mut TcpStream,
+        buffer: &mut Vec<u8>,
+    ) -> Result<(), ApplyError> {
+        let uuid = self.core.shared.instance_uuid.to_string();
+        let mut request = Vec::new();
+        Subscribe {
+            protocol: wire::PROTOCOL_VERSION,
+            instance_uuid: &uuid,
+            fingerprint: 0,
+            vclock: Vclock::new(),
+            schema_version: 0,
+            term: self.core.shared.terms.current(),
+            writable: true,
+        }
+        .encode(1, &mut request);
+        stream.write_all(&request).await?;
+        let packet = read_packet(stream, buffer).await?;
+        let answer =
+            wire::decode_subscribed(&packet).map_err(|e| ApplyError::Protocol(e.to_string()))?;
+        let answer = answer
+            .map_err(|(code, message)| ApplyError::Refused(format!("{message} (error {code})")))?;
+        self.subscribed = true;
+        set_status(&self.core, self.upstream, "follow", None);
+        let mut term = answer.term;
+        loop {
+            self.core
+                .shared
+                .observe_term(term, &self.upstream.to_string());
+            if !self.core.shared.leads_term() {
+                return Ok(());
+            }
+            let packet = read_packet(stream, buffer).await?;
+            match wire::decode_streamed(&packet) {
+                Ok(Streamed::Heartbeat { term: said, .. }) => term = said,
+                Ok(Streamed::Error { code, message }) => return Err(refusal(code, message)),
+                _ => return Err(ApplyError::Protocol("a row sent to a master".into())),
+            }
+        }
     }
 
     /// Sends SUBSCRIBE from `position` and reads the master's answer.
@@ -212,6 +284,8 @@ impl<'u> Link<'u> {
             fingerprint: position.as_ref().map_or(0, |p| p.master_fingerprint),
             vclock: position.as_ref().map(Position::vclock).unwrap_or_default(),
             schema_version: position.as_ref().map_or(0, |p| p.master_schema_version),
+            term: self.core.shared.terms.current(),
+            writable: false,
         }
         .encode(1, &mut request);
         stream.write_all(&request).await?;
@@ -220,6 +294,16 @@ impl<'u> Link<'u> {
             wire::decode_subscribed(&packet).map_err(|e| ApplyError::Protocol(e.to_string()))?;
         let subscribed = answer
             .map_err(|(code, message)| ApplyError::Refused(format!("{message} (error {code})")))?;
+        let shared = &self.core.shared;
+        shared.observe_term(subscribed.term, &self.upstream.to_string());
+        let own = shared.terms.current();
+        if subscribed.term < own {
+            return Err(ApplyError::OlderTerm {
+                upstream: subscribed.term,
+                own,
+            });
+        }
+        self.master_term = subscribed.term;
         let shards = subscribed.shard_count as usize;
         if let Some(position) = &position {
             if position.applied.len() != shards {
@@ -281,6 +365,10 @@ impl<'u> Link<'u> {
             }
             let version = self.master_schema_version;
             self.apply().await?;
+            // Everything received is applied: a promotion may go on.
+            if self.core.shared.promotion.is_requested() {
+                return Err(ApplyError::Promoted);
+            }
             // A schema change made is recorded at once: made again after a crash, it would
             // be redone (it changes nothing then, but costs a rebuild).
             let changed = self.master_schema_version != version;
@@ -336,9 +424,15 @@ impl<'u> Link<'u> {
                 self.reached.push((shard as usize, lsn));
             }
             Streamed::WalBatch { shard, batch } => self.take_batch(shard, batch)?,
-            Streamed::Heartbeat { vclock } => {
+            Streamed::Heartbeat { vclock, term } => {
                 if let Some(upstream) = self.core.shared.replication.upstream().as_mut() {
                     upstream.progress(None, Some(&vclock));
+                }
+                // Rare: the master was promoted while this replica followed it.
+                if term > self.master_term {
+                    self.master_term = term;
+                    let peer = self.upstream.to_string();
+                    self.core.shared.observe_term(term, &peer);
                 }
             }
             Streamed::Ack { .. } => {
@@ -542,7 +636,7 @@ impl<'u> Link<'u> {
         if !Position::copying(&data_dir) {
             let rows = self.count_rows(&names).await?;
             if rows > 0 {
-                return Err(ApplyError::LocalData(rows));
+                self.may_discard(rows)?;
             }
             Position::mark_copying(&data_dir)?;
         }
@@ -553,6 +647,21 @@ impl<'u> Link<'u> {
         self.apply().await?;
         tracing::info!(master = %self.upstream, spaces = names.len(),
             "replication: no position recorded; spaces emptied before copying the master");
+        Ok(())
+    }
+
+    /// Whether this instance's own `rows` may be discarded to copy the master: only those
+    /// of a former master, whose upstream leads a newer term than the last it led (the new
+    /// master may not have all of them: with synchronous replication none of those it lacks
+    /// was acknowledged; with asynchronous replication some may have been).
+    fn may_discard(&self, rows: u64) -> Result<(), ApplyError> {
+        let led = self.core.shared.terms.record().led;
+        if led == 0 || self.master_term <= led {
+            return Err(ApplyError::LocalData(rows));
+        }
+        tracing::warn!(master = %self.upstream, rows, led, master_term = self.master_term,
+            "replication: this instance was the master of an older term; its rows are \
+             discarded and the master of the newer term copied (docs/replication.md, promotion)");
         Ok(())
     }
 

@@ -9,14 +9,18 @@
 //! * `schema_gate`: the relay's barrier that sends a schema change once every shard has
 //!   reached it.
 //! * `status`: what `box.info` says of both.
+//! * `term`: the replica set's term, on disk; a newer one heard fences a master.
+//! * `promote`: `box.ctl.promote()`, a replica made the master of a new term.
 //!
 //! The packets are `protocol::replication`'s; the WAL is read by `wal::follow`.
 
 pub mod applier;
 pub mod position;
+pub mod promote;
 pub mod relay;
 mod schema_gate;
 pub mod status;
+pub mod term;
 
 use crate::protocol::replication::Vclock;
 
@@ -36,4 +40,8 @@ pub struct Subscription {
     pub vclock: Vclock,
     /// The master's last schema change the replica has made.
     pub schema_version: u64,
+    /// The subscriber's term.
+    pub term: u64,
+    /// The subscriber accepts writes itself: it takes no rows, only the term.
+    pub writable: bool,
 }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::protocol::client::split_server_frame;
-use crate::protocol::replication::{self as wire, stream_type, Streamed, Subscribed};
+use crate::protocol::replication::{self as wire, Streamed, Subscribed};
 use crate::protocol::ErrorCode;
 use crate::server::Shared;
 use crate::wal::follow::{newest_snapshot, WalFollower};
@@ -93,6 +93,14 @@ pub fn spawn(shared: Arc<Shared>, mut socket: TcpStream, subscription: Subscript
     let name = format!("relay-{}", subscription.peer);
     let spawned = std::thread::Builder::new().name(name).spawn(move || {
         let peer = subscription.peer.clone();
+        if subscription.writable {
+            // A master watching this instance's term: not a replica (nothing to keep for it,
+            // nothing it acknowledges counts).
+            let outcome = watch_term(&shared, &mut socket, &subscription);
+            let _ = socket.shutdown(std::net::Shutdown::Both);
+            tracing::debug!(%peer, ?outcome, "a master stopped watching this instance's term");
+            return;
+        }
         let downstream = shared.replication.add_downstream(&subscription);
         let outcome = relay(&shared, &mut socket, &subscription, &downstream);
         // The acknowledgement reader holds the socket too: ends its read, and the link.
@@ -133,9 +141,7 @@ fn relay(
         gate.release((subscription.sync, &mut out));
         // Also while rows flow: the replica measures its lag against what it says.
         if last_heartbeat.elapsed() >= HEARTBEAT_EVERY {
-            let vclock = shared.wal_written_vclock();
-            let sync = subscription.sync;
-            wire::encode_vclock_packet(stream_type::HEARTBEAT, sync, &vclock, &mut out);
+            encode_heartbeat(shared, subscription.sync, &mut out);
             last_heartbeat = Instant::now();
         }
         if !out.is_empty() {
@@ -149,12 +155,38 @@ fn relay(
     Ok(())
 }
 
-/// Answers the SUBSCRIBE: a refusal (then the relay ends), or what this master is.
+/// What this instance's shards have written, and its term.
+fn encode_heartbeat(shared: &Shared, sync: u64, out: &mut Vec<u8>) {
+    let vclock = shared.wal_written_vclock();
+    wire::encode_heartbeat(sync, &vclock, shared.terms.current(), out);
+}
+
+/// For a subscriber that is a master itself: the answer, then a heartbeat a second (each
+/// with the term) until it leaves; a newer term it hears fences it.
+fn watch_term(
+    shared: &Shared,
+    socket: &mut TcpStream,
+    subscription: &Subscription,
+) -> Result<(), RelayError> {
+    answer(shared, socket, subscription)?;
+    let mut out = Vec::new();
+    loop {
+        std::thread::sleep(HEARTBEAT_EVERY);
+        out.clear();
+        encode_heartbeat(shared, subscription.sync, &mut out);
+        socket.write_all(&out)?;
+    }
+}
+
+/// Answers the SUBSCRIBE: a refusal (then the relay ends), or what this master is. A newer
+/// term the subscriber brings is taken first, so the answer says whether this instance
+/// still accepts writes.
 fn answer(
     shared: &Shared,
     socket: &mut TcpStream,
     subscription: &Subscription,
 ) -> Result<(), RelayError> {
+    shared.observe_term(subscription.term, &subscription.peer);
     let shard_count = shared.wal_written.len();
     let mut out = Vec::new();
     if let Some(message) = refuse(shared, subscription, shard_count) {
@@ -169,6 +201,8 @@ fn answer(
         fingerprint: shared.fingerprint,
         shard_count: shard_count as u32,
         vclock: shared.wal_written_vclock(),
+        term: shared.terms.current(),
+        writable: !shared.is_read_only(),
     }
     .encode(subscription.sync, &mut out);
     socket.write_all(&out)?;

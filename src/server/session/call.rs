@@ -72,6 +72,7 @@ impl Session {
                     ),
                 }
             }
+            "box.ctl.promote" => self.promote(sync, out).await,
             _ => reply::encode_error(
                 out,
                 sync,
@@ -79,6 +80,24 @@ impl Session {
                 ErrorCode::ER_NO_SUCH_PROC,
                 &format!("Procedure '{function_name}' is not defined"),
             ),
+        }
+    }
+
+    /// `box.ctl.promote()`: this instance becomes the writable master of a new term once
+    /// its applier applied what it received, after this connection's earlier requests are
+    /// answered. Answers nothing, as Tarantool's (2.10+); a failure is ER_SYSTEM with why.
+    async fn promote(&mut self, sync: u64, out: &mut Vec<u8>) {
+        self.finish(out).await;
+        let schema_version = self.core.schema_version();
+        match crate::server::replication::promote::promote(&self.core.shared).await {
+            Ok(_term) => {
+                let mark = reply::begin_data_reply(out, sync, schema_version, 0);
+                reply::finish_packet(out, mark);
+            }
+            Err(error) => {
+                let message = format!("box.ctl.promote: {error}");
+                reply::encode_error(out, sync, schema_version, ErrorCode::ER_SYSTEM, &message);
+            }
         }
     }
 

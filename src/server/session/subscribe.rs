@@ -57,6 +57,8 @@ impl Session {
             fingerprint: subscribe.fingerprint,
             vclock: subscribe.vclock,
             schema_version: subscribe.schema_version,
+            term: subscribe.term,
+            writable: subscribe.writable,
         }));
     }
 
