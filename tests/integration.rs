@@ -22,6 +22,8 @@ mod durability_disk_full;
 mod durability_faults;
 #[path = "durability_model.rs"]
 mod durability_model;
+#[path = "failover.rs"]
+mod failover;
 #[path = "fan_out_pipeline.rs"]
 mod fan_out_pipeline;
 #[path = "fuzz_seeds.rs"]
