@@ -58,9 +58,16 @@ def test_after_a_promotion_the_pool_writes_to_the_new_master():
         wait_for(lambda: len(direct_replica.select("kv", BEFORE)) == 1,
                  "the replica to apply the write")
 
+        assert info(master)["election"] == {
+            "state": "leader", "vote": 0, "leader": 1, "term": 1}
+        assert info(replica)["election"]["state"] == "follower"
         assert direct_replica.call("box.ctl.promote").data == []
         assert info(replica)["ro"] is False
+        assert info(replica)["election"] == {
+            "state": "leader", "vote": 0, "leader": 1, "term": 2}
         wait_for(lambda: info(master)["ro"] is True, "the former master to be fenced")
+        assert info(master)["election"] == {
+            "state": "follower", "vote": 0, "leader": 0, "term": 2}
         with pytest.raises(tarantool.error.DatabaseError) as refused:
             direct_master.replace("kv", (AFTER, 1, "on the former master"))
         assert refused.value.args[0] == 7

@@ -19,6 +19,23 @@ const MASTER_ID: u64 = 1;
 /// The replica id a replica answers as.
 const REPLICA_ID: u64 = 2;
 
+/// `box.info.election` in Tarantool 2.10's shape (2.6 has none): `state` is `leader` on the
+/// master of the current term, `follower` elsewhere; `leader` is this instance's id when it
+/// leads, 0 when it does not know the leader's; no votes (promotion is manual).
+fn write_election(shared: &crate::server::Shared, id: u64, out: &mut Vec<u8>) {
+    let leads = shared.leads_term();
+    write_str(out, b"election");
+    write_map_len(out, 4);
+    write_str(out, b"state");
+    write_str(out, if leads { &b"leader"[..] } else { b"follower" });
+    write_str(out, b"vote");
+    write_uint(out, 0);
+    write_str(out, b"leader");
+    write_uint(out, if leads { id } else { 0 });
+    write_str(out, b"term");
+    write_uint(out, shared.terms.current());
+}
+
 impl Session {
     /// `box.info`: Tarantool's keys, in its order, then tarn's own `net` (connections open
     /// and the memory they hold, see `NetStats`).
@@ -26,17 +43,20 @@ impl Session {
         let shared = &self.core.shared;
         let upstream = shared.replication.upstream().clone();
         let own_uuid = shared.instance_uuid.to_string();
-        let vclock = match &upstream {
-            Some(upstream) => upstream.applied.clone(),
-            None => shared.wal_written_vclock(),
+        // A promoted replica keeps a link to its former master (to fence it), but its
+        // numbers are a master's.
+        let follows = upstream.is_some() && !shared.leads_term();
+        let vclock = match (&upstream, follows) {
+            (Some(upstream), true) => upstream.applied.clone(),
+            _ => shared.wal_written_vclock(),
         };
         let signature: u64 = vclock.iter().flatten().sum();
-        let (id, lsn) = match upstream {
-            Some(_) => (REPLICA_ID, 0),
-            None => (MASTER_ID, signature),
+        let (id, lsn) = match follows {
+            true => (REPLICA_ID, 0),
+            false => (MASTER_ID, signature),
         };
         let mark = reply::begin_data_reply(out, sync, self.core.schema_version(), 1);
-        write_map_len(out, 20);
+        write_map_len(out, 21);
         write_str(out, b"version");
         write_str(out, crate::server::ADVERTISED_VERSION.as_bytes());
         write_str(out, b"id");
@@ -83,6 +103,7 @@ impl Session {
         }
         write_str(out, b"pid");
         write_uint(out, u64::from(std::process::id()));
+        write_election(shared, id, out);
         let net = &shared.net;
         write_str(out, b"net");
         write_map_len(out, 2);
