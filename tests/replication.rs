@@ -351,3 +351,64 @@ fn schema_changes_replicate_in_order_with_the_rows() {
         .log_so_far()
         .contains("made the master's schema change"));
 }
+
+/// `[id]` tuples 0..count replaced into `space_id`, pipelined.
+fn replace_ids(addr: SocketAddr, space_id: u32, count: u64) {
+    use tarn::msgpack::{write_array_len, write_uint};
+    let mut client = Client::connect_to(addr);
+    let mut requests = Vec::new();
+    for id in 0..count {
+        let mut tuple = Vec::new();
+        write_array_len(&mut tuple, 1);
+        write_uint(&mut tuple, id);
+        encode_replace(&mut requests, id, space_id, &tuple);
+    }
+    client.send(&requests);
+    for _ in 0..count {
+        assert!(!decode_reply(&client.read_packet().unwrap())
+            .unwrap()
+            .is_error());
+    }
+}
+
+#[test]
+fn a_copy_brings_the_masters_spaces_the_replicas_config_does_not_name() {
+    use tarn::msgpack::{write_array_len, write_map_len, write_str, write_uint};
+    let from_config = "\n[[space]]\nname = \"things\"\nid = 700\nshard = \"all\"\nformat = [{ name = \"id\", type = \"unsigned\" }]\n[[space.index]]\nname = \"pk\"\ntype = \"TREE\"\nunique = true\nparts = [\"id\"]\n";
+    // No snapshot on the master yet: the copy takes one first.
+    let master = Server::start(2, from_config);
+    replace_ids(master.addr, 700, 300);
+    let mut args = Vec::new();
+    write_array_len(&mut args, 2);
+    write_str(&mut args, b"made");
+    write_map_len(&mut args, 1);
+    write_str(&mut args, b"id");
+    write_uint(&mut args, 701);
+    call(master.addr, "box.schema.space.create", &args).expect("space made");
+    let mut args = Vec::new();
+    write_array_len(&mut args, 1);
+    write_str(&mut args, b"pk");
+    call(master.addr, "box.space.made:create_index", &args).expect("its primary made");
+    replace_ids(master.addr, 701, 200);
+
+    // The replica's config has the shipped spaces only.
+    let replica_dir = tempfile::tempdir().unwrap();
+    let replica = start_replica(replica_dir.path(), 1, &master);
+    let rows = |addr, space| crate::common::try_select_rows(addr, space, 0, 0, &[0x90]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while rows(replica.addr, 700).map(|r| r.len()) != Ok(300)
+        || rows(replica.addr, 701).map(|r| r.len()) != Ok(200)
+    {
+        assert!(Instant::now() < deadline, "{}", replica.log_so_far());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(rows(replica.addr, 700), rows(master.addr, 700));
+    assert_eq!(rows(replica.addr, 701), rows(master.addr, 701));
+    // Rows written after the copy land in the spaces it made.
+    replace_ids(master.addr, 701, 250);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while rows(replica.addr, 701).map(|r| r.len()) != Ok(250) {
+        assert!(Instant::now() < deadline, "{}", replica.log_so_far());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -1,12 +1,14 @@
 //! What a tarn master and replica read from each other (`docs/replication.md`), the
-//! replica's position file and the term file: the input's first byte picks the decoder, the rest is its input.
+//! replica's position file and the term file: the input's first byte picks the decoder, the
+//! rest is its input.
 //! Each must refuse what it cannot read without a panic; what it reads must encode back to
 //! the same meaning (a packet decoded, encoded again and decoded gives the same value).
 
 use tarn::protocol::client::split_server_frame;
 use tarn::protocol::replication::{
     decode_streamed, decode_subscribe, decode_subscribed, encode_heartbeat, encode_snapshot_end,
-    encode_vclock_packet, encode_wal_batch, stream_type, Streamed, Subscribe, Subscribed,
+    encode_snapshot_schema, encode_vclock_packet, encode_wal_batch, stream_type, Streamed,
+    Subscribe, Subscribed,
 };
 use tarn::server::replication::position::Position;
 use tarn::server::replication::term::TermRecord;
@@ -57,6 +59,9 @@ fn streamed(packet: &[u8]) {
     match &decoded {
         Streamed::SnapshotEnd { shard, lsn } => encode_snapshot_end(1, *shard, *lsn, &mut out),
         Streamed::WalBatch { shard, batch } => encode_wal_batch(1, *shard, 1, batch, &mut out),
+        Streamed::SnapshotSchema { shard, schema } => {
+            encode_snapshot_schema(1, *shard, schema, &mut out)
+        }
         Streamed::Heartbeat { vclock, term } => encode_heartbeat(1, vclock, *term, &mut out),
         Streamed::Ack { vclock } => encode_vclock_packet(stream_type::ACK, 1, vclock, &mut out),
         Streamed::SnapshotTuples { .. } | Streamed::Error { .. } => return,

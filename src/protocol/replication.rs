@@ -27,6 +27,8 @@ pub mod stream_type {
     pub const HEARTBEAT: u64 = 0x7a04;
     /// From the replica: what it has applied of each master shard (its `VCLOCK`).
     pub const ACK: u64 = 0x7a05;
+    /// Before a master shard's snapshot tuples: the schema the snapshot was taken at.
+    pub const SNAPSHOT_SCHEMA: u64 = 0x7a06;
 }
 
 /// tarn's body keys on a replication stream.
@@ -48,6 +50,8 @@ pub mod stream_key {
     /// In SUBSCRIBE: the subscriber accepts writes, so it takes no rows and only watches the
     /// term; in the answer: the master accepts writes.
     pub const WRITABLE: u64 = 0x7a16;
+    /// In `SNAPSHOT_SCHEMA`: the snapshot's schema section (bin), as the snapshot holds it.
+    pub const SCHEMA: u64 = 0x7a17;
 }
 
 /// Per master shard, the LSN of the last row applied (a replica's position) or written (a
@@ -106,6 +110,11 @@ pub enum Streamed<'a> {
     SnapshotEnd {
         shard: u32,
         lsn: u64,
+    },
+    /// `schema`: the snapshot's schema section, unread here.
+    SnapshotSchema {
+        shard: u32,
+        schema: &'a [u8],
     },
     WalBatch {
         shard: u32,
@@ -309,6 +318,16 @@ pub fn encode_snapshot_tuples<'t>(
     finish(out, at);
 }
 
+/// Appends one `SNAPSHOT_SCHEMA` packet: `schema` is the snapshot's schema section.
+pub fn encode_snapshot_schema(sync: u64, shard: u32, schema: &[u8], out: &mut Vec<u8>) {
+    let at = begin(out);
+    write_header(out, stream_type::SNAPSHOT_SCHEMA, sync, Some((shard, 0)));
+    write_map_len(out, 1);
+    write_uint(out, stream_key::SCHEMA);
+    write_bin(out, schema);
+    finish(out, at);
+}
+
 pub fn encode_snapshot_end(sync: u64, shard: u32, lsn: u64, out: &mut Vec<u8>) {
     let at = begin(out);
     write_header(out, stream_type::SNAPSHOT_END, sync, Some((shard, lsn)));
@@ -389,7 +408,11 @@ pub fn decode_streamed(packet: &[u8]) -> Result<Streamed<'_>> {
         }),
         stream_type::WAL_BATCH => Ok(Streamed::WalBatch {
             shard: shard()?,
-            batch: decode_batch_body(body)?,
+            batch: decode_bin_body(body, stream_key::BATCH)?,
+        }),
+        stream_type::SNAPSHOT_SCHEMA => Ok(Streamed::SnapshotSchema {
+            shard: shard()?,
+            schema: decode_bin_body(body, stream_key::SCHEMA)?,
         }),
         stream_type::HEARTBEAT | stream_type::ACK => {
             let (mut clock, mut term) = (None, 0);
@@ -434,20 +457,20 @@ fn decode_snapshot_tuples(body: &[u8]) -> Result<(u32, &[u8])> {
     ))
 }
 
-/// A `WAL_BATCH` body: the batch's bytes.
-fn decode_batch_body(body: &[u8]) -> Result<&[u8]> {
-    let mut batch = None;
-    for_each_pair(body, |key, value| {
-        if key == stream_key::BATCH {
+/// A `WAL_BATCH` or `SNAPSHOT_SCHEMA` body: the bytes under `key`.
+fn decode_bin_body(body: &[u8], key: u64) -> Result<&[u8]> {
+    let mut bytes = None;
+    for_each_pair(body, |found, value| {
+        if found == key {
             let mut rest = value;
             match read_value(&mut rest) {
-                Ok(Value::Bin(bytes)) => batch = Some(bytes),
-                _ => return Err(BadPacket("a WAL batch that is not bin")),
+                Ok(Value::Bin(value)) => bytes = Some(value),
+                _ => return Err(BadPacket("a WAL batch or schema that is not bin")),
             }
         }
         Ok(())
     })?;
-    batch.ok_or(BadPacket("a WAL batch packet without its batch"))
+    bytes.ok_or(BadPacket("a WAL batch or schema packet without its bytes"))
 }
 
 struct StreamHeader {
@@ -642,6 +665,15 @@ mod tests {
         assert_eq!(
             decode_streamed(packet(&out)).unwrap(),
             Streamed::SnapshotEnd { shard: 2, lsn: 40 }
+        );
+        out.clear();
+        encode_snapshot_schema(1, 2, b"entries", &mut out);
+        assert_eq!(
+            decode_streamed(packet(&out)).unwrap(),
+            Streamed::SnapshotSchema {
+                shard: 2,
+                schema: b"entries"
+            }
         );
         out.clear();
         encode_wal_batch(1, 1, 41, b"TBAT...", &mut out);

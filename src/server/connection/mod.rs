@@ -126,6 +126,16 @@ impl Connection {
                 return Ok(());
             }
             if let Some(subscription) = self.session.take_subscription() {
+                let shared = self.session.core().shared.clone();
+                if crate::server::replication::relay::copies_without_snapshot(
+                    &shared,
+                    &subscription,
+                ) {
+                    let taken = crate::server::durability::request_snapshot(&shared).await;
+                    if let Err(reason) = taken {
+                        tracing::warn!(%reason, "no snapshot for a replica's copy");
+                    }
+                }
                 return self.become_relay(stream, *subscription);
             }
         }

@@ -419,6 +419,10 @@ impl<'u> Link<'u> {
                     self.copied_tuples += 1;
                 }
             }
+            Streamed::SnapshotSchema { shard, schema } => {
+                self.known_shard(shard)?;
+                self.take_snapshot_schema(schema)?;
+            }
             Streamed::SnapshotEnd { shard, lsn } => {
                 self.known_shard(shard)?;
                 self.reached.push((shard as usize, lsn));
@@ -501,6 +505,28 @@ impl<'u> Link<'u> {
             version: row.version,
             definition: row.definition.to_vec(),
         });
+        Ok(())
+    }
+
+    /// The schema a master shard's snapshot was taken at, before its tuples: every space in
+    /// it is made (or redefined) here as the master has it, so a replica's config need not
+    /// name the master's spaces. One older than a schema already taken is skipped (another
+    /// shard's newer snapshot, or a change streamed since, has it).
+    fn take_snapshot_schema(&mut self, schema: &[u8]) -> Result<(), ApplyError> {
+        let (version, spaces) = crate::server::schema::read_entries(schema)
+            .ok_or_else(|| ApplyError::Protocol("a snapshot schema that does not read".into()))?;
+        if version < self.master_schema_version.max(self.schema_version_taken) {
+            return Ok(());
+        }
+        self.schema_version_taken = version;
+        for (space_id, definition) in spaces {
+            self.changes.push(SchemaStep {
+                at: self.requests.len(),
+                space_id,
+                version,
+                definition,
+            });
+        }
         Ok(())
     }
 

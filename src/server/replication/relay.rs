@@ -49,9 +49,11 @@ enum RelayError {
 
 /// Where one master shard's stream is.
 enum Source {
-    /// Its snapshot, block by block; then the WAL (in `dir`) after `lsn`.
+    /// Its snapshot's schema (until sent), then its tuples block by block; then the WAL (in
+    /// `dir`) after `lsn`.
     Snapshot {
         reader: Box<SnapshotReader>,
+        schema: Option<Vec<u8>>,
         lsn: u64,
         dir: PathBuf,
     },
@@ -269,6 +271,20 @@ fn refuse(shared: &Shared, subscription: &Subscription, shard_count: usize) -> O
     None
 }
 
+/// Whether `subscription` copies a shard that has no snapshot on disk yet: a copy starts
+/// from a snapshot, whose schema section tells the replica what spaces to make, so the
+/// caller takes one first (`box.snapshot()`).
+pub fn copies_without_snapshot(shared: &Shared, subscription: &Subscription) -> bool {
+    if subscription.writable {
+        return false;
+    }
+    (0..shared.wal_written.len()).any(|shard| {
+        let dir = crate::wal::dir::shard_dir(&shared.config.data_dir, shard as u32);
+        let copies = subscription.vclock.get(shard).copied().flatten().is_none();
+        copies && matches!(newest_snapshot(&dir), Ok(None))
+    })
+}
+
 /// Each shard's stream: from after the replica's LSN, or its snapshot first.
 fn open_sources(shared: &Shared, subscription: &Subscription) -> Result<Vec<Source>, RelayError> {
     (0..shared.wal_written.len())
@@ -277,11 +293,15 @@ fn open_sources(shared: &Shared, subscription: &Subscription) -> Result<Vec<Sour
             match subscription.vclock.get(shard).copied().flatten() {
                 Some(lsn) => Ok(Source::Wal(WalFollower::new(dir, shard as u32, lsn + 1))),
                 None => match newest_snapshot(&dir)? {
-                    Some((lsn, path)) => Ok(Source::Snapshot {
-                        reader: Box::new(SnapshotReader::open(&path)?),
-                        lsn,
-                        dir,
-                    }),
+                    Some((lsn, path)) => {
+                        let reader = Box::new(SnapshotReader::open(&path)?);
+                        Ok(Source::Snapshot {
+                            schema: reader.schema.clone(),
+                            reader,
+                            lsn,
+                            dir,
+                        })
+                    }
                     None => Ok(Source::Empty { dir }),
                 },
             }
@@ -304,7 +324,16 @@ fn fill(
             *source = Source::Wal(WalFollower::new(dir.clone(), shard, 1));
             Ok(true)
         }
-        Source::Snapshot { reader, lsn, dir } => {
+        Source::Snapshot {
+            reader,
+            schema,
+            lsn,
+            dir,
+        } => {
+            if let Some(schema) = schema.take() {
+                wire::encode_snapshot_schema(sync, shard, &schema, out);
+                return Ok(true);
+            }
             match reader.next_block()? {
                 Some(block) => {
                     let tuples: Vec<&[u8]> = block.tuples().collect();
