@@ -47,18 +47,16 @@ fn write_until_broken(addr: SocketAddr, writer: u64, stop: &AtomicBool) -> (Vec<
     (acknowledged, sent_last)
 }
 
-/// Runs the load, kills the master after `load_for`, promotes the replica; returns the
-/// acknowledged keys the new master lacks, and how many were acknowledged.
-fn fail_over(extra_config: &str, load_for: Duration) -> (Vec<u64>, usize) {
-    let master = Server::start(2, extra_config);
+/// Runs the load on a master and replica started on `config`, kills the master after
+/// `load_for`, promotes the replica; returns the acknowledged keys the new master lacks, and
+/// how many were acknowledged.
+fn fail_over(config: &str, load_for: Duration) -> (Vec<u64>, usize) {
+    let master_dir = tempfile::tempdir().unwrap();
+    let master = Server::try_start_with(master_dir.path(), config, 2, &[]).unwrap();
     let replica_dir = tempfile::tempdir().unwrap();
     let upstream = master.addr.to_string();
-    let replica = Server::start_in(
-        replica_dir.path(),
-        1,
-        extra_config,
-        &["--replication", &upstream, "--read-only"],
-    );
+    let replica_args = ["--replication", upstream.as_str(), "--read-only"];
+    let replica = Server::try_start_with(replica_dir.path(), config, 1, &replica_args).unwrap();
     assert!(replica.wait_for_log("copied the master", Duration::from_secs(10)));
     let stop = Arc::new(AtomicBool::new(false));
     let writers: Vec<_> = (0..WRITERS)
@@ -89,7 +87,8 @@ fn fail_over(extra_config: &str, load_for: Duration) -> (Vec<u64>, usize) {
 
 #[test]
 fn with_asynchronous_replication_a_failover_reports_the_acknowledged_writes_lost() {
-    let (lost, acknowledged) = fail_over("", Duration::from_millis(1500));
+    let shipped = include_str!("../conf/tarn.toml");
+    let (lost, acknowledged) = fail_over(shipped, Duration::from_millis(1500));
     assert!(acknowledged > 1000, "the load ran: {acknowledged}");
     eprintln!(
         "failover, asynchronous: {} of {acknowledged} acknowledged writes lost",
