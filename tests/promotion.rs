@@ -135,37 +135,5 @@ fn a_former_master_discards_what_the_new_one_never_got_and_follows_it() {
 /// read-only replica, which is promoted: the pool's writes then go to it.
 #[test]
 fn the_python_connection_pool_writes_to_the_promoted_replica() {
-    let Some(python) = crate::common::python() else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must provide the Python connector"
-        );
-        eprintln!("skipping: no Python with the tarantool connector (run .ci/run once)");
-        return;
-    };
-    let master = Server::start(2, crate::common::TEST_CONFIG_EXTRA);
-    let replica_dir = tempfile::tempdir().unwrap();
-    let upstream = format!("bench:secret@{}", master.addr);
-    let replica = Server::start_in(
-        replica_dir.path(),
-        1,
-        crate::common::TEST_CONFIG_EXTRA,
-        &["--replication", &upstream, "--read-only"],
-    );
-    let status = std::process::Command::new(python)
-        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/python/test_promotion_pool.py"
-        ))
-        .env("TARN_ADDR", master.addr.to_string())
-        .env("TARN_PROMOTE_ADDR", replica.addr.to_string())
-        .status()
-        .expect("run pytest");
-    assert!(
-        status.success(),
-        "{}\n{}",
-        master.log_so_far(),
-        replica.log_so_far()
-    );
+    crate::common::run_pool_test("test_promotion_pool.py", "TARN_PROMOTE_ADDR");
 }

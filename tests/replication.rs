@@ -197,34 +197,7 @@ fn a_subscribe_without_tarns_protocol_is_answered_as_before_and_the_link_survive
 /// read-only replica (a user with the read grant follows, as Tarantool's replication role).
 #[test]
 fn the_python_connection_pool_writes_to_the_master_and_reads_the_replica() {
-    let Some(python) = crate::common::python() else {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "CI must provide the Python connector"
-        );
-        eprintln!("skipping: no Python with the tarantool connector (run .ci/run once)");
-        return;
-    };
-    let master = Server::start(2, crate::common::TEST_CONFIG_EXTRA);
-    let replica_dir = tempfile::tempdir().unwrap();
-    let upstream = format!("bench:secret@{}", master.addr);
-    let replica = Server::start_in(
-        replica_dir.path(),
-        1,
-        crate::common::TEST_CONFIG_EXTRA,
-        &["--replication", &upstream, "--read-only"],
-    );
-    let status = std::process::Command::new(python)
-        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/python/test_replication_pool.py"
-        ))
-        .env("TARN_ADDR", master.addr.to_string())
-        .env("TARN_REPLICA_ADDR", replica.addr.to_string())
-        .status()
-        .expect("run pytest");
-    assert!(status.success(), "{}", replica.log_so_far());
+    crate::common::run_pool_test("test_replication_pool.py", "TARN_REPLICA_ADDR");
 }
 
 /// A master that keeps one checkpoint, with `wal_cleanup_delay` seconds for a replica that
@@ -321,20 +294,7 @@ fn schema_changes_replicate_in_order_with_the_rows() {
     write_array_len(&mut args, 1);
     write_str(&mut args, b"pk");
     call(master.addr, "box.space.things:create_index", &args).expect("its primary made");
-    let mut client = Client::connect_to(master.addr);
-    let mut requests = Vec::new();
-    for id in 0..50u64 {
-        let mut tuple = Vec::new();
-        write_array_len(&mut tuple, 1);
-        write_uint(&mut tuple, id);
-        encode_replace(&mut requests, id, 700, &tuple);
-    }
-    client.send(&requests);
-    for _ in 0..50 {
-        assert!(!decode_reply(&client.read_packet().unwrap())
-            .unwrap()
-            .is_error());
-    }
+    replace_ids(master.addr, 700, 50);
 
     wait_identical(&master, &replica);
     // The replica answers by the new index, in its order, as the master does.

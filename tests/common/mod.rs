@@ -225,6 +225,47 @@ pub fn python() -> Option<PathBuf> {
     venv.exists().then_some(venv)
 }
 
+/// A master (2 shards) and its read-only replica (1 shard) following it as `bench`, for the
+/// pool tests in `tests/python`: runs pytest on `file` with `TARN_ADDR` the master's address
+/// and `replica_env` the replica's, and asserts it passed. Skipped (said so) without Python,
+/// except on CI.
+pub fn run_pool_test(file: &str, replica_env: &str) {
+    let Some(python) = python() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must provide the Python connector"
+        );
+        eprintln!("skipping: no Python with the tarantool connector (run .ci/run once)");
+        return;
+    };
+    let master = Server::start(2, TEST_CONFIG_EXTRA);
+    let replica_dir = tempfile::tempdir().expect("temp dir");
+    let upstream = format!("bench:secret@{}", master.addr);
+    let replica = Server::start_in(
+        replica_dir.path(),
+        1,
+        TEST_CONFIG_EXTRA,
+        &["--replication", &upstream, "--read-only"],
+    );
+    let status = Command::new(python)
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .arg(
+            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/python")
+                .join(file),
+        )
+        .env("TARN_ADDR", master.addr.to_string())
+        .env(replica_env, replica.addr.to_string())
+        .status()
+        .expect("run pytest");
+    assert!(
+        status.success(),
+        "{}\n{}",
+        master.log_so_far(),
+        replica.log_so_far()
+    );
+}
+
 /// A raw IPROTO client over a blocking socket.
 pub struct Client {
     stream: TcpStream,

@@ -70,6 +70,28 @@ def connect(addr, **kwargs):
             time.sleep(0.1)
 
 
+def box_info(addr):
+    """``box.info`` of the instance at ``addr``, on a connection of its own."""
+    c = connect(addr)
+    try:
+        return c.call("box.info").data[0]
+    finally:
+        c.close()
+
+
+def wait_for(condition, what, timeout=15.0):
+    """Polls ``condition`` (a database error counts as not yet) until true or ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if condition():
+                return
+        except tarantool.error.Error:
+            pass
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
 @pytest.fixture(scope="session")
 def conn(addr):
     """A guest connection shared by the whole session."""

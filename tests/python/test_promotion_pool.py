@@ -8,39 +8,18 @@ read-only; the pool, which polls ``box.info`` about once a second, then sends it
 """
 
 import os
-import time
 
 import pytest
 import tarantool
 from tarantool.connection_pool import Mode
 
-from conftest import _parse_addr, connect
+from conftest import _parse_addr, box_info as info, connect, wait_for
 
 BEFORE, AFTER = 991_000, 991_001
 
 pytestmark = pytest.mark.skipif(
     not os.environ.get("TARN_PROMOTE_ADDR"),
     reason="TARN_PROMOTE_ADDR is not set (tests/promotion.rs sets it)")
-
-
-def info(addr):
-    c = connect(addr)
-    try:
-        return c.call("box.info").data[0]
-    finally:
-        c.close()
-
-
-def wait_for(condition, what, timeout=15.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            if condition():
-                return
-        except tarantool.error.Error:
-            pass
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def test_after_a_promotion_the_pool_writes_to_the_new_master():

@@ -10,13 +10,12 @@ master's writes reach the replica.
 """
 
 import os
-import time
 
 import pytest
 import tarantool
 from tarantool.connection_pool import Mode
 
-from conftest import _parse_addr, connect
+from conftest import _parse_addr, box_info as info, connect, wait_for
 
 KEYS = range(990_000, 990_050)
 
@@ -32,24 +31,9 @@ def instances():
     return master, replica
 
 
-def info(addr):
-    c = connect(addr)
-    try:
-        return c.call("box.info").data[0]
-    finally:
-        c.close()
-
-
 def downstreams_of(addr):
     return [entry["downstream"] for entry in info(addr)["replication"].values()
             if "downstream" in entry]
-
-
-def wait_for(condition, what, timeout=15.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def test_the_pool_writes_to_the_master_and_reads_the_replica(instances):

@@ -232,24 +232,8 @@ impl<'u> Link<'u> {
         stream: &mut TcpStream,
         buffer: &mut Vec<u8>,
     ) -> Result<(), ApplyError> {
-        let uuid = self.core.shared.instance_uuid.to_string();
-        let mut request = Vec::new();
-        Subscribe {
-            protocol: wire::PROTOCOL_VERSION,
-            instance_uuid: &uuid,
-            fingerprint: 0,
-            vclock: Vclock::new(),
-            schema_version: 0,
-            term: self.core.shared.terms.current(),
-            writable: true,
-        }
-        .encode(1, &mut request);
-        stream.write_all(&request).await?;
-        let packet = read_packet(stream, buffer).await?;
-        let answer =
-            wire::decode_subscribed(&packet).map_err(|e| ApplyError::Protocol(e.to_string()))?;
-        let answer = answer
-            .map_err(|(code, message)| ApplyError::Refused(format!("{message} (error {code})")))?;
+        let packet = self.send_subscribe(stream, buffer, None, true).await?;
+        let answer = decode_answer(&packet)?;
         self.subscribed = true;
         set_status(&self.core, self.upstream, "follow", None);
         let mut term = answer.term;
@@ -269,6 +253,31 @@ impl<'u> Link<'u> {
         }
     }
 
+    /// Sends SUBSCRIBE (from `position`; `writable`: to watch the term only) and reads the
+    /// packet that answers it.
+    async fn send_subscribe(
+        &self,
+        stream: &mut TcpStream,
+        buffer: &mut Vec<u8>,
+        position: Option<&Position>,
+        writable: bool,
+    ) -> Result<Vec<u8>, ApplyError> {
+        let uuid = self.core.shared.instance_uuid.to_string();
+        let mut request = Vec::new();
+        Subscribe {
+            protocol: wire::PROTOCOL_VERSION,
+            instance_uuid: &uuid,
+            fingerprint: position.map_or(0, |p| p.master_fingerprint),
+            vclock: position.map(Position::vclock).unwrap_or_default(),
+            schema_version: position.map_or(0, |p| p.master_schema_version),
+            term: self.core.shared.terms.current(),
+            writable,
+        }
+        .encode(1, &mut request);
+        stream.write_all(&request).await?;
+        read_packet(stream, buffer).await
+    }
+
     /// Sends SUBSCRIBE from `position` and reads the master's answer.
     async fn subscribe(
         &mut self,
@@ -276,24 +285,10 @@ impl<'u> Link<'u> {
         buffer: &mut Vec<u8>,
         position: Option<Position>,
     ) -> Result<(), ApplyError> {
-        let uuid = self.core.shared.instance_uuid.to_string();
-        let mut request = Vec::new();
-        Subscribe {
-            protocol: wire::PROTOCOL_VERSION,
-            instance_uuid: &uuid,
-            fingerprint: position.as_ref().map_or(0, |p| p.master_fingerprint),
-            vclock: position.as_ref().map(Position::vclock).unwrap_or_default(),
-            schema_version: position.as_ref().map_or(0, |p| p.master_schema_version),
-            term: self.core.shared.terms.current(),
-            writable: false,
-        }
-        .encode(1, &mut request);
-        stream.write_all(&request).await?;
-        let packet = read_packet(stream, buffer).await?;
-        let answer =
-            wire::decode_subscribed(&packet).map_err(|e| ApplyError::Protocol(e.to_string()))?;
-        let subscribed = answer
-            .map_err(|(code, message)| ApplyError::Refused(format!("{message} (error {code})")))?;
+        let packet = self
+            .send_subscribe(stream, buffer, position.as_ref(), false)
+            .await?;
+        let subscribed = decode_answer(&packet)?;
         let shared = &self.core.shared;
         shared.observe_term(subscribed.term, &self.upstream.to_string());
         let own = shared.terms.current();
@@ -729,6 +724,13 @@ fn refusal(code: u64, message: &str) -> ApplyError {
         true => ApplyError::RowsGone(message.to_owned()),
         false => ApplyError::Refused(format!("{message} (error {code})")),
     }
+}
+
+/// The master's answer to SUBSCRIBE, or its refusal.
+fn decode_answer(packet: &[u8]) -> Result<wire::Subscribed<'_>, ApplyError> {
+    let answer =
+        wire::decode_subscribed(packet).map_err(|e| ApplyError::Protocol(e.to_string()))?;
+    answer.map_err(|(code, message)| ApplyError::Refused(format!("{message} (error {code})")))
 }
 
 /// Reads one whole packet (buffered in `buffer`).
