@@ -137,3 +137,23 @@ fn a_former_master_discards_what_the_new_one_never_got_and_follows_it() {
 fn the_python_connection_pool_writes_to_the_promoted_replica() {
     crate::common::run_pool_test("test_promotion_pool.py", "TARN_PROMOTE_ADDR");
 }
+
+#[test]
+fn a_replica_that_has_not_finished_copying_is_not_promoted() {
+    let dir = tempfile::tempdir().unwrap();
+    // A copy was under way when it stopped; its master is gone.
+    std::fs::create_dir_all(dir.path().join("data")).unwrap();
+    std::fs::write(dir.path().join("data/replica.copying"), "").unwrap();
+    let replica = Server::start_in(
+        dir.path(),
+        1,
+        "",
+        &["--replication", "127.0.0.1:1", "--read-only"],
+    );
+    let refused = call(replica.addr, "box.ctl.promote", &[0x90]).unwrap_err();
+    assert!(
+        refused.contains("has not finished copying its master"),
+        "{refused}"
+    );
+    assert_eq!(replace_codes(replica.addr, 0..1, "x"), [ER_READONLY]);
+}

@@ -61,6 +61,12 @@ pub enum PromoteError {
     Term(#[from] TermError),
     #[error("cannot forget the replica's position: {0}")]
     Position(#[from] PositionError),
+    /// Its copy of the master is not whole: as a master it would lack rows for good.
+    #[error(
+        "this replica has not finished copying its master: let the copy end (box.info.status \
+         \"running\") before promoting it"
+    )]
+    Copying,
 }
 
 /// Makes this instance the writable master of a new term; the term. A writable instance
@@ -79,7 +85,10 @@ pub async fn promote(shared: &Shared) -> Result<u64, PromoteError> {
         }
         glommio::timer::sleep(APPLIER_STOP_POLL).await;
     }
-    let promoted = lead(shared);
+    let promoted = match Position::copying(&shared.config.data_dir) {
+        true => Err(PromoteError::Copying),
+        false => lead(shared),
+    };
     gate.requested.store(false, Ordering::SeqCst);
     let term = promoted?;
     let applied = shared
