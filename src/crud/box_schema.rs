@@ -294,11 +294,22 @@ fn plan_space_create(engine: &Engine, name: &[u8], opts: &[u8]) -> Result<Schema
         Some(raw) if !mp::is_nil(raw) => parse_format(raw, name)?,
         _ => Vec::new(),
     };
+    let is_sync = match option(&opts, "is_sync").map(mp::value) {
+        None | Some(Value::Nil) => false,
+        Some(Value::Bool(is_sync)) => is_sync,
+        // Tarantool 2.6's words (`docs/tarantool-reference.md`, is_sync).
+        Some(_) => {
+            return Err(illegal(
+                "options parameter 'is_sync' should be of type boolean",
+            ))
+        }
+    };
     let def = SpaceDef {
         id,
         name: name.into(),
         format: SpaceFormat::new(format),
         indexes: Vec::new(),
+        is_sync,
     };
     Ok(SchemaPlan::Change {
         change: DefinitionChange::Create(def),
