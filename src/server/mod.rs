@@ -157,7 +157,7 @@ impl Shared {
                 .map(|_| Arc::new(AtomicU64::new(0)))
                 .collect(),
             started: std::time::Instant::now(),
-            replication: replication::status::ReplicationStatus::default(),
+            replication: replication::status::ReplicationStatus::new(shard_count),
         }
     }
 }

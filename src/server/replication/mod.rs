@@ -1,5 +1,5 @@
 //! Replication (`docs/replication.md`): replicas that copy a master and then follow every one
-//! of its shards' WAL, asynchronously.
+//! of its shards' WAL, asynchronously, or synchronously for `is_sync` spaces.
 //!
 //! * `relay`: the master's side, a thread per subscribed replica that streams snapshots and
 //!   WAL batches from the files (what each shard's writer has written, no more).
@@ -9,6 +9,7 @@
 //! * `schema_gate`: the relay's barrier that sends a schema change once every shard has
 //!   reached it.
 //! * `status`: what `box.info` says of both.
+//! * `synchro`: synchronous replication's quorum and timeout on a master (the limbo task).
 //!
 //! The packets are `protocol::replication`'s; the WAL is read by `wal::follow`.
 
@@ -17,6 +18,7 @@ pub mod position;
 pub mod relay;
 mod schema_gate;
 pub mod status;
+pub mod synchro;
 
 use crate::protocol::replication::Vclock;
 
