@@ -208,3 +208,59 @@ fn with_the_default_quorum_a_sync_space_waits_for_nobody() {
     assert!(started.elapsed() < Duration::from_secs(3));
     assert_eq!(rows(master.addr, LEDGER).len(), 100);
 }
+
+/// `_space`'s row of space `id` (a uint16 id), raw.
+fn space_row(addr: SocketAddr, id: u16) -> Option<Vec<u8>> {
+    let [high, low] = id.to_be_bytes();
+    let rows = crate::common::try_select_rows(addr, 280, 0, 0, &[0x91, 0xcd, high, low]);
+    rows.ok()?.into_iter().next().map(|(_, tuple)| tuple)
+}
+
+fn has_sync_flag(row: &[u8]) -> bool {
+    // `{is_sync = true}`, as Tarantool 2.6's `box.space._space:get(id)` shows it.
+    let flags = b"\x81\xa7is_sync\xc3";
+    row.windows(flags.len()).any(|window| window == flags)
+}
+
+#[test]
+fn a_space_made_sync_over_call_is_sync_on_the_replica_and_after_a_restart() {
+    use crate::common::call;
+    let (master_dir, replica_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let master = start_master(master_dir.path(), 1, 2, "0.5");
+    let replica = start_replica(replica_dir.path(), &master);
+    let mut args = Vec::new();
+    write_array_len(&mut args, 2);
+    write_str(&mut args, b"made");
+    tarn::msgpack::write_map_len(&mut args, 2);
+    write_str(&mut args, b"id");
+    write_uint(&mut args, 701);
+    write_str(&mut args, b"is_sync");
+    args.push(0xc3);
+    call(master.addr, "box.schema.space.create", &args).expect("space made");
+    let mut args = Vec::new();
+    write_array_len(&mut args, 1);
+    write_str(&mut args, b"pk");
+    call(master.addr, "box.space.made:create_index", &args).expect("its primary made");
+    let on_master = space_row(master.addr, 701).expect("in _space");
+    assert!(has_sync_flag(&on_master), "{on_master:x?}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while space_row(replica.addr, 701).is_none() {
+        assert!(Instant::now() < deadline, "the change did not replicate");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(space_row(replica.addr, 701), Some(on_master.clone()));
+    let mut client = Client::connect_to(master.addr);
+    replace(&mut client, 701, &[0x91, 1]).expect("the replica acknowledges");
+    assert_eq!(replica.stop(), Some(0));
+    let refused = replace(&mut client, 701, &[0x91, 2]).expect_err("no quorum");
+    assert_eq!(refused.0, 216);
+
+    let addr = master.addr;
+    assert_eq!(master.stop(), Some(0));
+    let master = restart_master(master_dir.path(), addr);
+    assert_eq!(space_row(master.addr, 701), Some(on_master));
+    let mut client = Client::connect_to(master.addr);
+    let refused = replace(&mut client, 701, &[0x91, 3]).expect_err("still sync");
+    assert_eq!(refused.0, 216);
+    assert_eq!(rows(master.addr, 701), vec![vec![0x91, 1]]);
+}
