@@ -3,7 +3,6 @@
 
 use super::*;
 use crate::msgpack;
-use crate::server::recovering::Recovering;
 use crate::storage::{FieldDef, FieldType, IndexDef, KeyPart, SpaceDef, SpaceFormat};
 use crate::wal::{GlommioSink, RecoveryConfig, WriterConfig};
 
@@ -127,7 +126,7 @@ fn a_timed_out_sync_write_and_the_writes_behind_it_are_refused_undone_and_compen
         force: false,
         schema_version_committed: 0,
     };
-    crate::wal::recover(&config, &mut Recovering::new(&mut recovered)).expect("recovered");
+    crate::wal::recover(&config, &mut recovered).expect("recovered");
     assert!(rows(&recovered, SYNC).is_empty());
     assert_eq!(rows(&recovered, PLAIN), vec![tuple(1, "old")]);
 }
