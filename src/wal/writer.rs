@@ -308,6 +308,13 @@ impl WalWriter {
     /// on (as after an I/O error, until restart), and the commits the fence holds fail. Their
     /// rows follow a schema row that was never committed, which recovery cuts away.
     pub fn abandon_fence(&self, cause: String) {
+        self.stop(cause);
+    }
+
+    /// Refuses every row from now on (as after an I/O error, until restart); commits held by
+    /// the fence fail. For a state the log can no longer be trusted to match: an abandoned
+    /// schema change, rows undoing a synchronous rollback that were not logged.
+    pub fn stop(&self, cause: String) {
         {
             let mut state = self.shared.state.borrow_mut();
             state.poisoned.get_or_insert(cause);

@@ -94,7 +94,7 @@ async fn roll_back(core: &Rc<Core>, wal: &WalWriter) {
             %error,
             "the WAL refused the rows that undo a synchronous rollback"
         );
-        wal.abandon_fence(format!(
+        wal.stop(format!(
             "the rows undoing a timed-out synchronous write were not logged: {error}"
         ));
     }
