@@ -129,6 +129,7 @@ fn kv_space() -> Space {
             true,
             vec![KeyPart::new(0, FieldType::Unsigned)],
         )],
+        is_sync: false,
     };
     Space::new(def, Rc::new(MemoryQuota::unlimited())).expect("valid kv space")
 }
@@ -175,6 +176,7 @@ fn customers_space() -> Space {
                 ],
             ),
         ],
+        is_sync: false,
     };
     Space::new(def, Rc::new(MemoryQuota::unlimited())).expect("valid customers space")
 }

@@ -95,3 +95,22 @@ fn with_asynchronous_replication_a_failover_reports_the_acknowledged_writes_lost
         lost.len()
     );
 }
+
+#[test]
+fn with_synchronous_replication_a_failover_loses_no_acknowledged_write() {
+    let shipped = include_str!("../conf/tarn.toml");
+    let config = shipped
+        .replace(
+            "replication_synchro_quorum = 1",
+            "replication_synchro_quorum = 2",
+        )
+        .replacen("name = \"kv\"\n", "name = \"kv\"\nis_sync = true\n", 1);
+    assert_ne!(config, shipped);
+    let (lost, acknowledged) = fail_over(&config, Duration::from_millis(1500));
+    assert!(acknowledged > 1000, "the load ran: {acknowledged}");
+    eprintln!(
+        "failover, synchronous (quorum 2 of 2): {} of {acknowledged} acknowledged writes lost",
+        lost.len()
+    );
+    assert_eq!(lost, Vec::<u64>::new(), "acknowledged writes lost");
+}

@@ -68,6 +68,8 @@ mod server_sleeping_cores;
 mod server_threads;
 #[path = "storage_model.rs"]
 mod storage_model;
+#[path = "sync_replication.rs"]
+mod sync_replication;
 #[path = "system_views.rs"]
 mod system_views;
 #[path = "tarantool_replies.rs"]

@@ -157,3 +157,38 @@ fn a_replica_that_has_not_finished_copying_is_not_promoted() {
     );
     assert_eq!(replace_codes(replica.addr, 0..1, "x"), [ER_READONLY]);
 }
+
+#[test]
+fn a_promoted_replica_waits_for_its_own_quorum_on_sync_spaces() {
+    let shipped = include_str!("../conf/tarn.toml");
+    let config = shipped
+        .replace(
+            "replication_synchro_quorum = 1",
+            "replication_synchro_quorum = 2",
+        )
+        .replace(
+            "replication_synchro_timeout = 5",
+            "replication_synchro_timeout = 0.3",
+        )
+        .replacen("name = \"kv\"\n", "name = \"kv\"\nis_sync = true\n", 1);
+    let master_dir = tempfile::tempdir().unwrap();
+    let master = Server::try_start_with(master_dir.path(), &config, 2, &[]).unwrap();
+    let replica_dir = tempfile::tempdir().unwrap();
+    let upstream = master.addr.to_string();
+    let args = ["--replication", upstream.as_str(), "--read-only"];
+    let replica = Server::try_start_with(replica_dir.path(), &config, 1, &args).unwrap();
+    assert!(replica.wait_for_log("copied the master", Duration::from_secs(10)));
+    // The replica applies the master's sync rows without a quorum of its own.
+    replace_all(master.addr, 0..100, "acknowledged by both");
+    let before = kv_rows(master.addr);
+    wait_rows(&replica, &before);
+    master.kill9();
+    promote(replica.addr);
+    // The new master has no replica: quorum 2 is not reached, ER_SYNC_QUORUM_TIMEOUT (216).
+    assert_eq!(replace_codes(replica.addr, 7..8, "no quorum"), [216]);
+    assert_eq!(
+        kv_rows(replica.addr),
+        before,
+        "the refused write is rolled back"
+    );
+}

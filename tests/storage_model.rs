@@ -179,6 +179,7 @@ fn new_space() -> (Space, Rc<MemoryQuota>) {
                 ]),
             },
         ],
+        is_sync: false,
     };
     let quota = Rc::new(MemoryQuota::unlimited());
     let space = Space::new(def, quota.clone()).expect("valid space definition");

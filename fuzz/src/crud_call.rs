@@ -45,6 +45,7 @@ pub fn engine() -> Engine {
                     ..tree(2, "age", false, vec![KeyPart::new(3, Number)])
                 },
             ],
+            is_sync: false,
         })
         .expect("a valid space");
     engine
@@ -60,6 +61,7 @@ pub fn engine() -> Engine {
                 tree(0, "primary", true, vec![KeyPart::new(0, Unsigned)]),
                 tree(1, "group", false, vec![KeyPart::new(2, Unsigned)]),
             ],
+            is_sync: false,
         })
         .expect("a valid space");
     let customers = engine.space_mut(512).expect("just made");

@@ -111,6 +111,7 @@ pub fn space_def(bytes: &mut Bytes<'_>) -> SpaceDef {
         name: "fuzz".into(),
         format,
         indexes,
+        is_sync: false,
     }
 }
 

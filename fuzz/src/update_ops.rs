@@ -137,6 +137,7 @@ pub fn space_def(variant: u8) -> SpaceDef {
         name: "fuzz".into(),
         format,
         indexes,
+        is_sync: false,
     }
 }
 

@@ -73,6 +73,16 @@ pub struct CliArgs {
     #[arg(long, value_name = "URI")]
     pub replication: Option<String>,
 
+    /// Instances (this one included) that must have a write to an `is_sync` space in their
+    /// WAL before it is acknowledged, as Tarantool's `replication_synchro_quorum`.
+    #[arg(long, value_name = "N")]
+    pub replication_synchro_quorum: Option<u64>,
+
+    /// Seconds a write to an `is_sync` space waits for its quorum before it is rolled back,
+    /// as Tarantool's `replication_synchro_timeout`.
+    #[arg(long, value_name = "SECONDS")]
+    pub replication_synchro_timeout: Option<Seconds>,
+
     /// Skip damaged WAL rows during recovery instead of refusing to start.
     #[arg(long)]
     pub force_recovery: bool,
@@ -120,8 +130,34 @@ impl CliArgs {
         if let Some(uri) = &self.replication {
             raw.replication = vec![uri.clone()];
         }
+        if let Some(quorum) = self.replication_synchro_quorum {
+            raw.replication_synchro_quorum = quorum;
+        }
+        if let Some(Seconds(timeout)) = self.replication_synchro_timeout {
+            raw.replication_synchro_timeout = timeout;
+        }
         if let Some(memory_bytes) = self.memory {
             raw.memory = RawSize::Bytes(memory_bytes);
         }
+    }
+}
+
+/// A flag's seconds (a float), compared bit for bit so that the flags stay `Eq`.
+#[derive(Debug, Clone, Copy)]
+pub struct Seconds(pub f64);
+
+impl PartialEq for Seconds {
+    fn eq(&self, other: &Seconds) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+
+impl Eq for Seconds {}
+
+impl std::str::FromStr for Seconds {
+    type Err = std::num::ParseFloatError;
+
+    fn from_str(text: &str) -> Result<Seconds, Self::Err> {
+        text.parse().map(Seconds)
     }
 }

@@ -49,6 +49,10 @@ pub(crate) struct RawConfig {
     pub replication: Vec<String>,
     #[serde(default = "default_wal_cleanup_delay")]
     pub wal_cleanup_delay: u64,
+    #[serde(default = "default_replication_synchro_quorum")]
+    pub replication_synchro_quorum: u64,
+    #[serde(default = "default_replication_synchro_timeout")]
+    pub replication_synchro_timeout: f64,
     #[serde(default)]
     pub guest: RawGuest,
     #[serde(default, rename = "user")]
@@ -82,6 +86,14 @@ fn default_wal_mode() -> String {
 fn default_wal_cleanup_delay() -> u64 {
     // Tarantool's default: four hours.
     14_400
+}
+fn default_replication_synchro_quorum() -> u64 {
+    // Tarantool's default: the master alone, so a sync space waits for nobody.
+    1
+}
+fn default_replication_synchro_timeout() -> f64 {
+    // Tarantool's default, in seconds.
+    5.0
 }
 fn default_wal_max_file_size() -> RawSize {
     RawSize::Text("64MiB".to_owned())
@@ -135,6 +147,9 @@ pub(crate) struct RawSpace {
     pub format: Vec<RawField>,
     #[serde(default, rename = "index")]
     pub indexes: Vec<RawIndex>,
+    /// Tarantool's space option: writes wait for `replication_synchro_quorum`.
+    #[serde(default)]
+    pub is_sync: bool,
 }
 
 fn default_shard() -> String {

@@ -113,6 +113,8 @@ pub struct Config {
     pub replication: Vec<Upstream>,
     /// How long a master keeps the WAL files a replica that left still needs.
     pub wal_cleanup_delay: std::time::Duration,
+    /// Synchronous replication: the quorum and how long a sync write waits for it.
+    pub synchro: replication::Synchro,
     pub access: AccessConfig,
     /// In file order; ids and names are unique.
     pub spaces: Vec<SpaceConfig>,
@@ -208,6 +210,10 @@ fn resolve(
         force_recovery,
     )?;
     let replication = replication::resolve_upstreams(&raw.replication)?;
+    let synchro = replication::resolve_synchro(
+        raw.replication_synchro_quorum,
+        raw.replication_synchro_timeout,
+    )?;
     let access = access::resolve_access(&raw.guest, &raw.users)?;
     let spaces = space::resolve_spaces(&raw.spaces)?;
     Ok(Config {
@@ -226,6 +232,7 @@ fn resolve(
         read_only: raw.read_only,
         replication,
         wal_cleanup_delay: std::time::Duration::from_secs(raw.wal_cleanup_delay),
+        synchro,
         access,
         spaces,
         drop_missing_spaces: false,

@@ -1,8 +1,9 @@
 //! The replication keys: `replication` (the masters this instance follows, as Tarantool's
-//! `box.cfg.replication` URIs) and `read_only`.
+//! `box.cfg.replication` URIs), `read_only`, and synchronous replication's
+//! `replication_synchro_quorum` and `replication_synchro_timeout`.
 //!
-//! Owns the URI syntax `[user[:password]@]IP:PORT` and its checks. Knows nothing of how an
-//! upstream is followed.
+//! Owns the URI syntax `[user[:password]@]IP:PORT` and the checks of these keys. Knows
+//! nothing of how an upstream is followed or how a quorum is counted.
 
 use std::net::SocketAddr;
 
@@ -70,6 +71,49 @@ impl std::fmt::Display for Upstream {
     }
 }
 
+/// Synchronous replication's settings (Tarantool's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Synchro {
+    /// `replication_synchro_quorum`: instances, the master included, that must have a sync
+    /// write in their WAL before it is acknowledged; 1 (the default) waits for nobody.
+    pub quorum: u32,
+    /// `replication_synchro_timeout`: how long a sync write waits for its quorum.
+    pub timeout: std::time::Duration,
+}
+
+impl Default for Synchro {
+    fn default() -> Synchro {
+        Synchro {
+            quorum: 1,
+            timeout: std::time::Duration::from_secs(5),
+        }
+    }
+}
+
+/// Checks `replication_synchro_quorum` (at least 1) and `replication_synchro_timeout`
+/// (seconds, more than 0), in Tarantool's words where it has them.
+pub(crate) fn resolve_synchro(quorum: u64, timeout_seconds: f64) -> Result<Synchro, ConfigError> {
+    if quorum == 0 || quorum > 32 {
+        return Err(ConfigError::invalid(
+            "replication_synchro_quorum",
+            format!(
+                "{quorum}: the value must be greater than zero and at most 32 (instances, this \
+                 one included)"
+            ),
+        ));
+    }
+    if !(timeout_seconds > 0.0 && timeout_seconds <= 1e9) {
+        return Err(ConfigError::invalid(
+            "replication_synchro_timeout",
+            format!("{timeout_seconds}: the value must be greater than zero (seconds)"),
+        ));
+    }
+    Ok(Synchro {
+        quorum: quorum as u32,
+        timeout: std::time::Duration::from_secs_f64(timeout_seconds),
+    })
+}
+
 /// Checks the `replication` entries: at most one master is followed for now.
 pub(crate) fn resolve_upstreams(uris: &[String]) -> Result<Vec<Upstream>, ConfigError> {
     if uris.len() > 1 {
@@ -108,6 +152,20 @@ mod tests {
             (no_password.user.as_deref(), no_password.password.as_str()),
             (Some("admin"), "")
         );
+    }
+
+    #[test]
+    fn synchro_settings_are_checked() {
+        let synchro = resolve_synchro(2, 0.1).unwrap();
+        assert_eq!(synchro.quorum, 2);
+        assert_eq!(synchro.timeout, std::time::Duration::from_millis(100));
+        let zero = resolve_synchro(0, 5.0).unwrap_err().to_string();
+        assert!(zero.starts_with("replication_synchro_quorum: 0: the value must be greater"));
+        for timeout in [0.0, -1.0, f64::NAN] {
+            let error = resolve_synchro(1, timeout).unwrap_err().to_string();
+            assert!(error.contains("replication_synchro_timeout"), "{error}");
+            assert!(error.contains("must be greater than zero"), "{error}");
+        }
     }
 
     #[test]

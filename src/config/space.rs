@@ -36,6 +36,9 @@ pub struct SpaceConfig {
     pub format: Vec<FieldConfig>,
     /// Index id = position; index 0 is the primary index. Never empty.
     pub indexes: Vec<IndexConfig>,
+    /// Tarantool's `is_sync`: a write is acknowledged once a quorum of instances has it
+    /// (`docs/replication.md`, Synchronous replication).
+    pub is_sync: bool,
 }
 
 impl SpaceConfig {
@@ -123,6 +126,7 @@ fn resolve_space(raw: &RawSpace, path: &str) -> Result<SpaceConfig, ConfigError>
         placement,
         format,
         indexes,
+        is_sync: raw.is_sync,
     })
 }
 

@@ -82,6 +82,7 @@ fn shipped_file_resolves_to_exact_values() {
             },
         ],
         indexes: vec![primary_on_id.clone()],
+        is_sync: false,
     };
     let customers = SpaceConfig {
         id: 513,
@@ -123,6 +124,7 @@ fn shipped_file_resolves_to_exact_values() {
                 parts: vec![tree_part(1, FieldType::Unsigned)],
             },
         ],
+        is_sync: false,
     };
     assert_eq!(config.spaces, vec![kv, customers]);
     assert_eq!(

@@ -294,16 +294,30 @@ fn plan_space_create(engine: &Engine, name: &[u8], opts: &[u8]) -> Result<Schema
         Some(raw) if !mp::is_nil(raw) => parse_format(raw, name)?,
         _ => Vec::new(),
     };
+    let is_sync = is_sync_option(option(&opts, "is_sync"))?;
     let def = SpaceDef {
         id,
         name: name.into(),
         format: SpaceFormat::new(format),
         indexes: Vec::new(),
+        is_sync,
     };
     Ok(SchemaPlan::Change {
         change: DefinitionChange::Create(def),
         reply: DdlReply::SpaceRow { space_id: id },
     })
+}
+
+/// The space option `is_sync`: a boolean, false when absent.
+fn is_sync_option(raw: Option<&[u8]>) -> Result<bool, Raised> {
+    match raw.map(mp::value) {
+        None | Some(Value::Nil) => Ok(false),
+        Some(Value::Bool(is_sync)) => Ok(is_sync),
+        // Tarantool 2.6's words (`docs/tarantool-reference.md` (r)).
+        Some(_) => Err(illegal(
+            "options parameter 'is_sync' should be of type boolean",
+        )),
+    }
 }
 
 fn duplicate_in(index: &str, space: &str) -> Raised {

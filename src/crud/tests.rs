@@ -181,6 +181,7 @@ fn engine() -> Engine {
                     ..tree(2, "age", false, &[])
                 },
             ],
+            is_sync: false,
         })
         .unwrap();
     engine
@@ -196,6 +197,7 @@ fn engine() -> Engine {
                 tree(0, "primary", true, &[(0, FieldType::Unsigned)]),
                 tree(1, "group", false, &[(2, FieldType::Unsigned)]),
             ],
+            is_sync: false,
         })
         .unwrap();
     engine
@@ -392,6 +394,7 @@ fn bucket_id_is_pinned_for_keys_of_every_kind() {
             FieldDef::new("s", FieldType::String),
         ]),
         indexes: vec![tree(0, "primary", true, parts)],
+        is_sync: false,
     };
     for def in [
         space(

@@ -141,6 +141,9 @@ pub struct Shared {
     /// `box.ctl.promote()` asked the applier to stop applying; it clears `applying` once
     /// it has (see `replication::promote`).
     pub promotion: replication::promote::PromotionGate,
+    /// Whether writes to `is_sync` spaces wait for a quorum now: every shard holds this
+    /// switch ([`Shared::update_sync_writes`]).
+    pub sync_writes: Arc<AtomicBool>,
 }
 
 impl Shared {
@@ -164,12 +167,13 @@ impl Shared {
                 .map(|_| Arc::new(AtomicU64::new(0)))
                 .collect(),
             started: std::time::Instant::now(),
-            replication: replication::status::ReplicationStatus::default(),
+            replication: replication::status::ReplicationStatus::new(shard_count),
             terms: replication::term::Terms::new(
                 config_data_dir,
                 replication::term::TermRecord::default(),
             ),
             promotion: replication::promote::PromotionGate::default(),
+            sync_writes: Arc::new(AtomicBool::new(false)),
         }
     }
 }
@@ -200,6 +204,13 @@ impl Shared {
         !self.is_read_only() && self.terms.is_leading()
     }
 
+    /// Sets whether writes to `is_sync` spaces wait for a quorum: on the master of the
+    /// current term only, when the config asks for a quorum (see `replication::synchro`).
+    pub fn update_sync_writes(&self) {
+        let holds = replication::synchro::may_hold_sync_writes(&self.config) && self.leads_term();
+        self.sync_writes.store(holds, Ordering::Relaxed);
+    }
+
     /// Records a term heard from `peer`; if it is newer than this instance's, the instance
     /// stops accepting writes (fencing: another instance leads that term). An error to
     /// record it fences too: a term heard and forgotten could let two masters write.
@@ -211,6 +222,7 @@ impl Shared {
             Err(error) => tracing::error!(%error, term, %peer, "cannot record a newer term"),
         }
         self.set_read_only(true);
+        self.update_sync_writes();
         match was_read_only {
             true => tracing::info!(term, %peer, "replication: a newer term"),
             false => tracing::warn!(term, %peer,
@@ -232,6 +244,7 @@ impl Shared {
         shared.made_spaces = data_dir.made_spaces()?;
         shared.ddl = ddl::Ddl::new(Some(data_dir.schema_record()));
         shared.take_term()?;
+        shared.update_sync_writes();
         Ok(shared)
     }
 }

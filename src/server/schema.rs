@@ -119,6 +119,7 @@ pub fn space_def(space: &config::SpaceConfig) -> SpaceDef {
                 })),
             })
             .collect(),
+        is_sync: space.is_sync,
     }
 }
 
@@ -164,6 +165,7 @@ fn space_space_def(id: u32, name: &str) -> SpaceDef {
             tree(1, "owner", false, &[(1, Unsigned)]),
             tree(2, "name", true, &[(2, String)]),
         ],
+        is_sync: false,
     }
 }
 
@@ -184,6 +186,7 @@ fn index_space_def(id: u32, name: &str) -> SpaceDef {
             tree(0, "primary", true, &[(0, Unsigned), (1, Unsigned)]),
             tree(2, "name", true, &[(0, Unsigned), (2, String)]),
         ],
+        is_sync: false,
     }
 }
 
@@ -196,7 +199,14 @@ fn space_tuple(def: &SpaceDef, engine: &str) -> Vec<u8> {
     write_str(&mut out, def.name.as_bytes());
     write_str(&mut out, engine.as_bytes());
     write_uint(&mut out, 0);
-    out.push(0x80);
+    // The flags map as Tarantool 2.6 shows it: `{}`, or `{is_sync = true}` for a sync space.
+    if def.is_sync {
+        out.push(0x81);
+        write_str(&mut out, b"is_sync");
+        out.push(0xc3);
+    } else {
+        out.push(0x80);
+    }
     write_array_len(&mut out, def.format.fields.len() as u32);
     for field in &def.format.fields {
         out.push(if field.is_nullable { 0x83 } else { 0x82 });

@@ -165,6 +165,9 @@ fn differences(recorded: &SpaceDef, wanted: &SpaceDef) -> Vec<String> {
     if recorded.name != wanted.name {
         what.push(format!("renamed from '{}'", recorded.name));
     }
+    if recorded.is_sync != wanted.is_sync {
+        what.push(format!("is_sync set to {}", wanted.is_sync));
+    }
     let (old_fields, new_fields) = (&recorded.format.fields, &wanted.format.fields);
     for number in 0..old_fields.len().max(new_fields.len()) {
         let label = |field: &FieldDef| format!("field {} '{}'", number + 1, field.name);
@@ -259,7 +262,7 @@ pub fn decode_space_rows(rows: &[u8]) -> Result<SpaceDef, String> {
     let name = read_text(reader, "space name")?.into();
     read_text(reader, "engine")?;
     read_uint(reader, "field count")?;
-    skip(reader)?;
+    let is_sync = read_space_flags(reader)?;
     let field_count = read_array(reader, "format")?;
     let fields = (0..field_count)
         .map(|_| read_field(reader))
@@ -280,7 +283,21 @@ pub fn decode_space_rows(rows: &[u8]) -> Result<SpaceDef, String> {
         name,
         format: SpaceFormat::new(fields),
         indexes,
+        is_sync,
     })
+}
+
+/// The `_space` row's flags map: `is_sync` is the one tarn keeps; other keys are skipped.
+fn read_space_flags(reader: &mut &[u8]) -> Result<bool, String> {
+    let pairs = read_map(reader, "space flags")?;
+    let mut is_sync = false;
+    for _ in 0..pairs {
+        match read_text(reader, "space flag")? {
+            "is_sync" => is_sync = read_bool(reader, "is_sync")?,
+            _ => skip(reader)?,
+        }
+    }
+    Ok(is_sync)
 }
 
 /// One format entry: `{name, type[, is_nullable]}`.

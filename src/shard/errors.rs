@@ -55,7 +55,9 @@ pub fn encode_storage_error(
 
 /// The reply to a write the WAL refused, the one place it is built (IPROTO writes, crud
 /// calls, forwarded writes, writes spread over shards): `ER_WAL_IO`, never an
-/// acknowledgement, and the write itself already undone. `reason` is the log's error where
+/// acknowledgement, and the write itself already undone. A synchronous rollback answers
+/// Tarantool's `ER_SYNC_QUORUM_TIMEOUT` (the sync write that timed out) or `ER_SYNC_ROLLBACK`
+/// (a write logged after it) instead. `reason` is the log's error where
 /// this core's log refused; `None` where another shard's did (that shard logs its reason).
 pub fn encode_log_refused(
     out: &mut Vec<u8>,
@@ -63,6 +65,17 @@ pub fn encode_log_refused(
     schema_version: u64,
     reason: Option<&WalError>,
 ) {
+    let code = match reason {
+        // A synchronous rollback (`wal::writer`): Tarantool's codes and texts.
+        Some(WalError::SyncQuorumTimeout) => ErrorCode::ER_SYNC_QUORUM_TIMEOUT,
+        Some(WalError::SyncRollback) => ErrorCode::ER_SYNC_ROLLBACK,
+        _ => ErrorCode::ER_WAL_IO,
+    };
+    if code != ErrorCode::ER_WAL_IO {
+        let message = reason.map(ToString::to_string).unwrap_or_default();
+        reply::encode_error(out, sync, schema_version, code, &message);
+        return;
+    }
     let message = log_refused_message(reason);
     reply::encode_error(out, sync, schema_version, ErrorCode::ER_WAL_IO, &message);
 }

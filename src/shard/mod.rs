@@ -28,6 +28,11 @@ pub struct Shard {
     undo: UndoLog,
     /// Reused buffer for the primary key a delete row carries.
     key_scratch: Vec<u8>,
+    /// Writes to `is_sync` spaces wait for a quorum (`replication_synchro_quorum` over 1 on
+    /// the master of the current term, with a WAL): their rows are marked sync in the WAL
+    /// writer. Shared by every core, set by the server when the instance starts, is promoted
+    /// or is fenced; read (relaxed) by writes only.
+    pub sync_writes: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// What one shard scans of a select every shard runs a part of: the select's range, and at
@@ -161,6 +166,7 @@ impl Shard {
             wal,
             undo: UndoLog::default(),
             key_scratch: Vec::new(),
+            sync_writes: Default::default(),
         }
     }
 
@@ -393,7 +399,11 @@ impl Shard {
         match appended {
             Ok(commit) => {
                 self.undo
-                    .release_durable(wal.lsn_durable_last(), &mut self.engine);
+                    .release_durable(wal.lsn_settled_last(), &mut self.engine);
+                let sync_writes = self.sync_writes.load(std::sync::atomic::Ordering::Relaxed);
+                if sync_writes && self.engine.is_sync(space_id) {
+                    wal.mark_sync(commit.lsn());
+                }
                 self.undo.push(commit.lsn(), space_id, change);
                 Ok(Some(commit))
             }
@@ -424,7 +434,7 @@ impl Shard {
     pub fn release_settled_writes(&mut self) {
         if let Some(wal) = &self.wal {
             self.undo
-                .release_all_durable(wal.lsn_durable_last(), &mut self.engine);
+                .release_all_durable(wal.lsn_settled_last(), &mut self.engine);
         }
         self.engine.free_retired();
     }
@@ -444,6 +454,52 @@ impl Shard {
             lsn_durable_last,
             "a WAL write failed: every write not yet durable is rolled back and refused"
         );
+    }
+
+    /// Rolls back a synchronous row that timed out and every write logged after it (the
+    /// WAL writer's rollback `rollback`, begun by the caller): undoes them in memory, newest
+    /// first, and logs a compensating row for each, in that order, since their own rows are
+    /// durable and may have reached replicas. Returns the commit of the compensating rows
+    /// (`None` when there were none) and how many writes were undone.
+    pub fn roll_back_sync(
+        &mut self,
+        rollback: &crate::wal::writer::SyncRollback,
+    ) -> (std::result::Result<Option<Commit>, WalError>, usize) {
+        use crate::shard::undo::Compensation;
+        let Shard {
+            engine,
+            wal,
+            undo,
+            key_scratch,
+            ..
+        } = self;
+        let Some(wal) = wal.as_ref() else {
+            return (Ok(None), 0);
+        };
+        let mut refused = None;
+        let mut logged = false;
+        let undone = undo.roll_back_compensating(
+            rollback.lsn_first,
+            engine,
+            key_scratch,
+            |space_id, compensation| {
+                let appended = match compensation {
+                    Compensation::Replace(tuple) => wal.append(RowKind::Replace, space_id, tuple),
+                    Compensation::Delete(key) => wal.append(RowKind::Delete, space_id, key),
+                };
+                match appended {
+                    Ok(_) => logged = true,
+                    Err(error) => {
+                        refused.get_or_insert(error);
+                    }
+                }
+            },
+        );
+        let outcome = match refused {
+            Some(error) => Err(error),
+            None => Ok(logged.then(|| wal.commit_appended())),
+        };
+        (outcome, undone)
     }
 
     fn select(
@@ -535,3 +591,7 @@ impl Shard {
         Ok(())
     }
 }
+
+#[cfg(test)]
+#[path = "sync_tests.rs"]
+mod sync_tests;

@@ -248,6 +248,7 @@ mod tests {
                     true,
                     vec![KeyPart::new(0, FieldType::Unsigned)],
                 )],
+                is_sync: false,
             })
             .expect("kv");
         let space = engine.space_mut(KV).expect("kv");

@@ -8,6 +8,12 @@
 //! durable LSN, newest first, before any of their writers is answered. No reply, no later
 //! read and no snapshot then sees a write the log refused.
 //!
+//! A write to a synchronous space (and every write after it) is not *settled* while its
+//! quorum is pending, durable or not: its record stays until the WAL writer says it is settled
+//! (`release_durable` gets the settled LSN), and a sync write that times out is rolled back
+//! with every write after it by [`UndoLog::roll_back_compensating`], which also says what
+//! row undoes each in the log ([`Compensation`]), since theirs are durable already.
+//!
 //! Back of the envelope: one 48-byte record per write in flight on the shard (bounded by
 //! the requests in flight, a few thousand at most), kept in a ring that grows to that once
 //! and is reused; a record is released by the next write after its row is durable, and its
@@ -78,15 +84,40 @@ impl UndoLog {
 
     /// Undoes every write after `lsn_durable_last`, newest first; returns how many.
     pub fn roll_back_after(&mut self, lsn_durable_last: u64, engine: &mut Engine) -> usize {
+        self.roll_back_compensating(lsn_durable_last + 1, engine, &mut Vec::new(), |_, _| {})
+    }
+
+    /// Undoes every write from `lsn_first` on, newest first, and hands `compensate` the row
+    /// that undoes each in the log (`key` is scratch for a primary key), in that order:
+    /// logged after them, those rows bring recovery and replicas back to the state before
+    /// `lsn_first`. Returns how many writes were undone.
+    pub fn roll_back_compensating(
+        &mut self,
+        lsn_first: u64,
+        engine: &mut Engine,
+        key: &mut Vec<u8>,
+        mut compensate: impl FnMut(u32, Compensation<'_>),
+    ) -> usize {
         let mut undone = 0;
         while self
             .records
             .back()
-            .is_some_and(|newest| newest.lsn > lsn_durable_last)
+            .is_some_and(|newest| newest.lsn >= lsn_first)
         {
             let Some(record) = self.records.pop_back() else {
                 break;
             };
+            match (&record.change.old, &record.change.new) {
+                (Some(old), _) => compensate(record.space_id, Compensation::Replace(old.data())),
+                (None, Some(new)) => {
+                    key.clear();
+                    if let Ok(space) = engine.space(record.space_id) {
+                        space.write_primary_key(new, key);
+                    }
+                    compensate(record.space_id, Compensation::Delete(key));
+                }
+                (None, None) => {}
+            }
             let outcome = engine
                 .space_mut(record.space_id)
                 .and_then(|space| space.undo(record.change));
@@ -94,12 +125,21 @@ impl UndoLog {
             // was stored. A failure here is a bug in storage, not an operating error.
             debug_assert!(outcome.is_ok(), "undo failed: {outcome:?}");
             if let Err(error) = outcome {
-                tracing::error!(space_id = record.space_id, %error, "undo of a refused write failed");
+                tracing::error!(space_id = record.space_id, %error, "undo of a write failed");
             }
             undone += 1;
         }
         undone
     }
+}
+
+/// The row that undoes a rolled-back write in the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compensation<'a> {
+    /// Store this tuple again (msgpack): the one the write replaced or deleted.
+    Replace(&'a [u8]),
+    /// Delete this primary key (a msgpack array): the write stored a new key.
+    Delete(&'a [u8]),
 }
 
 #[cfg(test)]

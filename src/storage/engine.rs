@@ -25,6 +25,8 @@ pub struct Engine {
     quota: Rc<MemoryQuota>,
     /// Tuples displaced by writes, freed a few writes later (see [`RetiredTuples`]).
     retired: RetiredTuples,
+    /// Some space is `is_sync`: only then does a write look at its space's flag.
+    any_sync: bool,
 }
 
 /// Ids below this (system spaces, and users' from 512) are found in `Engine::space_at`.
@@ -39,6 +41,7 @@ impl Engine {
             bare: Vec::new(),
             quota: Rc::new(MemoryQuota::new(memory_limit_bytes)),
             retired: RetiredTuples::default(),
+            any_sync: false,
         }
     }
 
@@ -103,6 +106,7 @@ impl Engine {
             space_at[id as usize] = position as u16;
         }
         self.space_at = space_at;
+        self.any_sync = self.spaces.iter().any(|space| space.is_sync);
         debug_assert!(self
             .spaces
             .iter()
@@ -116,6 +120,20 @@ impl Engine {
     /// A bare space given indexes becomes a space (empty); a space left without indexes
     /// becomes bare, its tuples dropped (as Tarantool's drop of a primary index does).
     pub fn redefine_space(&mut self, def: SpaceDef) -> Result<()> {
+        let outcome = self.redefine_space_in_place(def);
+        self.any_sync = self.spaces.iter().any(|space| space.is_sync);
+        outcome
+    }
+
+    /// Whether a write to space `id` is synchronous (its space is `is_sync`); one load
+    /// when no space is.
+    #[inline]
+    pub fn is_sync(&self, id: u32) -> bool {
+        self.any_sync && self.find_space(id).is_some_and(|space| space.is_sync)
+    }
+
+    /// [`Engine::redefine_space`]'s change.
+    fn redefine_space_in_place(&mut self, def: SpaceDef) -> Result<()> {
         if let Some((id, name)) = self
             .definitions()
             .find(|(id, name)| *id != def.id && ***name == *def.name)
@@ -339,6 +357,7 @@ mod tests {
                 true,
                 vec![KeyPart::new(0, FieldType::Unsigned)],
             )],
+            is_sync: false,
         }
     }
 

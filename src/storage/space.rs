@@ -34,6 +34,9 @@ pub struct SpaceDef {
     pub format: SpaceFormat,
     /// Index 0 is the primary key.
     pub indexes: Vec<IndexDef>,
+    /// Tarantool's `is_sync`: a write to it is acknowledged once a quorum of instances has
+    /// its row (the server's limbo; storage only keeps the flag).
+    pub is_sync: bool,
 }
 
 /// Bytes a space holds, by kind.
@@ -52,6 +55,8 @@ pub struct Space {
     pub id: u32,
     pub name: Box<str>,
     pub format: SpaceFormat,
+    /// See [`SpaceDef::is_sync`].
+    pub is_sync: bool,
     field_map: FieldMap,
     indexes: Vec<Index>,
     quota: Rc<MemoryQuota>,
@@ -141,6 +146,7 @@ impl Space {
             id: def.id,
             name: def.name,
             format: def.format,
+            is_sync: def.is_sync,
             field_map,
             indexes,
             quota,
@@ -645,6 +651,7 @@ impl Space {
             name: self.name.clone(),
             format: self.format.clone(),
             indexes: self.indexes.iter().map(|index| index.def.clone()).collect(),
+            is_sync: self.is_sync,
         }
     }
 

@@ -67,6 +67,7 @@ fn two_part_space() -> Space {
                 KeyPart::new(1, FieldType::String),
             ],
         )],
+        is_sync: false,
     };
     let mut space = Space::new(def, Rc::new(MemoryQuota::unlimited())).unwrap();
     for (a, b) in [(1, "a"), (1, "b"), (2, "a"), (2, "c"), (3, "b")] {
@@ -212,6 +213,7 @@ fn hash_two_part_space() -> Space {
                 KeyPart::new(1, FieldType::String),
             ]),
         }],
+        is_sync: false,
     };
     let mut space = Space::new(def, Rc::new(MemoryQuota::unlimited())).unwrap();
     space
@@ -427,6 +429,7 @@ fn people_def() -> SpaceDef {
                 vec![KeyPart::new(2, FieldType::Unsigned).nullable()],
             ),
         ],
+        is_sync: false,
     }
 }
 
@@ -586,6 +589,7 @@ fn quota_refuses_writes_that_do_not_fit_and_changes_nothing() {
             true,
             vec![KeyPart::new(0, FieldType::Unsigned)],
         )],
+        is_sync: false,
     };
     // Room for one sub-page of tuples (a size class's first page) and the one leaf of
     // their index.
@@ -710,6 +714,7 @@ fn two_part_def(name: &str, b_type: FieldType, extra: Vec<IndexDef>) -> SpaceDef
             FieldDef::new("b", b_type),
         ]),
         indexes: std::iter::once(primary).chain(extra).collect(),
+        is_sync: false,
     }
 }
 
@@ -777,6 +782,7 @@ fn scalar_and_number_indexes_treat_equal_numbers_as_one_key() {
             true,
             vec![KeyPart::new(0, FieldType::Scalar)],
         )],
+        is_sync: false,
     };
     let mut space = Space::new(def, Rc::new(MemoryQuota::unlimited())).unwrap();
     space.insert(&mp(&[Literal::U(1)])).unwrap();
@@ -812,6 +818,7 @@ fn unsigned_primary_keys_iterate_correctly_at_byte_edges() {
             true,
             [KeyPart::new(0, FieldType::Unsigned)],
         )],
+        is_sync: false,
     };
     let mut space = Space::new(def, Rc::new(MemoryQuota::unlimited())).unwrap();
     for id in [0, 255, 256, 65535, u64::MAX - 1, u64::MAX] {
@@ -855,6 +862,7 @@ fn primary_only_space_refuses_duplicates_and_quota_without_changes() {
             true,
             [KeyPart::new(0, FieldType::Unsigned)],
         )],
+        is_sync: false,
     };
     // Room for one sub-page of tuples (a size class's first page) and the one leaf of
     // their index.
@@ -949,6 +957,7 @@ fn primary_only_space_on_a_later_field_replaces_and_refuses_like_any_other() {
             true,
             [KeyPart::new(1, FieldType::Unsigned)],
         )],
+        is_sync: false,
     };
     let mut space = Space::new(def, Rc::new(MemoryQuota::unlimited())).unwrap();
     space
@@ -1019,6 +1028,7 @@ proptest::proptest! {
             name: "kv".into(),
             format: SpaceFormat::new(vec![FieldDef::new("id", FieldType::Unsigned)]),
             indexes: vec![IndexDef::tree(0, "primary", true, [KeyPart::new(0, FieldType::Unsigned)])],
+            is_sync: false,
         };
         let quota = Rc::new(MemoryQuota::new(LIMIT));
         let mut space = Space::new(def, quota.clone()).unwrap();
@@ -1132,6 +1142,7 @@ fn bulk_space() -> Space {
                 )
             },
         ],
+        is_sync: false,
     };
     Space::new(def, Rc::new(MemoryQuota::unlimited())).unwrap()
 }
@@ -1227,6 +1238,7 @@ fn pieces_writes_match_writes_of_the_joined_bytes() {
                 true,
                 vec![KeyPart::new(0, FieldType::Unsigned)],
             )],
+            is_sync: false,
         };
         Space::new(def, Rc::new(MemoryQuota::unlimited())).unwrap()
     }
@@ -1378,6 +1390,7 @@ proptest::proptest! {
                 name: "kv".into(),
                 format: SpaceFormat::new(vec![FieldDef::new("id", FieldType::Unsigned)]),
                 indexes: vec![IndexDef::tree(0, "primary", true, [KeyPart::new(0, FieldType::Unsigned)])],
+                is_sync: false,
             };
             Space::new(def, quota.clone()).unwrap()
         } else {
@@ -1417,6 +1430,7 @@ fn ids_space(id: u32, part_type: FieldType, ids: &[u64]) -> Space {
             true,
             [KeyPart::new(0, part_type)],
         )],
+        is_sync: false,
     };
     let mut space = Space::new(def, Rc::new(MemoryQuota::new(1 << 24))).unwrap();
     for &id in ids {

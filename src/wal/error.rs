@@ -123,6 +123,17 @@ pub enum WalError {
     #[error("the WAL writer is closed")]
     Closed,
 
+    /// A synchronous row did not reach its quorum in `replication_synchro_timeout`: it and
+    /// every row logged after it were rolled back (compensating rows undo them in the log).
+    /// Tarantool's text of ER_SYNC_QUORUM_TIMEOUT.
+    #[error("Quorum collection for a synchronous transaction is timed out")]
+    SyncQuorumTimeout,
+
+    /// The row was logged after a synchronous row that timed out, and was rolled back with
+    /// it. Tarantool's text of ER_SYNC_ROLLBACK.
+    #[error("A rollback for a synchronous transaction is received")]
+    SyncRollback,
+
     /// A row body over [`crate::wal::format::ROW_BODY_BYTES_MAX`]: logged, it could not be
     /// read back, so the write is refused (and undone) instead.
     #[error(

@@ -765,6 +765,7 @@ fn recovery_into_a_real_engine_bulk_loads_and_replays() {
                 true,
                 vec![KeyPart::new(0, FieldType::Unsigned)],
             )],
+            is_sync: false,
         })
         .expect("space");
     let dir = tempfile::tempdir().expect("tempdir");
@@ -1376,6 +1377,7 @@ fn a_damaged_snapshot_loads_nothing_into_a_real_engine() {
                     true,
                     vec![KeyPart::new(0, FieldType::Unsigned)],
                 )],
+                is_sync: false,
             })
             .expect("space");
     }

@@ -35,6 +35,19 @@
 //! one and records which of its flushes were durable, so a commit decides its outcome from
 //! its own epoch even when it is polled after later flushes succeeded.
 //!
+//! **Synchronous rows** (Tarantool's limbo, `docs/replication.md`): a row marked sync
+//! ([`WalWriter::mark_sync`]) is acknowledged only once it is confirmed
+//! ([`WalWriter::confirm`]: a quorum of instances has it), and so is every row logged after it,
+//! sync or not, as in Tarantool. Commits from the oldest pending sync row's LSN on are held
+//! like those behind a fence. A sync row never confirmed is rolled back with every row after
+//! it ([`WalWriter::begin_sync_rollback`]): their rows are durable already, so the owner undoes
+//! them in memory and appends compensating rows, and only once those are durable
+//! ([`WalWriter::finish_sync_rollback`]) do the held commits fail, the sync row's with
+//! [`WalError::SyncQuorumTimeout`] and the others' with [`WalError::SyncRollback`]. Rows that
+//! are durable and behind no pending sync row are *settled*
+//! ([`WalWriter::lsn_settled_last`]): only their undo may be forgotten. No sync row, no cost:
+//! a commit compares its LSN with one cell, as it did for the fence alone.
+//!
 //! The file I/O sits behind [`Sink`] so that tests inject failures; [`GlommioSink`] is the
 //! real one. Knows nothing of storage, requests or the network: rows carry raw msgpack.
 
@@ -140,6 +153,9 @@ struct WriterState {
 #[derive(Default)]
 struct Epoch {
     end: OnceCell<EpochEnd>,
+    /// Ended by a synchronous rollback instead: rows from this LSN on were rolled back
+    /// (that LSN's row is the sync row that timed out); those before it are durable.
+    sync_rolled_back_from: OnceCell<u64>,
 }
 
 struct EpochEnd {
@@ -181,11 +197,37 @@ struct WriterShared {
     /// [`WalWriter::publish_durable_to`]).
     published: RefCell<Option<Arc<AtomicU64>>>,
     /// Rows from this LSN on are not acknowledged, durable or not, until the fence is lifted
-    /// ([`WalWriter::fence`]); `u64::MAX`: no fence. Apart from `state`: every commit
-    /// compares against it.
+    /// ([`WalWriter::fence`]); `u64::MAX`: no fence.
     fence_lsn: Cell<u64>,
-    /// Commits durable but held by the fence.
-    fence_waiters: RefCell<Vec<Waker>>,
+    /// The oldest pending sync row's LSN (or the one being rolled back); `u64::MAX`: none.
+    limbo_first: Cell<u64>,
+    /// The lower of `fence_lsn` and `limbo_first`: commits from it on are held. Apart from
+    /// `state`: every commit compares against it.
+    hold_from: Cell<u64>,
+    /// The last LSN durable and behind no pending sync row: what a write may forget the
+    /// undo of. Every write reads it.
+    lsn_settled_last: Cell<u64>,
+    /// Commits durable but held by the fence or the limbo; woken when either moves.
+    held_waiters: RefCell<Vec<Waker>>,
+    limbo: RefCell<Limbo>,
+}
+
+/// The synchronous rows not yet confirmed (Tarantool's limbo).
+#[derive(Default)]
+struct Limbo {
+    /// Oldest first: each sync row's LSN and when it was logged.
+    pending: std::collections::VecDeque<(u64, Instant)>,
+    /// A rollback under way: the epoch it ends and the first LSN it rolls back.
+    rolling_back: Option<(Rc<Epoch>, u64)>,
+    /// Who waits for a first pending row ([`WalWriter::limbo_pending`]).
+    watcher: Option<Waker>,
+}
+
+/// A synchronous rollback begun ([`WalWriter::begin_sync_rollback`]): the rows from `lsn_first`
+/// on are to be undone and compensated, then the rollback finished.
+#[must_use = "a rollback holds its commits until it is finished"]
+pub struct SyncRollback {
+    pub lsn_first: u64,
 }
 
 /// A shard's WAL writer; cheap to clone (all clones share one log).
@@ -232,7 +274,11 @@ impl WalWriter {
             published: RefCell::new(None),
             lsn_durable_last: Cell::new(config.lsn_next - 1),
             fence_lsn: Cell::new(NO_FENCE),
-            fence_waiters: RefCell::new(Vec::new()),
+            limbo_first: Cell::new(NO_FENCE),
+            hold_from: Cell::new(NO_FENCE),
+            lsn_settled_last: Cell::new(config.lsn_next - 1),
+            held_waiters: RefCell::new(Vec::new()),
+            limbo: RefCell::default(),
         });
         let flusher = run_flusher(shared.clone(), sink, config);
         (WalWriter { shared }, flusher)
@@ -248,27 +294,32 @@ impl WalWriter {
         assert_eq!(self.shared.fence_lsn.get(), NO_FENCE, "one fence at a time");
         assert!(lsn != NO_FENCE);
         self.shared.fence_lsn.set(lsn);
+        self.shared.refresh_holds();
     }
 
     /// Lifts the fence: the commits it held resolve.
     pub fn lift_fence(&self) {
         self.shared.fence_lsn.set(NO_FENCE);
-        for waker in self.shared.fence_waiters.take() {
-            waker.wake();
-        }
+        self.shared.refresh_holds();
+        self.shared.wake_held();
     }
 
     /// Gives up a schema change whose fence is up: the writer refuses every row from now
     /// on (as after an I/O error, until restart), and the commits the fence holds fail. Their
     /// rows follow a schema row that was never committed, which recovery cuts away.
     pub fn abandon_fence(&self, cause: String) {
+        self.stop(cause);
+    }
+
+    /// Refuses every row from now on (as after an I/O error, until restart); commits held by
+    /// the fence fail. For a state the log can no longer be trusted to match: an abandoned
+    /// schema change, rows undoing a synchronous rollback that were not logged.
+    pub fn stop(&self, cause: String) {
         {
             let mut state = self.shared.state.borrow_mut();
             state.poisoned.get_or_insert(cause);
         }
-        for waker in self.shared.fence_waiters.take() {
-            waker.wake();
-        }
+        self.shared.wake_held();
     }
 
     /// Sets what undoes the writes of a failed flush (see the module doc). The hook gets
@@ -343,6 +394,106 @@ impl WalWriter {
         if let Some(waker) = state.flusher_waker.take() {
             waker.wake();
         }
+    }
+
+    /// Marks the row just appended at `lsn` synchronous: its commit, and every later one,
+    /// is held until [`WalWriter::confirm`] reaches it (see the module doc).
+    #[cold]
+    pub fn mark_sync(&self, lsn: u64) {
+        let mut limbo = self.shared.limbo.borrow_mut();
+        debug_assert!(limbo.pending.back().is_none_or(|&(last, _)| last < lsn));
+        limbo.pending.push_back((lsn, Instant::now()));
+        if let Some(watcher) = limbo.watcher.take() {
+            watcher.wake();
+        }
+        drop(limbo);
+        self.shared.refresh_holds();
+    }
+
+    /// The oldest pending sync row: its LSN and when it was logged.
+    pub fn limbo_oldest(&self) -> Option<(u64, Instant)> {
+        self.shared.limbo.borrow().pending.front().copied()
+    }
+
+    /// Sync rows pending (Tarantool's `box.info.synchro.queue.len`).
+    pub fn limbo_len(&self) -> usize {
+        self.shared.limbo.borrow().pending.len()
+    }
+
+    /// Resolves once a sync row is pending.
+    pub async fn limbo_pending(&self) {
+        poll_fn(|cx| {
+            let mut limbo = self.shared.limbo.borrow_mut();
+            if limbo.pending.is_empty() {
+                limbo.watcher = Some(cx.waker().clone());
+                return Poll::Pending;
+            }
+            Poll::Ready(())
+        })
+        .await;
+    }
+
+    /// Every pending sync row up to `lsn` has its quorum: the commits they held resolve
+    /// (those behind a later pending sync row stay held).
+    pub fn confirm(&self, lsn: u64) {
+        let mut limbo = self.shared.limbo.borrow_mut();
+        let before = limbo.pending.len();
+        while limbo
+            .pending
+            .front()
+            .is_some_and(|&(first, _)| first <= lsn)
+        {
+            limbo.pending.pop_front();
+        }
+        let confirmed = limbo.pending.len() != before;
+        drop(limbo);
+        if confirmed {
+            self.shared.refresh_holds();
+            self.shared.wake_held();
+        }
+    }
+
+    /// Begins the rollback of the oldest pending sync row and of every row logged after it
+    /// (all pending sync rows among them): appends from now on belong to a new epoch, and the
+    /// rolled-back rows' commits stay held until [`WalWriter::finish_sync_rollback`]. The
+    /// caller then undoes those rows in memory and appends their compensating rows, in one
+    /// step. `None` when nothing is pending, or the oldest pending row is not durable yet
+    /// (a rollback waits for it: the rows before it are then durable, and their commits
+    /// succeed).
+    pub fn begin_sync_rollback(&self) -> Option<SyncRollback> {
+        let mut limbo = self.shared.limbo.borrow_mut();
+        assert!(limbo.rolling_back.is_none(), "one rollback at a time");
+        let (lsn_first, _) = limbo.pending.front().copied()?;
+        if lsn_first > self.shared.lsn_durable_last.get() {
+            return None;
+        }
+        limbo.pending.clear();
+        let epoch = std::mem::take(&mut self.shared.state.borrow_mut().epoch);
+        limbo.rolling_back = Some((epoch, lsn_first));
+        drop(limbo);
+        self.shared.refresh_holds();
+        Some(SyncRollback { lsn_first })
+    }
+
+    /// Ends a rollback once its compensating rows are durable (or could not be made so):
+    /// the rolled-back commits fail now, the timed-out sync row's with
+    /// [`WalError::SyncQuorumTimeout`], the others' with [`WalError::SyncRollback`].
+    pub fn finish_sync_rollback(&self, rollback: SyncRollback) {
+        let taken = self.shared.limbo.borrow_mut().rolling_back.take();
+        let Some((epoch, lsn_first)) = taken else {
+            debug_assert!(false, "no rollback under way");
+            return;
+        };
+        debug_assert_eq!(lsn_first, rollback.lsn_first);
+        let _ = epoch.sync_rolled_back_from.set(lsn_first);
+        self.shared.refresh_holds();
+        self.shared.wake_held();
+    }
+
+    /// The last LSN durable and behind no pending sync row (see the module doc).
+    #[inline]
+    pub fn lsn_settled_last(&self) -> u64 {
+        self.shared.lsn_settled_last.get()
     }
 
     /// The LSN the next append gets.
@@ -477,6 +628,15 @@ impl Commit {
                 Err(end.error())
             });
         }
+        if let Some(&lsn_first) = self.epoch.sync_rolled_back_from.get() {
+            // A rollback begins only once its first row is durable, so the rows before it
+            // are durable too.
+            return Poll::Ready(match self.lsn.cmp(&lsn_first) {
+                std::cmp::Ordering::Less => Ok(self.lsn),
+                std::cmp::Ordering::Equal => Err(WalError::SyncQuorumTimeout),
+                std::cmp::Ordering::Greater => Err(WalError::SyncRollback),
+            });
+        }
         let mut state = self.shared.state.borrow_mut();
         if state.generation_durable >= self.generation {
             debug_assert!(state.lsn_durable_last >= self.lsn);
@@ -496,24 +656,33 @@ impl Future for Commit {
     #[inline]
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<u64>> {
         let outcome = std::task::ready!(self.poll_durable(cx));
-        if outcome.is_ok() && self.lsn >= self.shared.fence_lsn.get() {
-            let state = self.shared.state.borrow();
-            if state.flusher_done {
-                // Closed with the fence up: the change behind it never committed.
-                return Poll::Ready(Err(WalError::Closed));
-            }
-            if state.poisoned.is_some() {
-                // The change behind the fence was abandoned, or the log failed after it.
-                return Poll::Ready(Err(state.poisoned_error()));
-            }
-            drop(state);
-            self.shared
-                .fence_waiters
-                .borrow_mut()
-                .push(cx.waker().clone());
-            return Poll::Pending;
+        if outcome.is_ok() && self.lsn >= self.shared.hold_from.get() {
+            return self.poll_held(cx);
         }
         Poll::Ready(outcome)
+    }
+}
+
+impl Commit {
+    /// A durable row at or after the fence or the oldest pending sync row.
+    #[cold]
+    fn poll_held(&self, cx: &mut Context<'_>) -> Poll<Result<u64>> {
+        let state = self.shared.state.borrow();
+        if state.flusher_done {
+            // Closed with the fence up (the change behind it never committed) or a sync
+            // row pending (never confirmed).
+            return Poll::Ready(Err(WalError::Closed));
+        }
+        if self.lsn >= self.shared.fence_lsn.get() && state.poisoned.is_some() {
+            // The change behind the fence was abandoned, or the log failed after it.
+            return Poll::Ready(Err(state.poisoned_error()));
+        }
+        drop(state);
+        self.shared
+            .held_waiters
+            .borrow_mut()
+            .push(cx.waker().clone());
+        Poll::Pending
     }
 }
 
@@ -585,9 +754,30 @@ async fn run_flusher<S: Sink>(shared: Rc<WriterShared>, mut sink: S, config: Wri
     state.flusher_done = true;
     state.wake_waiters();
     drop(state);
-    // A commit the fence holds is never acknowledged now: it fails (see `Commit::poll`).
-    for waker in shared.fence_waiters.take() {
-        waker.wake();
+    // A commit the fence or the limbo holds is never acknowledged now: it fails (see
+    // `Commit::poll_held`).
+    shared.wake_held();
+}
+
+impl WriterShared {
+    /// Recomputes `limbo_first`, `hold_from` and `lsn_settled_last` after the fence or the
+    /// limbo changed.
+    fn refresh_holds(&self) {
+        let limbo = self.limbo.borrow();
+        let limbo_first = match &limbo.rolling_back {
+            Some((_, lsn_first)) => *lsn_first,
+            None => limbo.pending.front().map_or(NO_FENCE, |&(lsn, _)| lsn),
+        };
+        self.limbo_first.set(limbo_first);
+        self.hold_from.set(limbo_first.min(self.fence_lsn.get()));
+        let durable = self.lsn_durable_last.get();
+        self.lsn_settled_last.set(durable.min(limbo_first - 1));
+    }
+
+    fn wake_held(&self) {
+        for waker in self.held_waiters.take() {
+            waker.wake();
+        }
     }
 }
 
@@ -598,6 +788,9 @@ fn record_durable(shared: &WriterShared, generation: u64, lsn_last: u64, written
     state.generation_durable = generation;
     state.lsn_durable_last = lsn_last;
     shared.lsn_durable_last.set(lsn_last);
+    shared
+        .lsn_settled_last
+        .set(lsn_last.min(shared.limbo_first.get() - 1));
     if let Some(published) = shared.published.borrow().as_ref() {
         published.store(lsn_last, AtomicOrdering::Release);
     }
@@ -635,7 +828,14 @@ fn refuse_after_failure(
             }
         );
     }
-    state.refuse_unflushed(cause, poisoned)
+    let lsn_durable_last = state.refuse_unflushed(cause, poisoned);
+    drop(state);
+    // Refused sync rows wait for no quorum now: their commits fail with their epoch.
+    let mut limbo = shared.limbo.borrow_mut();
+    limbo.pending.retain(|&(lsn, _)| lsn <= lsn_durable_last);
+    drop(limbo);
+    shared.refresh_holds();
+    lsn_durable_last
 }
 
 /// Cuts a failed flush's bytes off the file (what `file` counts is what earlier flushes

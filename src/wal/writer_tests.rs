@@ -475,3 +475,141 @@ fn an_abandoned_fence_fails_the_rows_it_holds_and_refuses_new_ones() {
         "{later:?}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Synchronous rows (the limbo)
+
+fn append_sync(writer: &WalWriter, key: u8) -> Commit {
+    let commit = append(writer, key);
+    writer.mark_sync(commit.lsn());
+    commit
+}
+
+async fn until_durable(writer: &WalWriter, lsn: u64) {
+    while writer.lsn_durable_last() < lsn {
+        yield_now().await;
+    }
+}
+
+async fn is_held(commit: &mut Pin<Box<Commit>>) -> bool {
+    futures_lite::future::poll_once(commit).await.is_none()
+}
+
+#[test]
+fn a_sync_row_and_every_row_after_it_wait_for_its_confirmation() {
+    let sink = MemorySink::default();
+    let outcome = run(async move {
+        let (writer, _) = writer_recording_rollbacks(&sink, false);
+        let before = append(&writer, 1);
+        let mut sync = Box::pin(append_sync(&writer, 2));
+        let mut after = Box::pin(append(&writer, 3));
+        until_durable(&writer, 3).await;
+        let before = before.await.expect("durable and before the sync row");
+        let held = (is_held(&mut sync).await, is_held(&mut after).await);
+        // Durable, but not settled: a write may not forget their undo.
+        let settled_while_held = writer.lsn_settled_last();
+        assert_eq!(writer.limbo_len(), 1);
+        writer.confirm(1);
+        let still_held = is_held(&mut sync).await;
+        writer.confirm(2);
+        let confirmed = (
+            sync.await.expect("confirmed"),
+            after.await.expect("behind it"),
+        );
+        (
+            before,
+            held,
+            settled_while_held,
+            still_held,
+            confirmed,
+            writer.lsn_settled_last(),
+        )
+    });
+    let (before, held, settled_while_held, still_held, confirmed, settled) = outcome;
+    assert_eq!(before, 1);
+    assert_eq!(held, (true, true));
+    assert_eq!(settled_while_held, 1);
+    assert!(
+        still_held,
+        "a confirmation short of the sync row releases nothing"
+    );
+    assert_eq!(confirmed, (2, 3));
+    assert_eq!(settled, 3);
+}
+
+#[test]
+fn a_confirmation_releases_rows_up_to_the_next_pending_sync_row() {
+    let sink = MemorySink::default();
+    let (first, held, second) = run(async move {
+        let (writer, _) = writer_recording_rollbacks(&sink, false);
+        let first = append_sync(&writer, 1);
+        let mut second = Box::pin(append_sync(&writer, 2));
+        let mut third = Box::pin(append(&writer, 3));
+        until_durable(&writer, 3).await;
+        writer.confirm(1);
+        let first = first.await.expect("confirmed");
+        let held = is_held(&mut second).await && is_held(&mut third).await;
+        assert_eq!(writer.lsn_settled_last(), 1);
+        writer.confirm(3);
+        (
+            first,
+            held,
+            (second.await.expect("ok"), third.await.expect("ok")),
+        )
+    });
+    assert_eq!((first, held, second), (1, true, (2, 3)));
+}
+
+#[test]
+fn a_sync_rollback_fails_the_sync_row_and_every_row_after_it_once_finished() {
+    let sink = MemorySink::default();
+    let (before, during, outcomes, compensation, after) = run(async move {
+        let (writer, _) = writer_recording_rollbacks(&sink, false);
+        let before = append(&writer, 1);
+        let sync = append_sync(&writer, 2);
+        let later = append(&writer, 3);
+        until_durable(&writer, 3).await;
+        let rollback = writer.begin_sync_rollback().expect("a durable pending row");
+        assert_eq!(rollback.lsn_first, 2);
+        assert_eq!(writer.limbo_len(), 0);
+        // The compensating rows, appended in the same step, wait for nothing but the disk.
+        let compensation = append(&writer, 3);
+        let compensation = compensation.ignoring_fence().await.expect("durable");
+        let mut sync = Box::pin(sync);
+        let during = is_held(&mut sync).await;
+        writer.finish_sync_rollback(rollback);
+        let outcomes = outcomes(vec![*Pin::into_inner(sync), later]).await;
+        // A write after the rollback is acknowledged as usual.
+        let after = append(&writer, 5).await;
+        (before.await, during, outcomes, compensation, after)
+    });
+    assert_eq!(before.expect("before the sync row"), 1);
+    assert!(during, "held until the compensating rows are durable");
+    assert!(
+        matches!(outcomes[0], Err(WalError::SyncQuorumTimeout)),
+        "{outcomes:?}"
+    );
+    assert!(
+        matches!(outcomes[1], Err(WalError::SyncRollback)),
+        "{outcomes:?}"
+    );
+    assert_eq!(compensation, 4);
+    assert_eq!(after.expect("acknowledged"), 5);
+}
+
+#[test]
+fn a_rollback_waits_for_its_sync_row_to_be_durable_and_a_refused_sync_row_leaves_the_limbo() {
+    let sink = MemorySink::default();
+    let (not_yet, refused, pending) = run(async move {
+        let (writer, _) = writer_recording_rollbacks(&sink, false);
+        append(&writer, 1).await.expect("durable");
+        sink.plan("append", PlannedOutcome::Fails(io::ErrorKind::StorageFull));
+        let sync = append_sync(&writer, 2);
+        let not_yet = writer.begin_sync_rollback().is_none();
+        let refused = sync.await;
+        (not_yet, refused, writer.limbo_len())
+    });
+    assert!(not_yet, "not durable yet: no rollback");
+    assert!(refused_after(&refused, 1), "{refused:?}");
+    assert_eq!(pending, 0);
+}

@@ -246,6 +246,7 @@ impl Core {
             handed_over_waiter: RefCell::default(),
         });
         durability::roll_back_refused_writes(&core);
+        crate::server::replication::synchro::start(&core);
         if let Some(wal) = &core.shard.borrow().wal {
             wal.publish_durable_to(core.shared.wal_written[id].clone());
         }

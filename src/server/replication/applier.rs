@@ -359,6 +359,7 @@ impl<'u> Link<'u> {
                 return Err(ApplyError::Protocol("a packet over 64 MiB".into()));
             }
             let version = self.master_schema_version;
+            let applied_before = self.applied.clone();
             self.apply().await?;
             // Everything received is applied: a promotion may go on.
             if self.core.shared.promotion.is_requested() {
@@ -368,9 +369,15 @@ impl<'u> Link<'u> {
             // be redone (it changes nothing then, but costs a rebuild).
             let changed = self.master_schema_version != version;
             self.report_progress();
-            if last_position.elapsed() >= POSITION_EVERY || self.copy_finished() || changed {
+            let position_due =
+                last_position.elapsed() >= POSITION_EVERY || self.copy_finished() || changed;
+            if position_due {
                 last_position = Instant::now();
                 self.record_position().await?;
+            }
+            // What is applied is durable here: acknowledged at once, since the master's
+            // synchronous writes wait for it (the position file may lag; rows are idempotent).
+            if position_due || self.applied != applied_before {
                 let mut ack = Vec::new();
                 wire::encode_vclock_packet(stream_type::ACK, 0, &self.applied, &mut ack);
                 stream.write_all(&ack).await?;

@@ -1,5 +1,5 @@
 //! Replication (`docs/replication.md`): replicas that copy a master and then follow every one
-//! of its shards' WAL, asynchronously.
+//! of its shards' WAL, asynchronously, or synchronously for `is_sync` spaces.
 //!
 //! * `relay`: the master's side, a thread per subscribed replica that streams snapshots and
 //!   WAL batches from the files (what each shard's writer has written, no more).
@@ -11,6 +11,7 @@
 //! * `status`: what `box.info` says of both.
 //! * `term`: the replica set's term, on disk; a newer one heard fences a master.
 //! * `promote`: `box.ctl.promote()`, a replica made the master of a new term.
+//! * `synchro`: synchronous replication's quorum and timeout on a master (the limbo task).
 //!
 //! The packets are `protocol::replication`'s; the WAL is read by `wal::follow`.
 
@@ -20,6 +21,7 @@ pub mod promote;
 pub mod relay;
 mod schema_gate;
 pub mod status;
+pub mod synchro;
 pub mod term;
 
 use crate::protocol::replication::Vclock;

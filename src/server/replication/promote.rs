@@ -109,6 +109,7 @@ fn lead(shared: &Shared) -> Result<u64, PromoteError> {
     let term = shared.terms.lead(true)?;
     forget_position(&shared.config.data_dir)?;
     shared.set_read_only(false);
+    shared.update_sync_writes();
     Ok(term)
 }
 

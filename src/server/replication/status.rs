@@ -1,9 +1,11 @@
 //! What `box.info` says of replication: the master this instance follows (its upstream) and
 //! the replicas that follow it (downstreams). Written by the applier task and the relay
 //! threads a few times a second at most, read by `box.info`: a mutex each, never on the
-//! request path.
+//! request path. Each downstream's acknowledged LSNs are also kept in atomics, one per
+//! shard, for the synchronous quorum ([`ReplicationStatus::quorum_lsn`]), read every ~150 µs
+//! by a shard with sync rows pending.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -16,6 +18,8 @@ use super::Subscription;
 pub struct ReplicationStatus {
     upstream: Mutex<Option<UpstreamStatus>>,
     downstreams: Mutex<Vec<Arc<Downstream>>>,
+    /// This instance's shards: how many LSNs a downstream acknowledges.
+    shard_count: usize,
 }
 
 /// The master this instance follows, as its applier last saw it.
@@ -88,6 +92,9 @@ pub struct Downstream {
     pub peer: String,
     pub instance_uuid: String,
     gone: AtomicBool,
+    /// Per shard, the last LSN it acknowledged (durable in its WAL): `state.acknowledged`,
+    /// without the lock.
+    acked: Box<[AtomicU64]>,
     state: Mutex<DownstreamSeen>,
 }
 
@@ -108,6 +115,30 @@ pub struct DownstreamSeen {
 }
 
 impl ReplicationStatus {
+    /// For an instance of `shard_count` shards.
+    pub fn new(shard_count: usize) -> ReplicationStatus {
+        ReplicationStatus {
+            shard_count,
+            ..ReplicationStatus::default()
+        }
+    }
+
+    /// The LSN of shard `shard` that `quorum` instances have in their WAL: the quorum-th
+    /// largest of this instance's `own_durable` and what each replica known acknowledged
+    /// (0 when fewer instances than that are known).
+    pub fn quorum_lsn(&self, shard: usize, own_durable: u64, quorum: usize) -> u64 {
+        let mut lsns: smallvec::SmallVec<[u64; 8]> = smallvec::smallvec![own_durable];
+        let downstreams = self.downstreams.lock().unwrap_or_else(|p| p.into_inner());
+        lsns.extend(downstreams.iter().map(|downstream| {
+            downstream
+                .acked
+                .get(shard)
+                .map_or(0, |lsn| lsn.load(Ordering::Acquire))
+        }));
+        drop(downstreams);
+        nth_largest(&mut lsns, quorum)
+    }
+
     /// The upstream, to read or change.
     pub fn upstream(&self) -> MutexGuard<'_, Option<UpstreamStatus>> {
         self.upstream
@@ -121,6 +152,12 @@ impl ReplicationStatus {
             peer: subscription.peer.to_string(),
             instance_uuid: subscription.instance_uuid.clone(),
             gone: AtomicBool::new(false),
+            acked: (0..self.shard_count)
+                .map(|shard| {
+                    let lsn = subscription.vclock.get(shard).copied().flatten();
+                    AtomicU64::new(lsn.unwrap_or(0))
+                })
+                .collect(),
             state: Mutex::new(DownstreamSeen {
                 state: DownstreamState::Follow,
                 acknowledged: subscription.vclock.clone(),
@@ -166,6 +203,11 @@ impl ReplicationStatus {
 
 impl Downstream {
     pub(super) fn acknowledged(&self, vclock: &Vclock) {
+        for (acked, lsn) in self.acked.iter().zip(vclock.iter()) {
+            if let Some(lsn) = lsn {
+                acked.fetch_max(*lsn, Ordering::Release);
+            }
+        }
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         state.acknowledged = vclock.clone();
         state.last_ack = Instant::now();
@@ -197,5 +239,27 @@ impl Downstream {
 
     fn seen(&self) -> DownstreamSeen {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// The `n`-th largest of `lsns` (1: the largest); 0 when there are fewer.
+fn nth_largest(lsns: &mut [u64], n: usize) -> u64 {
+    if n == 0 || n > lsns.len() {
+        return 0;
+    }
+    lsns.sort_unstable_by(|a, b| b.cmp(a));
+    lsns[n - 1]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_quorum_lsn_is_the_quorum_th_largest() {
+        assert_eq!(nth_largest(&mut [5], 1), 5);
+        assert_eq!(nth_largest(&mut [5], 2), 0);
+        assert_eq!(nth_largest(&mut [5, 9, 7], 2), 7);
+        assert_eq!(nth_largest(&mut [5, 9, 7], 3), 5);
     }
 }

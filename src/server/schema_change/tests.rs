@@ -203,3 +203,27 @@ fn rows_that_spell_the_same_definition_otherwise_are_no_change() {
     );
     assert!(plan(&recorded, &wanted(&config), false).unwrap().is_empty());
 }
+
+#[test]
+fn is_sync_is_recorded_in_the_space_flags_and_setting_it_is_a_change() {
+    let sync = PEOPLE.replace("id = 600\n", "id = 600\nis_sync = true\n");
+    let config_sync = config(&sync);
+    let rows = &schema::user_space_rows(&config_sync)
+        .into_iter()
+        .find(|(id, _, _)| *id == 600)
+        .unwrap()
+        .2;
+    // `{is_sync = true}`, as Tarantool 2.6 shows it in `_space`.
+    let flags = b"\x81\xa7is_sync\xc3";
+    assert!(rows.windows(flags.len()).any(|window| window == flags));
+    assert!(decode_space_rows(rows).unwrap().is_sync);
+    // A space without it keeps the record it always had: an empty flags map.
+    let plain = schema::user_space_rows(&config(PEOPLE));
+    let (_, _, people) = plain.iter().find(|(id, _, _)| *id == 600).unwrap();
+    assert!(people.windows(2).any(|window| window == b"\x00\x80"));
+    assert!(!decode_space_rows(people).unwrap().is_sync);
+
+    let changes = plan(&recorded(&config(PEOPLE)), &wanted(&config_sync), false).unwrap();
+    assert_eq!(changes.len(), 1);
+    assert_eq!(changes[0].what, ["is_sync set to true"]);
+}

@@ -35,6 +35,7 @@ fn def(extra: Vec<IndexDef>) -> SpaceDef {
             FieldDef::new("group", FieldType::Unsigned),
         ]),
         indexes: std::iter::once(primary).chain(extra).collect(),
+        is_sync: false,
     }
 }
 
