@@ -52,6 +52,17 @@ fn wait_fenced(server: &Server) {
     }
 }
 
+/// Waits until the replica's copy of its master has ended (its position is recorded): one
+/// still copying is not promoted.
+fn wait_copied(replica: &Server) {
+    let copied = "copied the master; following its WAL";
+    assert!(
+        replica.wait_for_log(copied, Duration::from_secs(10)),
+        "{}",
+        replica.log_so_far()
+    );
+}
+
 fn wait_rows(server: &Server, rows: &[(u64, Vec<u8>)]) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while kv_rows(server.addr) != rows {
@@ -79,6 +90,7 @@ fn a_promoted_replica_fences_its_live_master_and_takes_the_writes() {
         &["--replication", &upstream, "--read-only"],
     );
     wait_rows(&replica, &kv_rows(master.addr));
+    wait_copied(&replica);
     assert_eq!(replace_codes(replica.addr, 0..1, "x"), [ER_READONLY]);
 
     promote(replica.addr);
@@ -102,6 +114,7 @@ fn a_former_master_discards_what_the_new_one_never_got_and_follows_it() {
     let replica_args = ["--replication", upstream.as_str(), "--read-only"];
     let replica = Server::start_in(replica_dir.path(), 1, "", &replica_args);
     wait_rows(&replica, &kv_rows(master.addr));
+    wait_copied(&replica);
     // The replica stops; the master acknowledges rows the replica never receives, then dies.
     let replica_addr = replica.addr;
     assert_eq!(replica.stop(), Some(0));
@@ -177,7 +190,7 @@ fn a_promoted_replica_waits_for_its_own_quorum_on_sync_spaces() {
     let upstream = master.addr.to_string();
     let args = ["--replication", upstream.as_str(), "--read-only"];
     let replica = Server::try_start_with(replica_dir.path(), &config, 1, &args).unwrap();
-    assert!(replica.wait_for_log("copied the master", Duration::from_secs(10)));
+    wait_copied(&replica);
     // The replica applies the master's sync rows without a quorum of its own.
     replace_all(master.addr, 0..100, "acknowledged by both");
     let before = kv_rows(master.addr);

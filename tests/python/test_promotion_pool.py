@@ -37,6 +37,7 @@ def test_after_a_promotion_the_pool_writes_to_the_new_master():
         wait_for(lambda: len(direct_replica.select("kv", BEFORE)) == 1,
                  "the replica to apply the write")
 
+        wait_for(lambda: info(replica)["status"] == "running", "the replica's copy to end")
         assert info(master)["election"] == {
             "state": "leader", "vote": 0, "leader": 1, "term": 1}
         assert info(replica)["election"]["state"] == "follower"

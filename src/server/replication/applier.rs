@@ -621,18 +621,10 @@ impl<'u> Link<'u> {
 
     /// Writes the position (not while copying: a copy that stops is started over).
     async fn record_position(&mut self) -> Result<(), ApplyError> {
-        if let Some(started) = self.copying {
-            if !self.copy_finished() {
-                return Ok(());
-            }
-            self.copying = None;
-            tracing::info!(master = %self.upstream, tuples = self.copied_tuples,
-                seconds = started.elapsed().as_secs_f64(), at = ?self.applied,
-                "replication: copied the master; following its WAL");
-            if let Some(upstream) = self.core.shared.replication.upstream().as_mut() {
-                upstream.status = "follow";
-            }
-        }
+        let copy_ended = match self.copying {
+            Some(_) if !self.copy_finished() => return Ok(()),
+            copying => copying,
+        };
         let position = Position {
             master_fingerprint: self.master_fingerprint,
             applied: self.applied.iter().map(|lsn| lsn.unwrap_or(0)).collect(),
@@ -645,6 +637,17 @@ impl<'u> Link<'u> {
         glommio::executor()
             .spawn_blocking(move || position.write(&data_dir, sync))
             .await?;
+        // Said once the position is on disk: from then on the copy is whole (a promotion
+        // may proceed, a restart resumes instead of copying again).
+        if let Some(started) = copy_ended {
+            self.copying = None;
+            tracing::info!(master = %self.upstream, tuples = self.copied_tuples,
+                seconds = started.elapsed().as_secs_f64(), at = ?self.applied,
+                "replication: copied the master; following its WAL");
+            if let Some(upstream) = self.core.shared.replication.upstream().as_mut() {
+                upstream.status = "follow";
+            }
+        }
         Ok(())
     }
 
