@@ -73,6 +73,11 @@ pub struct CliArgs {
     #[arg(long, value_name = "URI")]
     pub replication: Option<String>,
 
+    /// Serve Prometheus metrics (`GET /metrics`) on this address, IP:PORT; port 0 takes a
+    /// free one, logged as "metrics on ADDR".
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
+
     /// Skip damaged WAL rows during recovery instead of refusing to start.
     #[arg(long)]
     pub force_recovery: bool,
@@ -119,6 +124,9 @@ impl CliArgs {
         }
         if let Some(uri) = &self.replication {
             raw.replication = vec![uri.clone()];
+        }
+        if let Some(metrics_listen) = self.metrics_listen {
+            raw.metrics_listen = metrics_listen.to_string();
         }
         if let Some(memory_bytes) = self.memory {
             raw.memory = RawSize::Bytes(memory_bytes);

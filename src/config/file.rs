@@ -49,6 +49,12 @@ pub(crate) struct RawConfig {
     pub replication: Vec<String>,
     #[serde(default = "default_wal_cleanup_delay")]
     pub wal_cleanup_delay: u64,
+    /// "" = no Prometheus endpoint.
+    #[serde(default)]
+    pub metrics_listen: String,
+    /// "" = the `listen` address.
+    #[serde(default)]
+    pub metrics_alias: String,
     #[serde(default)]
     pub guest: RawGuest,
     #[serde(default, rename = "user")]
