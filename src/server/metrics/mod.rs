@@ -220,7 +220,11 @@ pub fn publish(core: &Core) {
     store(&published.hop_batches_sent, mesh.request_batches_sent);
     store(&published.hop_batches_served, mesh.request_batches_served);
     store(&published.hops_backlogged, mesh.backlogged);
-    let shard = core.shard.borrow();
+    // A task that holds the shard across an await (none should) skips this publication
+    // rather than panicking the core.
+    let Ok(shard) = core.shard.try_borrow() else {
+        return;
+    };
     if let Some(wal) = &shard.wal {
         let wal = wal.stats();
         store(&published.wal_rows, wal.rows_appended);
