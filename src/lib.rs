@@ -43,7 +43,7 @@
 //!   - must not know: server, counting_allocator
 //! - `server`: glommio executors, sockets and orchestration: listening, connections,
 //!   sessions, the mesh between cores, durability, the data directory, replication (relays
-//!   and the applier), the OS calls.
+//!   and the applier), each core's counters and the Prometheus endpoint, the OS calls.
 //!   - uses: msgpack, storage, protocol, wal, shard, placement, crud, config
 //!   - must not know: counting_allocator
 //! - `config`: `conf/tarn.toml` and the command line, checked and resolved into plain data

@@ -30,6 +30,8 @@ mod fan_out_pipeline;
 mod fuzz_seeds;
 #[path = "load_generator.rs"]
 mod load_generator;
+#[path = "metrics.rs"]
+mod metrics;
 #[path = "moved_key_pipeline.rs"]
 mod moved_key_pipeline;
 #[path = "promotion.rs"]

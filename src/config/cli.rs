@@ -83,6 +83,11 @@ pub struct CliArgs {
     #[arg(long, value_name = "SECONDS")]
     pub replication_synchro_timeout: Option<Seconds>,
 
+    /// Serve Prometheus metrics (`GET /metrics`) on this address, IP:PORT; port 0 takes a
+    /// free one, logged as "metrics on ADDR".
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<SocketAddr>,
+
     /// Skip damaged WAL rows during recovery instead of refusing to start.
     #[arg(long)]
     pub force_recovery: bool,
@@ -135,6 +140,9 @@ impl CliArgs {
         }
         if let Some(Seconds(timeout)) = self.replication_synchro_timeout {
             raw.replication_synchro_timeout = timeout;
+        }
+        if let Some(metrics_listen) = self.metrics_listen {
+            raw.metrics_listen = metrics_listen.to_string();
         }
         if let Some(memory_bytes) = self.memory {
             raw.memory = RawSize::Bytes(memory_bytes);

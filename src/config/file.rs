@@ -53,6 +53,12 @@ pub(crate) struct RawConfig {
     pub replication_synchro_quorum: u64,
     #[serde(default = "default_replication_synchro_timeout")]
     pub replication_synchro_timeout: f64,
+    /// "" = no Prometheus endpoint.
+    #[serde(default)]
+    pub metrics_listen: String,
+    /// "" = the `listen` address.
+    #[serde(default)]
+    pub metrics_alias: String,
     #[serde(default)]
     pub guest: RawGuest,
     #[serde(default, rename = "user")]

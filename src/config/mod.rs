@@ -15,6 +15,7 @@
 //! * [`durability`]: WAL mode and size, checkpoints, forced recovery.
 //! * [`access`]: guest grants, users.
 //! * [`replication`]: the master followed (`replication`), `read_only`.
+//! * [`metrics`]: the Prometheus endpoint (`metrics_listen`, `metrics_alias`).
 //! * [`field`], [`index`], [`space`]: space formats, indexes and spaces.
 //! * [`error`]: the error type, [`ConfigError`].
 //!
@@ -32,6 +33,7 @@ pub mod error;
 pub mod field;
 mod file;
 pub mod index;
+pub mod metrics;
 pub mod replication;
 pub mod settings;
 pub mod size;
@@ -46,6 +48,7 @@ pub use durability::{Durability, WalMode};
 pub use error::ConfigError;
 pub use field::{FieldConfig, FieldType};
 pub use index::{CollationConfig, IndexConfig, IndexPartConfig, IndexType};
+pub use metrics::MetricsConfig;
 pub use replication::Upstream;
 pub use settings::LogLevel;
 pub use size::{parse_size_bytes, SizeError};
@@ -115,6 +118,8 @@ pub struct Config {
     pub wal_cleanup_delay: std::time::Duration,
     /// Synchronous replication: the quorum and how long a sync write waits for it.
     pub synchro: replication::Synchro,
+    /// The Prometheus endpoint (off unless `metrics_listen` is set).
+    pub metrics: MetricsConfig,
     pub access: AccessConfig,
     /// In file order; ids and names are unique.
     pub spaces: Vec<SpaceConfig>,
@@ -214,6 +219,7 @@ fn resolve(
         raw.replication_synchro_quorum,
         raw.replication_synchro_timeout,
     )?;
+    let metrics = metrics::resolve_metrics(&raw.metrics_listen, &raw.metrics_alias, listen)?;
     let access = access::resolve_access(&raw.guest, &raw.users)?;
     let spaces = space::resolve_spaces(&raw.spaces)?;
     Ok(Config {
@@ -233,6 +239,7 @@ fn resolve(
         replication,
         wal_cleanup_delay: std::time::Duration::from_secs(raw.wal_cleanup_delay),
         synchro,
+        metrics,
         access,
         spaces,
         drop_missing_spaces: false,

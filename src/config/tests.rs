@@ -819,6 +819,7 @@ fn help_documents_every_flag() {
         "--memory <SIZE>",
         "--idle-poll-us <US>",
         "--sched-slice-us <US>",
+        "--metrics-listen <ADDR>",
         "--force-recovery",
     ] {
         assert!(help.contains(flag), "help lacks {flag}:\n{help}");
@@ -852,4 +853,23 @@ parts = ["x"]
     assert_eq!(indexes[0].index_type, IndexType::Tree);
     assert_eq!(indexes[1].type_name, "Hash");
     assert_eq!(indexes[1].index_type, IndexType::Hash);
+}
+
+#[test]
+fn metrics_are_off_unless_metrics_listen_is_set_and_the_alias_defaults_to_listen() {
+    let shipped = Config::from_toml_str(SHIPPED_CONFIG_TOML).unwrap();
+    assert_eq!(shipped.metrics.listen, None);
+    assert_eq!(shipped.metrics.alias, "127.0.0.1:3301");
+    let empty = Config::from_toml_str("metrics_listen = \"\"").unwrap();
+    assert_eq!(empty.metrics.listen, None);
+    let on = Config::from_toml_str(
+        "listen = \"127.0.0.1:3302\"\nmetrics_listen = \"127.0.0.1:9100\"\nmetrics_alias = \"a\"",
+    )
+    .unwrap();
+    assert_eq!(on.metrics.listen, Some("127.0.0.1:9100".parse().unwrap()));
+    assert_eq!(on.metrics.alias, "a");
+    let error = Config::from_toml_str("metrics_listen = \"localhost:9100\"").unwrap_err();
+    assert!(error.to_string().starts_with("metrics_listen: "), "{error}");
+    let args = CliArgs::try_parse_from(["tarn", "--metrics-listen", "127.0.0.1:0"]).unwrap();
+    assert_eq!(args.metrics_listen, Some("127.0.0.1:0".parse().unwrap()));
 }

@@ -35,6 +35,8 @@
 //!   rows. [`schema_change`]: a changed config's migration of the recorded spaces.
 //! * [`users`]: users, authentication, grants.
 //! * [`os`]: the heap's set-up and the scheduler's treatment of a shard's thread.
+//! * [`metrics`]: each core's counters, what each shard publishes once a second, and the
+//!   Prometheus endpoint on a thread of its own (`metrics_listen`, `docs/metrics.md`).
 //!
 //! In-process use (a benchmark, a test) needs no sockets: [`start_cores`] runs one executor
 //! per shard, each with its [`mesh::core::Core`] joined to the mesh, and hands each core to a
@@ -67,6 +69,7 @@ pub mod layout;
 mod limits;
 pub mod listen;
 pub mod mesh;
+pub mod metrics;
 pub mod moved_key;
 #[allow(unsafe_code)]
 pub mod os;
@@ -121,6 +124,8 @@ pub struct Shared {
     pub snapshot_failure: Mutex<Option<String>>,
     /// What client connections hold, per core.
     pub net: connection::NetStats,
+    /// Per core, the counters the Prometheus endpoint reads (see [`metrics`]).
+    pub metrics: metrics::Metrics,
     /// The recorded spaces the config changes: each core recovers them as recorded, then
     /// makes the change (see `schema_change.rs`).
     pub schema_changes: Vec<schema_change::SpaceChange>,
@@ -160,6 +165,7 @@ impl Shared {
             snapshot_done: (0..shard_count).map(|_| AtomicU64::new(0)).collect(),
             snapshot_failure: Mutex::new(None),
             net: connection::NetStats::new(shard_count),
+            metrics: metrics::Metrics::new(shard_count),
             schema_changes: Vec::new(),
             made_spaces: Vec::new(),
             ddl: ddl::Ddl::new(None),
@@ -300,6 +306,16 @@ pub enum ServerError {
     AddressInUse { address: SocketAddr },
     #[error("cannot listen on {address}: {source}")]
     Listen {
+        address: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(
+        "cannot serve metrics on {address}: address in use (another process listens on it; \
+         stop it or change `metrics_listen`)"
+    )]
+    MetricsAddressInUse { address: SocketAddr },
+    #[error("cannot serve metrics on {address}: {source}")]
+    MetricsListen {
         address: SocketAddr,
         source: std::io::Error,
     },
@@ -560,6 +576,28 @@ fn placement_for(shard_count: usize) -> Result<PoolPlacement, ServerError> {
     Ok(PoolPlacement::Fenced(shard_count, online))
 }
 
+/// Starts a serving core's own tasks besides its clients': the metrics publication (and on
+/// core 0, the endpoint's state), the config reloader and the applier (core 0).
+fn start_core_tasks(
+    core: &Rc<mesh::core::Core>,
+    metrics_endpoint: Option<&metrics::endpoint::Endpoint>,
+    reloader: Option<&Arc<reload::Reloader>>,
+) {
+    if let Some(endpoint) = metrics_endpoint {
+        glommio::spawn_local(metrics::publish_loop(core.clone())).detach();
+        if core.id() == 0 {
+            endpoint.serve(core.shared.clone());
+        }
+    }
+    if let (0, Some(reloader)) = (core.id(), reloader) {
+        glommio::spawn_local(reload::watch(core.clone(), reloader.clone())).detach();
+    }
+    if let (0, Some(upstream)) = (core.id(), core.shared.config.replication.first()) {
+        let follow = replication::applier::follow(core.clone(), upstream.clone());
+        glommio::spawn_local(follow).detach();
+    }
+}
+
 /// Runs the server until SIGINT or SIGTERM.
 pub fn run(config: Config) -> Result<(), ServerError> {
     run_reloading(config, None)
@@ -596,20 +634,22 @@ pub fn run_reloading(
     os::open_files::raise_open_files_limit(config.max_connections as u64, shard_count);
     // Before recovery, which may take long: a port in use fails the start at once.
     let listening = Arc::new(Listening::bind(config.listen, shard_count, shutdown)?);
+    // On the main thread, before the shards' pinned threads exist: its threads are not
+    // pinned to any shard's core. It answers 503 until core 0 hands it the state below.
+    let metrics_endpoint = config
+        .metrics
+        .listen
+        .map(metrics::endpoint::Endpoint::start);
+    let metrics_endpoint = metrics_endpoint.transpose()?.map(Arc::new);
     let reloader = match read_config {
         Some(read) => Some(Arc::new(reload::Reloader::new(read, &config)?)),
         None => None,
     };
     let results = start_cores(config, shard_count, {
         let listening = listening.clone();
+        let metrics_endpoint = metrics_endpoint.clone();
         move |core| {
-            if let (0, Some(reloader)) = (core.id(), &reloader) {
-                glommio::spawn_local(reload::watch(core.clone(), reloader.clone())).detach();
-            }
-            if let (0, Some(upstream)) = (core.id(), core.shared.config.replication.first()) {
-                let follow = replication::applier::follow(core.clone(), upstream.clone());
-                glommio::spawn_local(follow).detach();
-            }
+            start_core_tasks(&core, metrics_endpoint.as_deref(), reloader.as_ref());
             listen::serve_clients(core, listening.clone())
         }
     })?;

@@ -62,6 +62,14 @@ impl NetStats {
             .sum()
     }
 
+    /// Client connections open on each core, by core id.
+    pub fn connections_by_core(&self) -> Vec<usize> {
+        let counts = self.by_core.iter();
+        counts
+            .map(|core| core.connections.load(Ordering::Relaxed))
+            .collect()
+    }
+
     /// Bytes held for client connections on every core: their tasks and sessions, and the
     /// buffers lent to them or kept spare. Kernel socket buffers are not counted.
     pub fn memory_bytes(&self) -> usize {
@@ -154,6 +162,7 @@ impl CoreConnections {
             task_bytes: 0,
         });
         self.publish_open();
+        self.shared.metrics.cores()[self.core_id].count_connection_accepted();
         let connection = Connection {
             session,
             connections: self.clone(),

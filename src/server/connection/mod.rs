@@ -111,11 +111,18 @@ impl Connection {
     }
 
     async fn serve_on(&mut self, stream: &mut TcpStream) -> std::io::Result<()> {
-        stream.write_all(&self.session.greeting()).await?;
+        let greeting = self.session.greeting();
+        stream.write_all(&greeting).await?;
+        // This core's counters, written only by its connections and sessions (see
+        // `server::metrics`): one plain store each, at each read and each write.
+        self.session.core().metrics.count_sent(greeting.len());
         let max_packet_bytes = self.session.core().shared.config.max_packet_size_bytes as usize;
         loop {
             match self.read(stream).await {
-                Ok(Arrived::Bytes(read)) => self.filled += read,
+                Ok(Arrived::Bytes(read)) => {
+                    self.filled += read;
+                    self.session.core().metrics.count_received(read);
+                }
                 Ok(Arrived::End) | Err(_) => return Ok(()),
                 Ok(Arrived::Stopping) => {
                     self.close_after_delivery(stream, None).await;
@@ -180,6 +187,7 @@ impl Connection {
             packets,
         } = buffers;
         let (consumed, after_packets) = find_packets(read_buf, *filled, max_packet_bytes, packets);
+        session.core().metrics.count_requests(packets.len());
         serve_packets(session, read_buf, packets, out, stream).await?;
         session.finish(out).await;
         let packet_end = match after_packets {
@@ -191,6 +199,7 @@ impl Connection {
                     "packet over max_packet_size; closing connection"
                 );
                 stream.write_all(out).await?;
+                session.core().metrics.count_sent(out.len());
                 out.clear();
                 self.close_after_delivery(stream, Some(ERROR_LINGER)).await;
                 return Ok(false);
@@ -198,6 +207,7 @@ impl Connection {
             AfterPackets::BadFrame(error) => {
                 reply::encode_protocol_error(out, 0, session.core().schema_version(), &error);
                 stream.write_all(out).await?;
+                session.core().metrics.count_sent(out.len());
                 out.clear();
                 tracing::info!(%error, "bad frame; closing connection");
                 self.close_after_delivery(stream, Some(ERROR_LINGER)).await;
@@ -206,6 +216,7 @@ impl Connection {
         };
         if !out.is_empty() {
             stream.write_all(out).await?;
+            session.core().metrics.count_sent(out.len());
             out.clear();
         }
         read_buf.copy_within(consumed..*filled, 0);
@@ -341,6 +352,7 @@ async fn serve_packets(
         if out.len() >= WRITE_FLUSH_BYTES {
             session.finish(out).await;
             stream.write_all(out).await?;
+            session.core().metrics.count_sent(out.len());
             out.clear();
         }
         next = at + 1;

@@ -158,6 +158,8 @@ impl Waiters {
 
 pub struct Core {
     pub shard: RefCell<Shard>,
+    /// This core's counters (`shared.metrics`' entry for it, kept at hand).
+    pub metrics: Arc<crate::server::metrics::CoreMetrics>,
     pub shard_count: usize,
     pub shared: Arc<Shared>,
     /// What crud needs of the server, built once.
@@ -225,6 +227,7 @@ impl Core {
         let wal = durability::start_wal(&shared.config, id, fingerprint, lsn_next)?;
         let core = Rc::new(Core {
             shard: RefCell::new(Shard::new(id, engine, wal)),
+            metrics: shared.metrics.core(id),
             shard_count,
             crud: CrudConfig::new(&shared.config, &shared.instance_uuid),
             lsn_recovered: lsn_next - 1,

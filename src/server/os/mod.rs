@@ -8,7 +8,9 @@
 //! * [`threads`]: thread names.
 //! * [`sockets`]: descriptors handed to glommio, duplicated, shut down; unacknowledged bytes.
 //! * [`process`]: killing this process on the spot (the crash-point test hook).
+//! * [`cpu_time`]: the process's user and system CPU time (`getrusage`), for the metrics.
 
+pub mod cpu_time;
 pub mod heap;
 pub mod open_files;
 pub mod process;

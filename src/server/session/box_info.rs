@@ -36,6 +36,16 @@ fn write_election(shared: &crate::server::Shared, id: u64, out: &mut Vec<u8>) {
     write_uint(out, shared.terms.current());
 }
 
+/// tarn's own `box.info.net`: client connections open and the memory they hold.
+fn write_net(net: &crate::server::connection::NetStats, out: &mut Vec<u8>) {
+    write_str(out, b"net");
+    write_map_len(out, 2);
+    write_str(out, b"connections");
+    write_uint(out, net.connections() as u64);
+    write_str(out, b"memory");
+    write_uint(out, net.memory_bytes() as u64);
+}
+
 impl Session {
     /// `box.info`: Tarantool's keys, in its order, then tarn's own `net` (connections open
     /// and the memory they hold, see `NetStats`).
@@ -104,13 +114,7 @@ impl Session {
         write_str(out, b"pid");
         write_uint(out, u64::from(std::process::id()));
         write_election(shared, id, out);
-        let net = &shared.net;
-        write_str(out, b"net");
-        write_map_len(out, 2);
-        write_str(out, b"connections");
-        write_uint(out, net.connections() as u64);
-        write_str(out, b"memory");
-        write_uint(out, net.memory_bytes() as u64);
+        write_net(&shared.net, out);
         reply::finish_packet(out, mark);
     }
 

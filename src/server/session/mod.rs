@@ -306,6 +306,8 @@ impl Session {
             }
         };
         let sync = header.sync;
+        // `box.stat()`'s count of this operation, on this core's own counters.
+        self.core.metrics.count_request_type(header.request_type);
         let wait = match self.admit(header, request, out) {
             Admission::Answered => return None,
             Admission::Call => Some(Wait::Run),
