@@ -18,7 +18,7 @@ for round in $(seq 1 "$rounds"); do
         grep '^failover,' | sed "s/^/round $round: /" | tee -a "$log"
 done
 for mode in asynchronous synchronous; do
-    awk -v mode="$mode" '$0 ~ mode {
-        for (i = 1; i <= NF; i++) if ($i == "of") { lost += $(i - 1); acked += $(i + 1) }
-    } END { if (acked) printf "%s: %d of %d acknowledged writes lost in all rounds\n", mode, lost, acked }' "$log"
+    grep "failover, $mode" "$log" | sed -E 's/.* ([0-9]+) of ([0-9]+) acknowledged.*/\1 \2/' |
+        awk -v mode="$mode" '{ lost += $1; acked += $2 }
+            END { if (acked) printf "%s: %d of %d acknowledged writes lost in all rounds\n", mode, lost, acked }'
 done
