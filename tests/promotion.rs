@@ -4,32 +4,12 @@
 //! started as the new one's replica discards the rows the new master never received and
 //! copies it. Real processes on loopback.
 
-use crate::common::{call, kv_rows, kv_tuple, Client, Server, KV};
+use crate::common::{call, kv_replace_codes, kv_rows, Server};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
-use tarn::protocol::client::{decode_reply, encode_replace};
-
-/// Replaces `ids` in kv, pipelined; the error code of each reply (0: written).
-fn replace_codes(addr: SocketAddr, ids: impl Iterator<Item = u64>, value: &str) -> Vec<u32> {
-    let mut client = Client::connect_to(addr);
-    let mut requests = Vec::new();
-    let mut sent = 0;
-    for id in ids {
-        encode_replace(&mut requests, id, KV, &kv_tuple(id, value));
-        sent += 1;
-    }
-    client.send(&requests);
-    (0..sent)
-        .map(|_| {
-            let packet = client.read_packet().expect("a reply");
-            let reply = decode_reply(&packet).expect("decodes");
-            reply.error_code().map_or(0, |code| code.0)
-        })
-        .collect()
-}
 
 fn replace_all(addr: SocketAddr, ids: std::ops::Range<u64>, value: &str) {
-    let codes = replace_codes(addr, ids, value);
+    let codes = kv_replace_codes(addr, ids, value);
     assert!(codes.iter().all(|code| *code == 0), "{codes:?}");
 }
 
@@ -42,7 +22,7 @@ fn promote(addr: SocketAddr) {
 /// Waits until `addr` refuses a write with ER_READONLY (the write it tries is to id 0).
 fn wait_fenced(server: &Server) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    while replace_codes(server.addr, 0..1, "fence probe") != [ER_READONLY] {
+    while kv_replace_codes(server.addr, 0..1, "fence probe") != [ER_READONLY] {
         assert!(
             Instant::now() < deadline,
             "not fenced\n{}",
@@ -91,7 +71,7 @@ fn a_promoted_replica_fences_its_live_master_and_takes_the_writes() {
     );
     wait_rows(&replica, &kv_rows(master.addr));
     wait_copied(&replica);
-    assert_eq!(replace_codes(replica.addr, 0..1, "x"), [ER_READONLY]);
+    assert_eq!(kv_replace_codes(replica.addr, 0..1, "x"), [ER_READONLY]);
 
     promote(replica.addr);
     replace_all(replica.addr, 1000..1100, "on the new master");
@@ -138,7 +118,7 @@ fn a_former_master_discards_what_the_new_one_never_got_and_follows_it() {
     let former_addr = former.addr;
     assert_eq!(former.stop(), Some(0));
     let former = crate::common::restart_on(master_dir.path(), 2, former_addr, &[]);
-    assert_eq!(replace_codes(former.addr, 0..1, "x"), [ER_READONLY]);
+    assert_eq!(kv_replace_codes(former.addr, 0..1, "x"), [ER_READONLY]);
     assert!(former
         .log_so_far()
         .contains("it starts read-only, whatever read_only says"));
@@ -168,7 +148,7 @@ fn a_replica_that_has_not_finished_copying_is_not_promoted() {
         refused.contains("has not finished copying its master"),
         "{refused}"
     );
-    assert_eq!(replace_codes(replica.addr, 0..1, "x"), [ER_READONLY]);
+    assert_eq!(kv_replace_codes(replica.addr, 0..1, "x"), [ER_READONLY]);
 }
 
 #[test]
@@ -198,7 +178,7 @@ fn a_promoted_replica_waits_for_its_own_quorum_on_sync_spaces() {
     master.kill9();
     promote(replica.addr);
     // The new master has no replica: quorum 2 is not reached, ER_SYNC_QUORUM_TIMEOUT (216).
-    assert_eq!(replace_codes(replica.addr, 7..8, "no quorum"), [216]);
+    assert_eq!(kv_replace_codes(replica.addr, 7..8, "no quorum"), [216]);
     assert_eq!(
         kv_rows(replica.addr),
         before,

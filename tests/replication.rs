@@ -10,19 +10,8 @@ use tarn::protocol::client::{decode_reply, encode_delete, encode_replace};
 
 /// Replaces `ids` in `kv` with `value`, pipelined on one connection; every reply checked.
 fn replace_kv(addr: SocketAddr, ids: impl Iterator<Item = u64>, value: &str) {
-    let mut client = Client::connect_to(addr);
-    let mut requests = Vec::new();
-    let mut sent = 0;
-    for id in ids {
-        encode_replace(&mut requests, id, KV, &kv_tuple(id, value));
-        sent += 1;
-    }
-    client.send(&requests);
-    for _ in 0..sent {
-        let packet = client.read_packet().expect("a reply");
-        let reply = decode_reply(&packet).expect("decodes");
-        assert!(!reply.is_error(), "{:?}", reply.error_message());
-    }
+    let codes = crate::common::kv_replace_codes(addr, ids, value);
+    assert!(codes.iter().all(|code| *code == 0), "{codes:?}");
 }
 
 /// Deletes `ids` from `kv`, pipelined.

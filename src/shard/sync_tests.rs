@@ -64,21 +64,26 @@ fn run<T>(future: impl std::future::Future<Output = T>) -> T {
         .run(future)
 }
 
+/// A WAL writer in `path` from LSN 1, without fsync.
+fn start_wal(path: &std::path::Path) -> WalWriter {
+    WalWriter::start(
+        GlommioSink::new(path),
+        WriterConfig {
+            shard_id: 0,
+            schema_fingerprint: 1,
+            fsync: false,
+            max_file_size_bytes: 1 << 20,
+            lsn_next: 1,
+        },
+    )
+}
+
 #[test]
 fn a_timed_out_sync_write_and_the_writes_behind_it_are_refused_undone_and_compensated() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().to_path_buf();
     let (outcomes, undone, sync_rows, plain_rows) = run(async move {
-        let wal = WalWriter::start(
-            GlommioSink::new(&path),
-            WriterConfig {
-                shard_id: 0,
-                schema_fingerprint: 1,
-                fsync: false,
-                max_file_size_bytes: 1 << 20,
-                lsn_next: 1,
-            },
-        );
+        let wal = start_wal(&path);
         let mut shard = Shard::new(0, engine(), Some(wal.clone()));
         shard
             .sync_writes
@@ -138,16 +143,7 @@ fn without_sync_writes_a_sync_space_waits_for_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().to_path_buf();
     let pending = run(async move {
-        let wal = WalWriter::start(
-            GlommioSink::new(&path),
-            WriterConfig {
-                shard_id: 0,
-                schema_fingerprint: 1,
-                fsync: false,
-                max_file_size_bytes: 1 << 20,
-                lsn_next: 1,
-            },
-        );
+        let wal = start_wal(&path);
         let mut shard = Shard::new(0, engine(), Some(wal.clone()));
         replace(&mut shard, SYNC, 1, "x")
             .await

@@ -414,6 +414,25 @@ pub fn restart_on(dir: &std::path::Path, shards: u32, addr: SocketAddr, args: &[
     Server::spawn(command).unwrap_or_else(|log| panic!("tarn did not restart:\n{log}"))
 }
 
+/// Replaces `ids` in kv, pipelined; the error code of each reply (0: written).
+pub fn kv_replace_codes(addr: SocketAddr, ids: impl Iterator<Item = u64>, value: &str) -> Vec<u32> {
+    let mut client = Client::connect_to(addr);
+    let mut requests = Vec::new();
+    let mut sent = 0;
+    for id in ids {
+        tarn::protocol::client::encode_replace(&mut requests, id, KV, &kv_tuple(id, value));
+        sent += 1;
+    }
+    client.send(&requests);
+    (0..sent)
+        .map(|_| {
+            let packet = client.read_packet().expect("a reply");
+            let reply = tarn::protocol::client::decode_reply(&packet).expect("decodes");
+            reply.error_code().map_or(0, |code| code.0)
+        })
+        .collect()
+}
+
 pub fn kv_rows(addr: SocketAddr) -> Vec<(u64, Vec<u8>)> {
     select_rows(addr, KV, 0, 2, &[0x90])
 }
