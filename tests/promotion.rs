@@ -161,7 +161,7 @@ fn a_promoted_replica_waits_for_its_own_quorum_on_sync_spaces() {
         )
         .replace(
             "replication_synchro_timeout = 5",
-            "replication_synchro_timeout = 0.3",
+            "replication_synchro_timeout = 2",
         )
         .replacen("name = \"kv\"\n", "name = \"kv\"\nis_sync = true\n", 1);
     let master_dir = tempfile::tempdir().unwrap();

@@ -114,7 +114,7 @@ fn with_quorum_2_a_sync_write_is_on_the_replica_when_it_is_acknowledged() {
 #[test]
 fn with_the_replica_gone_a_sync_write_times_out_and_is_rolled_back_everywhere() {
     let (master_dir, replica_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let master = start_master(master_dir.path(), 1, 2, "0.5");
+    let master = start_master(master_dir.path(), 1, 2, "2");
     let replica = start_replica(replica_dir.path(), &master);
     let mut client = Client::connect_to(master.addr);
     replace(&mut client, LEDGER, &ledger_tuple(1, "old")).expect("acknowledged");
@@ -143,7 +143,7 @@ fn with_the_replica_gone_a_sync_write_times_out_and_is_rolled_back_everywhere() 
     for outcome in behind {
         assert_eq!(outcome, Err((217, rollback_text.into())));
     }
-    assert!(waited >= Duration::from_millis(450), "{waited:?}");
+    assert!(waited >= Duration::from_millis(1900), "{waited:?}");
     assert!(waited < Duration::from_secs(5), "{waited:?}");
     let expected_ledger = vec![ledger_tuple(1, "old")];
     let expected_kv = vec![kv_tuple(1, "old")];
@@ -188,7 +188,7 @@ fn restart_master(dir: &std::path::Path, addr: SocketAddr) -> Server {
         .arg(dir.join("tarn.toml"))
         .args(["--listen", &addr.to_string(), "--shards", "1"])
         .args(["--replication-synchro-quorum", "2"])
-        .args(["--replication-synchro-timeout", "0.5"])
+        .args(["--replication-synchro-timeout", "2"])
         .arg("--data-dir")
         .arg(dir.join("data"))
         .env("NO_COLOR", "1")
@@ -226,7 +226,7 @@ fn has_sync_flag(row: &[u8]) -> bool {
 fn a_space_made_sync_over_call_is_sync_on_the_replica_and_after_a_restart() {
     use crate::common::call;
     let (master_dir, replica_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let master = start_master(master_dir.path(), 1, 2, "0.5");
+    let master = start_master(master_dir.path(), 1, 2, "2");
     let replica = start_replica(replica_dir.path(), &master);
     let mut args = Vec::new();
     write_array_len(&mut args, 2);
