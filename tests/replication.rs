@@ -3,7 +3,7 @@
 //! copying again, and reconnects after its master restarts; with one shard following two
 //! and two following one.
 
-use crate::common::{call, kv_rows, kv_tuple, snapshot, Client, Server, KV};
+use crate::common::{call, kv_rows, snapshot, Client, Server, KV};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use tarn::protocol::client::{decode_reply, encode_delete, encode_replace};
