@@ -359,8 +359,7 @@ impl<'u> Link<'u> {
                 return Err(ApplyError::Protocol("a packet over 64 MiB".into()));
             }
             let version = self.master_schema_version;
-            let applied_before = self.applied.clone();
-            self.apply().await?;
+            let advanced = self.apply().await?;
             // Everything received is applied: a promotion may go on.
             if self.core.shared.promotion.is_requested() {
                 return Err(ApplyError::Promoted);
@@ -377,7 +376,7 @@ impl<'u> Link<'u> {
             }
             // What is applied is durable here: acknowledged at once, since the master's
             // synchronous writes wait for it (the position file may lag; rows are idempotent).
-            if position_due || self.applied != applied_before {
+            if position_due || advanced {
                 let mut ack = Vec::new();
                 wire::encode_vclock_packet(stream_type::ACK, 0, &self.applied, &mut ack);
                 stream.write_all(&ack).await?;
@@ -568,8 +567,8 @@ impl<'u> Link<'u> {
     }
 
     /// Runs the requests taken and waits until they are durable; then what they reached is
-    /// applied.
-    async fn apply(&mut self) -> Result<(), ApplyError> {
+    /// applied. Whether that moved any master shard's applied LSN.
+    async fn apply(&mut self) -> Result<bool, ApplyError> {
         let requests = std::mem::take(&mut self.requests);
         let mut changes = std::mem::take(&mut self.changes).into_iter().peekable();
         let mut at = 0;
@@ -591,13 +590,15 @@ impl<'u> Link<'u> {
         self.requests = requests;
         self.requests.clear();
         check_replies(&self.replies)?;
+        let mut advanced = false;
         for (shard, lsn) in self.reached.drain(..) {
+            advanced |= self.applied[shard] != Some(lsn);
             self.applied[shard] = Some(lsn);
         }
         if let Some(upstream) = self.core.shared.replication.upstream().as_mut() {
             upstream.progress(Some(&self.applied), None);
         }
-        Ok(())
+        Ok(advanced)
     }
 
     /// While copying, every [`PROGRESS_EVERY`]: the tuples copied so far.
