@@ -98,14 +98,7 @@ fn with_asynchronous_replication_a_failover_reports_the_acknowledged_writes_lost
 
 #[test]
 fn with_synchronous_replication_a_failover_loses_no_acknowledged_write() {
-    let shipped = include_str!("../conf/tarn.toml");
-    let config = shipped
-        .replace(
-            "replication_synchro_quorum = 1",
-            "replication_synchro_quorum = 2",
-        )
-        .replacen("name = \"kv\"\n", "name = \"kv\"\nis_sync = true\n", 1);
-    assert_ne!(config, shipped);
+    let config = crate::common::sync_kv_config("5");
     let (lost, acknowledged) = fail_over(&config, Duration::from_millis(1500));
     assert!(acknowledged > 1000, "the load ran: {acknowledged}");
     eprintln!(

@@ -153,17 +153,7 @@ fn a_replica_that_has_not_finished_copying_is_not_promoted() {
 
 #[test]
 fn a_promoted_replica_waits_for_its_own_quorum_on_sync_spaces() {
-    let shipped = include_str!("../conf/tarn.toml");
-    let config = shipped
-        .replace(
-            "replication_synchro_quorum = 1",
-            "replication_synchro_quorum = 2",
-        )
-        .replace(
-            "replication_synchro_timeout = 5",
-            "replication_synchro_timeout = 2",
-        )
-        .replacen("name = \"kv\"\n", "name = \"kv\"\nis_sync = true\n", 1);
+    let config = crate::common::sync_kv_config("2");
     let master_dir = tempfile::tempdir().unwrap();
     let master = Server::try_start_with(master_dir.path(), &config, 2, &[]).unwrap();
     let replica_dir = tempfile::tempdir().unwrap();

@@ -253,7 +253,7 @@ fn an_instance_with_data_of_its_own_is_not_emptied_to_become_a_replica() {
 
 #[test]
 fn schema_changes_replicate_in_order_with_the_rows() {
-    use tarn::msgpack::{write_array_len, write_map_len, write_str, write_uint};
+    use tarn::msgpack::{write_array_len, write_map_len, write_str};
     let master = Server::start(2, "");
     replace_kv(master.addr, 0..500, "before the change");
     let replica_dir = tempfile::tempdir().unwrap();
@@ -272,17 +272,7 @@ fn schema_changes_replicate_in_order_with_the_rows() {
     args.push(0xc2);
     call(master.addr, "box.space.kv:create_index", &args).expect("index made");
     replace_kv(master.addr, 400..900, "after the change");
-    let mut args = Vec::new();
-    write_array_len(&mut args, 2);
-    write_str(&mut args, b"things");
-    write_map_len(&mut args, 1);
-    write_str(&mut args, b"id");
-    write_uint(&mut args, 700);
-    call(master.addr, "box.schema.space.create", &args).expect("space made");
-    let mut args = Vec::new();
-    write_array_len(&mut args, 1);
-    write_str(&mut args, b"pk");
-    call(master.addr, "box.space.things:create_index", &args).expect("its primary made");
+    create_space_with_pk(master.addr, "things", 700);
     replace_ids(master.addr, 700, 50);
 
     wait_identical(&master, &replica);
@@ -299,6 +289,23 @@ fn schema_changes_replicate_in_order_with_the_rows() {
     assert!(replica
         .log_so_far()
         .contains("made the master's schema change"));
+}
+
+/// `box.schema.space.create(name, {id = id})` and its primary index `pk` over CALL.
+fn create_space_with_pk(addr: SocketAddr, name: &str, id: u64) {
+    use tarn::msgpack::{write_array_len, write_map_len, write_str, write_uint};
+    let mut args = Vec::new();
+    write_array_len(&mut args, 2);
+    write_str(&mut args, name.as_bytes());
+    write_map_len(&mut args, 1);
+    write_str(&mut args, b"id");
+    write_uint(&mut args, id);
+    call(addr, "box.schema.space.create", &args).expect("space made");
+    let mut args = Vec::new();
+    write_array_len(&mut args, 1);
+    write_str(&mut args, b"pk");
+    let function = format!("box.space.{name}:create_index");
+    call(addr, &function, &args).expect("its primary made");
 }
 
 /// `[id]` tuples 0..count replaced into `space_id`, pipelined.
@@ -322,22 +329,11 @@ fn replace_ids(addr: SocketAddr, space_id: u32, count: u64) {
 
 #[test]
 fn a_copy_brings_the_masters_spaces_the_replicas_config_does_not_name() {
-    use tarn::msgpack::{write_array_len, write_map_len, write_str, write_uint};
     let from_config = "\n[[space]]\nname = \"things\"\nid = 700\nshard = \"all\"\nformat = [{ name = \"id\", type = \"unsigned\" }]\n[[space.index]]\nname = \"pk\"\ntype = \"TREE\"\nunique = true\nparts = [\"id\"]\n";
     // No snapshot on the master yet: the copy takes one first.
     let master = Server::start(2, from_config);
     replace_ids(master.addr, 700, 300);
-    let mut args = Vec::new();
-    write_array_len(&mut args, 2);
-    write_str(&mut args, b"made");
-    write_map_len(&mut args, 1);
-    write_str(&mut args, b"id");
-    write_uint(&mut args, 701);
-    call(master.addr, "box.schema.space.create", &args).expect("space made");
-    let mut args = Vec::new();
-    write_array_len(&mut args, 1);
-    write_str(&mut args, b"pk");
-    call(master.addr, "box.space.made:create_index", &args).expect("its primary made");
+    create_space_with_pk(master.addr, "made", 701);
     replace_ids(master.addr, 701, 200);
 
     // The replica's config has the shipped spaces only.

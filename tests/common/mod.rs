@@ -433,6 +433,24 @@ pub fn kv_replace_codes(addr: SocketAddr, ids: impl Iterator<Item = u64>, value:
         .collect()
 }
 
+/// The shipped config with `replication_synchro_quorum = 2`, `kv` made `is_sync`, and
+/// `replication_synchro_timeout` set to `timeout_seconds`.
+pub fn sync_kv_config(timeout_seconds: &str) -> String {
+    let shipped = include_str!("../../conf/tarn.toml");
+    let config = shipped
+        .replace(
+            "replication_synchro_quorum = 1",
+            "replication_synchro_quorum = 2",
+        )
+        .replace(
+            "replication_synchro_timeout = 5",
+            &format!("replication_synchro_timeout = {timeout_seconds}"),
+        )
+        .replacen("name = \"kv\"\n", "name = \"kv\"\nis_sync = true\n", 1);
+    assert!(config.contains("is_sync = true") && config.contains("quorum = 2"));
+    config
+}
+
 pub fn kv_rows(addr: SocketAddr) -> Vec<(u64, Vec<u8>)> {
     select_rows(addr, KV, 0, 2, &[0x90])
 }
